@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything pvswitch needs on Debian 12 (run as root). Idempotent.
+set -euo pipefail
+
+if [ "$(id -u)" != 0 ]; then echo "install-deps.sh: run as root" >&2; exit 1; fi
+export DEBIAN_FRONTEND=noninteractive
+
+# QEMU 10 comes from bookworm-backports (the image's qemu-utils is from there; 7.2 also
+# crashes under TCG in its vhost-user MSI-X setup).
+if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  cat > /etc/apt/sources.list.d/pvswitch-backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+
+need=()
+for p in libdpdk-dev dpdk dpdk-dev libhwloc-dev libnuma-dev libudev-dev libclang-14-dev clang-14 pkg-config \
+         busybox-static iperf3 iproute2 socat; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+qemu_missing=0
+dpkg -s qemu-system-x86 >/dev/null 2>&1 || qemu_missing=1
+if [ ${#need[@]} -gt 0 ] || [ $qemu_missing = 1 ]; then
+  apt-get update -q
+  [ ${#need[@]} -eq 0 ] || apt-get install -y -q --no-install-recommends "${need[@]}"
+  [ $qemu_missing = 0 ] || apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86
+fi
+
+# Hugepages for DPDK testpmd "VMs".
+if [ "$(cat /proc/sys/vm/nr_hugepages)" -lt 1024 ]; then
+  echo 1024 > /proc/sys/vm/nr_hugepages
+fi
+mkdir -p /dev/hugepages
+mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+grep -E 'HugePages_(Total|Free)' /proc/meminfo

@@ -1,0 +1,316 @@
+//! The configuration file: TOML, read with serde. Every error names file, line and column.
+//!
+//! ```toml
+//! [switch]
+//! poll_cores = [1]
+//! control_socket = "/run/pvswitch/pvswitchd.sock"
+//!
+//! [[port]]
+//! name = "vm1"
+//! type = "vhost-user"
+//! socket = "/run/pvswitch/vm1.sock"
+//! mode = "server"
+//! queues = 1
+//! ```
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pvswitch/pvswitchd.sock";
+/// Linux vhost-net's VHOST_NET_PKT_WEIGHT and VHOST_NET_WEIGHT.
+pub const DEFAULT_WEIGHT_PACKETS: u32 = 256;
+pub const DEFAULT_WEIGHT_BYTES: u32 = 512 * 1024;
+pub const MAX_BURST: u32 = 32;
+/// Most queue pairs one port may have (Linux virtio-net's limit is 256; DPDK vhost's 128).
+pub const MAX_QUEUE_PAIRS: u16 = 64;
+/// Most ports one switch holds (per-thread counter arrays are sized by it).
+pub const MAX_PORTS: usize = 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    switch: Option<RawSwitch>,
+    #[serde(default)]
+    port: Vec<RawPort>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSwitch {
+    poll_cores: Option<Spanned<Vec<usize>>>,
+    control_socket: Option<String>,
+    control_socket_mode: Option<Spanned<String>>,
+    socket_dir: Option<String>,
+    weight_packets: Option<Spanned<u32>>,
+    weight_bytes: Option<Spanned<u32>>,
+    burst: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    name: Spanned<String>,
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    socket: Spanned<String>,
+    #[serde(default)]
+    mode: Option<Spanned<String>>,
+    queues: Option<Spanned<u16>>,
+    mtu: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketMode {
+    /// pvswitchd listens; the VMM connects (QEMU `-chardev socket,path=...`).
+    Server,
+    /// The VMM listens; pvswitchd connects and reconnects with backoff.
+    Client,
+}
+
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    pub name: String,
+    pub socket: PathBuf,
+    pub mode: SocketMode,
+    pub queue_pairs: u16,
+    pub mtu: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub poll_cores: Vec<usize>,
+    pub control_socket: PathBuf,
+    pub control_socket_mode: u32,
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+    pub burst: u32,
+    pub ports: Vec<PortConfig>,
+}
+
+/// A config error with its position, printed as `file:line:col: message` plus the line.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+    pub snippet: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.message)?;
+        if !self.snippet.is_empty() {
+            write!(f, "\n  | {}\n  | {}^", self.snippet, " ".repeat(self.col.saturating_sub(1)))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        let off = span.map(|s| s.start).unwrap_or(0).min(self.text.len());
+        let before = &self.text[..off];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let col = self.text[line_start..off].chars().count() + 1;
+        let snippet = self.text[line_start..].lines().next().unwrap_or("").to_string();
+        ConfigError { file: self.file.to_string(), line, col, message: message.into(), snippet }
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: 0,
+            col: 0,
+            message: format!("cannot read: {e}"),
+            snippet: String::new(),
+        })?;
+        Config::parse(&file, &text)
+    }
+
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let cx = Ctx { file, text };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| cx.err(e.span(), e.message().trim().to_string()))?;
+        let sw = raw.switch.unwrap_or(RawSwitch {
+            poll_cores: None,
+            control_socket: None,
+            control_socket_mode: None,
+            socket_dir: None,
+            weight_packets: None,
+            weight_bytes: None,
+            burst: None,
+        });
+        let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let poll_cores = match sw.poll_cores {
+            Some(pc) => {
+                if pc.get_ref().is_empty() {
+                    return Err(cx.err(Some(pc.span()), "poll_cores: expected at least one CPU id"));
+                }
+                let mut seen = Vec::new();
+                for &c in pc.get_ref() {
+                    if seen.contains(&c) {
+                        return Err(cx.err(Some(pc.span()), format!("poll_cores: CPU {c} listed twice")));
+                    }
+                    seen.push(c);
+                }
+                pc.into_inner()
+            }
+            None => vec![ncpu.saturating_sub(1)],
+        };
+        let socket_dir = sw.socket_dir.map(PathBuf::from);
+        let resolve = |s: &str| -> PathBuf {
+            let p = PathBuf::from(s);
+            match (&socket_dir, p.is_relative()) {
+                (Some(d), true) => d.join(p),
+                _ => p,
+            }
+        };
+        let control_socket_mode = match sw.control_socket_mode {
+            Some(m) => u32::from_str_radix(m.get_ref().trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|v| *v <= 0o777)
+                .ok_or_else(|| cx.err(Some(m.span()), "control_socket_mode: expected an octal mode such as \"0660\""))?,
+            None => 0o660,
+        };
+        let range = |v: Option<Spanned<u32>>, name: &str, lo: u32, hi: u32, dflt: u32| -> Result<u32, ConfigError> {
+            match v {
+                None => Ok(dflt),
+                Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
+                Some(s) => Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}"))),
+            }
+        };
+        let weight_packets = range(sw.weight_packets, "weight_packets", 1, 1 << 20, DEFAULT_WEIGHT_PACKETS)?;
+        let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
+        let burst = range(sw.burst, "burst", 1, MAX_BURST, MAX_BURST)?;
+
+        if raw.port.len() > MAX_PORTS {
+            return Err(cx.err(None, format!("{} ports: at most {MAX_PORTS}", raw.port.len())));
+        }
+        let mut ports = Vec::new();
+        let mut names: HashMap<String, ()> = HashMap::new();
+        let mut sockets: HashMap<PathBuf, ()> = HashMap::new();
+        for p in raw.port {
+            let name = p.name.get_ref();
+            if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(cx.err(Some(p.name.span()), "name: expected 1-32 characters of A-Z a-z 0-9 - _ ."));
+            }
+            if names.insert(name.clone(), ()).is_some() {
+                return Err(cx.err(Some(p.name.span()), format!("duplicate port name \"{name}\"")));
+            }
+            if p.kind.get_ref() != "vhost-user" {
+                return Err(cx.err(
+                    Some(p.kind.span()),
+                    format!("type: expected \"vhost-user\", found \"{}\"", p.kind.get_ref()),
+                ));
+            }
+            let socket = resolve(p.socket.get_ref());
+            if p.socket.get_ref().is_empty() {
+                return Err(cx.err(Some(p.socket.span()), "socket: expected a path"));
+            }
+            if sockets.insert(socket.clone(), ()).is_some() {
+                return Err(cx.err(Some(p.socket.span()), format!("duplicate socket path {}", socket.display())));
+            }
+            let mode = match p.mode.as_ref().map(|m| m.get_ref().as_str()) {
+                None | Some("server") => SocketMode::Server,
+                Some("client") => SocketMode::Client,
+                Some(other) => {
+                    return Err(cx.err(
+                        p.mode.as_ref().map(|m| m.span()),
+                        format!("mode: expected \"server\" or \"client\", found \"{other}\""),
+                    ));
+                }
+            };
+            let queue_pairs = match p.queues {
+                None => 1,
+                Some(q) if (1..=MAX_QUEUE_PAIRS).contains(q.get_ref()) => *q.get_ref(),
+                Some(q) => {
+                    return Err(cx.err(Some(q.span()), format!("queues: expected 1 to {MAX_QUEUE_PAIRS} queue pairs")));
+                }
+            };
+            let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
+            ports.push(PortConfig { name: name.clone(), socket, mode, queue_pairs, mtu });
+        }
+        Ok(Config {
+            poll_cores,
+            control_socket: sw.control_socket.map(|s| resolve(&s)).unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into()),
+            control_socket_mode,
+            weight_packets,
+            weight_bytes,
+            burst,
+            ports,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        Config::parse("t.toml", text).unwrap_err()
+    }
+
+    #[test]
+    fn parses_defaults_and_ports() {
+        let c = Config::parse(
+            "t.toml",
+            "[switch]\npoll_cores = [1]\nsocket_dir = \"/tmp/x\"\n\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\nqueues = 2\n",
+        )
+        .unwrap();
+        assert_eq!(c.poll_cores, vec![1]);
+        assert_eq!(c.weight_packets, 256);
+        assert_eq!(c.weight_bytes, 512 * 1024);
+        assert_eq!(c.ports[0].socket, PathBuf::from("/tmp/x/vm1.sock"));
+        assert_eq!(c.ports[0].queue_pairs, 2);
+        assert_eq!(c.ports[0].mode, SocketMode::Server);
+    }
+
+    #[test]
+    fn unknown_key_has_position() {
+        let e = err("[switch]\npoll_cores = [1]\nbogus = 3\n");
+        assert_eq!((e.line, e.col), (3, 1), "{e}");
+        assert!(e.message.contains("unknown field `bogus`"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_name_and_socket() {
+        let p = "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s1\"\n";
+        let e = err(&format!("{p}{}", p.replace("/s1", "/s2")));
+        assert_eq!((e.line, e.col), (6, 8), "{e}");
+        assert!(e.message.contains("duplicate port name"));
+        let e = err(&format!("{p}{}", p.replace("\"a\"", "\"b\"")));
+        assert_eq!((e.line, e.col), (8, 10), "{e}");
+    }
+
+    #[test]
+    fn bad_values() {
+        let e = err("[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nmode = \"sideways\"\n");
+        assert_eq!(e.line, 5);
+        assert!(e.message.contains("\"server\" or \"client\""));
+        let e = err("[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nqueues = 0\n");
+        assert_eq!((e.line, e.col), (5, 10));
+        let e = err("[[port]]\nname = \"a\"\ntype = \"tap\"\nsocket = \"/s\"\n");
+        assert_eq!((e.line, e.col), (3, 8));
+        let e = err("[switch]\nweight_packets = 0\n");
+        assert_eq!((e.line, e.col), (2, 18));
+        let e = err("[switch]\npoll_cores = [1, 1]\n");
+        assert!(e.message.contains("twice"));
+        let e = err("[[port]]\nname = \"a\"\n");
+        assert!(e.message.contains("missing field"), "{e}");
+    }
+}

@@ -1,0 +1,423 @@
+//! The control thread: one epoll loop serves every vhost-user socket (listening and connected,
+//! server and client mode), the control socket, and signals. Its cost does not grow in
+//! threads with the number of ports.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use log::{info, warn};
+use vhost::vhost_user::{BackendReqHandler, Listener};
+
+use crate::config::{Config, SocketMode};
+use crate::ctl;
+use crate::mac_table::MacTable;
+use crate::port::Port;
+use crate::stats::ThreadStats;
+use crate::vhost_port::PortBackend;
+
+const TOK_PORT_LISTEN: u64 = 1;
+const TOK_PORT_CONN: u64 = 2;
+const TOK_CTL_LISTEN: u64 = 3;
+const TOK_CTL_CLIENT: u64 = 4;
+const TOK_SIGNAL: u64 = 5;
+
+/// Largest control request accepted.
+pub const MAX_CTL_REQUEST: usize = 64 * 1024;
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// A frontend that starts a message and stalls is cut off after this.
+const VHOST_MSG_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct Conn {
+    handler: BackendReqHandler<Mutex<PortBackend>>,
+    pub backend: Arc<Mutex<PortBackend>>,
+    pub since: Instant,
+}
+
+/// Everything the control plane knows about one port.
+pub struct PortCtl {
+    pub port: Arc<Port>,
+    listener: Option<Listener>,
+    pub conn: Option<Conn>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    pub connects: u64,
+    pub last_error: Option<String>,
+}
+
+impl PortCtl {
+    pub fn state(&self) -> &'static str {
+        match (&self.conn, self.port.cfg.mode) {
+            (Some(_), _) => "connected",
+            (None, SocketMode::Server) => "listening",
+            (None, SocketMode::Client) => "connecting",
+        }
+    }
+}
+
+struct CtlClient {
+    stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+pub struct Control {
+    epoll: RawFd,
+    pub cfg: Config,
+    pub ports: Vec<PortCtl>,
+    pub threads: Vec<Arc<ThreadStats>>,
+    pub thread_queues: Vec<Vec<(u16, usize)>>,
+    pub mac: Arc<MacTable>,
+    ctl_listener: UnixListener,
+    clients: HashMap<u64, CtlClient>,
+    next_client: u64,
+    signal_fd: RawFd,
+    pub started: Instant,
+}
+
+fn epoll_add(epoll: RawFd, fd: RawFd, token: u64) {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+    // SAFETY: valid epoll fd and event struct; a failure is reported below.
+    let r = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    if r != 0 {
+        warn!("epoll_ctl add fd {fd}: {}", std::io::Error::last_os_error());
+    }
+}
+
+fn epoll_del(epoll: RawFd, fd: RawFd) {
+    // SAFETY: removing an fd from our epoll set; errors are harmless (already gone).
+    unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and threads it spawns later) and returns
+/// a signalfd that reports them.
+pub fn block_signals() -> std::io::Result<RawFd> {
+    // SAFETY: plain libc signal-set manipulation on a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 { Err(std::io::Error::last_os_error()) } else { Ok(fd) }
+    }
+}
+
+impl Control {
+    pub fn new(
+        cfg: Config,
+        ports: &[Arc<Port>],
+        threads: Vec<Arc<ThreadStats>>,
+        thread_queues: Vec<Vec<(u16, usize)>>,
+        mac: Arc<MacTable>,
+        signal_fd: RawFd,
+    ) -> std::io::Result<Control> {
+        // SAFETY: creating an epoll instance; checked below.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some(dir) = cfg.control_socket.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let _ = std::fs::remove_file(&cfg.control_socket);
+        let ctl_listener = UnixListener::bind(&cfg.control_socket)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", cfg.control_socket.display())))?;
+        std::fs::set_permissions(&cfg.control_socket, std::fs::Permissions::from_mode(cfg.control_socket_mode))?;
+        ctl_listener.set_nonblocking(true)?;
+        epoll_add(epoll, ctl_listener.as_raw_fd(), TOK_CTL_LISTEN << 32);
+        epoll_add(epoll, signal_fd, TOK_SIGNAL << 32);
+        let mut c = Control {
+            epoll,
+            cfg,
+            ports: Vec::new(),
+            threads,
+            thread_queues,
+            mac,
+            ctl_listener,
+            clients: HashMap::new(),
+            next_client: 0,
+            signal_fd,
+            started: Instant::now(),
+        };
+        for p in ports {
+            let mut pc = PortCtl {
+                port: p.clone(),
+                listener: None,
+                conn: None,
+                retry_at: None,
+                backoff: RECONNECT_MIN,
+                connects: 0,
+                last_error: None,
+            };
+            match p.cfg.mode {
+                SocketMode::Server => {
+                    if let Some(dir) = p.cfg.socket.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    let l = Listener::new(&p.cfg.socket, true).map_err(|e| {
+                        std::io::Error::other(format!("port {}: socket {}: {e}", p.name(), p.cfg.socket.display()))
+                    })?;
+                    l.set_nonblocking(true).map_err(|e| std::io::Error::other(e.to_string()))?;
+                    epoll_add(epoll, l.as_raw_fd(), (TOK_PORT_LISTEN << 32) | p.id as u64);
+                    info!("port {}: listening on {}", p.name(), p.cfg.socket.display());
+                    pc.listener = Some(l);
+                }
+                SocketMode::Client => pc.retry_at = Some(Instant::now()),
+            }
+            c.ports.push(pc);
+        }
+        Ok(c)
+    }
+
+    /// Runs until SIGINT or SIGTERM.
+    pub fn run(&mut self) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+        loop {
+            let timeout = self.reconnect_due();
+            // SAFETY: events buffer is valid for its length.
+            let n = unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), events.len() as i32, timeout) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                warn!("epoll_wait: {e}");
+                return;
+            }
+            for ev in &events[..n as usize] {
+                let (kind, id) = (ev.u64 >> 32, ev.u64 & 0xffff_ffff);
+                match kind {
+                    TOK_PORT_LISTEN => self.accept_vhost(id as usize),
+                    TOK_PORT_CONN => self.serve_vhost(id as usize),
+                    TOK_CTL_LISTEN => self.accept_ctl(),
+                    TOK_CTL_CLIENT => self.serve_ctl(id),
+                    TOK_SIGNAL => {
+                        if self.take_signal() {
+                            return;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Returns true on SIGINT/SIGTERM.
+    fn take_signal(&mut self) -> bool {
+        let mut info = [0u8; 128];
+        // SAFETY: reading one signalfd_siginfo (128 bytes) into a local buffer.
+        let r = unsafe { libc::read(self.signal_fd, info.as_mut_ptr() as *mut libc::c_void, 128) };
+        if r != 128 {
+            return false;
+        }
+        let signo = u32::from_ne_bytes(info[0..4].try_into().unwrap()) as i32;
+        if signo == libc::SIGHUP {
+            info!("SIGHUP: live reload is not implemented yet; configuration unchanged");
+            return false;
+        }
+        info!("signal {signo}: shutting down");
+        true
+    }
+
+    /// Connects client-mode ports whose retry time has come; returns the epoll timeout (ms).
+    fn reconnect_due(&mut self) -> i32 {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for i in 0..self.ports.len() {
+            let Some(at) = self.ports[i].retry_at else { continue };
+            if at <= now {
+                self.connect_vhost(i);
+            }
+            if let Some(at) = self.ports[i].retry_at {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        match next {
+            None => -1,
+            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32,
+        }
+    }
+
+    fn connect_vhost(&mut self, i: usize) {
+        let path = self.ports[i].port.cfg.socket.clone();
+        match UnixStream::connect(&path) {
+            Ok(s) => {
+                self.ports[i].retry_at = None;
+                self.ports[i].backoff = RECONNECT_MIN;
+                self.attach(i, s);
+            }
+            Err(e) => {
+                let pc = &mut self.ports[i];
+                let msg = format!("connect {}: {e}", path.display());
+                if pc.last_error.as_deref() != Some(&msg) {
+                    info!("port {}: {msg}; retrying with backoff", pc.port.name());
+                }
+                pc.last_error = Some(msg);
+                pc.retry_at = Some(Instant::now() + pc.backoff);
+                pc.backoff = (pc.backoff * 2).min(RECONNECT_MAX);
+            }
+        }
+    }
+
+    fn accept_vhost(&mut self, i: usize) {
+        let Some(l) = &self.ports[i].listener else { return };
+        loop {
+            match l.accept() {
+                Ok(Some(s)) => {
+                    if self.ports[i].conn.is_some() {
+                        warn!("port {}: refusing a second frontend connection", self.ports[i].port.name());
+                        drop(s);
+                        continue;
+                    }
+                    self.attach(i, s);
+                    return;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    warn!("port {}: accept: {e}", self.ports[i].port.name());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn attach(&mut self, i: usize, s: UnixStream) {
+        let pc = &mut self.ports[i];
+        let _ = s.set_read_timeout(Some(VHOST_MSG_TIMEOUT));
+        let _ = s.set_write_timeout(Some(VHOST_MSG_TIMEOUT));
+        let backend = Arc::new(Mutex::new(PortBackend::new(pc.port.clone())));
+        let handler = BackendReqHandler::from_stream(s, backend.clone());
+        epoll_add(self.epoll, handler.as_raw_fd(), (TOK_PORT_CONN << 32) | i as u64);
+        info!("port {}: frontend connected", pc.port.name());
+        pc.connects += 1;
+        pc.conn = Some(Conn { handler, backend, since: Instant::now() });
+    }
+
+    fn serve_vhost(&mut self, i: usize) {
+        let pc = &mut self.ports[i];
+        let Some(conn) = pc.conn.as_mut() else { return };
+        if let Err(e) = conn.handler.handle_request() {
+            let msg = match e {
+                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage => {
+                    "frontend disconnected".to_string()
+                }
+                e => format!("closing connection: {e}"),
+            };
+            info!("port {}: {msg}", pc.port.name());
+            pc.last_error = Some(msg);
+            self.detach(i);
+        }
+    }
+
+    /// Drops a port's connection: its rings stop (under their locks, so no poll thread touches
+    /// the guest's memory afterwards), its MACs are forgotten, client ports reconnect.
+    fn detach(&mut self, i: usize) {
+        let pc = &mut self.ports[i];
+        if let Some(conn) = pc.conn.take() {
+            epoll_del(self.epoll, conn.handler.as_raw_fd());
+            conn.backend.lock().unwrap().stop_all();
+        }
+        self.mac.flush_port(pc.port.id);
+        if pc.port.cfg.mode == SocketMode::Client {
+            pc.retry_at = Some(Instant::now() + pc.backoff);
+        }
+    }
+
+    fn accept_ctl(&mut self) {
+        while let Ok((s, _)) = self.ctl_listener.accept() {
+            let _ = s.set_nonblocking(true);
+            let id = self.next_client;
+            self.next_client += 1;
+            epoll_add(self.epoll, s.as_raw_fd(), (TOK_CTL_CLIENT << 32) | (id & 0xffff_ffff));
+            self.clients.insert(id & 0xffff_ffff, CtlClient { stream: s, buf: Vec::new() });
+        }
+    }
+
+    fn serve_ctl(&mut self, id: u64) {
+        let Some(c) = self.clients.get_mut(&id) else { return };
+        let mut chunk = [0u8; 4096];
+        let mut close = false;
+        let mut request = None;
+        loop {
+            match c.stream.read(&mut chunk) {
+                Ok(0) => {
+                    close = true;
+                    break;
+                }
+                Ok(n) => {
+                    c.buf.extend_from_slice(&chunk[..n]);
+                    if let Some(pos) = c.buf.iter().position(|&b| b == b'\n') {
+                        request = Some(c.buf[..pos].to_vec());
+                        break;
+                    }
+                    if c.buf.len() > MAX_CTL_REQUEST {
+                        request = Some(Vec::new());
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    close = true;
+                    break;
+                }
+            }
+        }
+        if let Some(req) = request {
+            let oversized = c.buf.len() > MAX_CTL_REQUEST && req.is_empty();
+            let reply = if oversized {
+                ctl::error_reply(&format!("request larger than {MAX_CTL_REQUEST} bytes"))
+            } else {
+                ctl::handle(self, &req)
+            };
+            let c = self.clients.get_mut(&id).unwrap();
+            let _ = c.stream.set_nonblocking(false);
+            let _ = c.stream.set_write_timeout(Some(Duration::from_secs(2)));
+            let _ = c.stream.write_all(reply.as_bytes());
+            let _ = c.stream.write_all(b"\n");
+            close = true;
+        }
+        if close {
+            if let Some(c) = self.clients.remove(&id) {
+                epoll_del(self.epoll, c.stream.as_raw_fd());
+            }
+        }
+    }
+
+    /// Socket paths to remove at exit.
+    pub fn owned_sockets(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self
+            .ports
+            .iter()
+            .filter(|p| p.port.cfg.mode == SocketMode::Server)
+            .map(|p| p.port.cfg.socket.clone())
+            .collect();
+        v.push(self.cfg.control_socket.clone());
+        v
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        for i in 0..self.ports.len() {
+            if let Some(conn) = self.ports[i].conn.take() {
+                conn.backend.lock().unwrap().stop_all();
+            }
+        }
+        for p in self.owned_sockets() {
+            let _ = std::fs::remove_file(p);
+        }
+        // SAFETY: closing fds this struct created and owns.
+        unsafe {
+            libc::close(self.epoll);
+            libc::close(self.signal_fd);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The control protocol: one JSON object per line each way over the control socket.
+//! Request `{"command": "ports"}`; reply `{"ok": true, "result": ...}` or
+//! `{"ok": false, "error": "..."}`. Field names in results are stable (pvswitchctl --json).
+
+use serde_json::{Value, json};
+
+use crate::control::Control;
+use crate::stats::{DROP_REASONS, PortTotals};
+use crate::vhost_port::feature_names;
+
+pub fn error_reply(msg: &str) -> String {
+    json!({"ok": false, "error": msg}).to_string()
+}
+
+pub fn handle(c: &Control, req: &[u8]) -> String {
+    let v: Value = match serde_json::from_slice(req) {
+        Ok(v) => v,
+        Err(e) => return error_reply(&format!("malformed request: {e}")),
+    };
+    let Some(cmd) = v.get("command").and_then(|c| c.as_str()) else {
+        return error_reply("malformed request: expected {\"command\": \"...\"}");
+    };
+    let result = match cmd {
+        "ports" => ports(c),
+        "stats" => stats(c),
+        "fdb" => fdb(c),
+        "version" => json!({"version": env!("CARGO_PKG_VERSION")}),
+        other => return error_reply(&format!("unknown command \"{other}\" (try ports, stats, fdb, version)")),
+    };
+    json!({"ok": true, "result": result}).to_string()
+}
+
+fn drops_json(t: &PortTotals) -> Value {
+    let mut m = serde_json::Map::new();
+    for (name, n) in DROP_REASONS.iter().zip(t.drops) {
+        m.insert(name.to_string(), json!(n));
+    }
+    Value::Object(m)
+}
+
+fn ports(c: &Control) -> Value {
+    let mut out = Vec::new();
+    for pc in &c.ports {
+        let p = &pc.port;
+        let mut t = PortTotals::default();
+        for th in &c.threads {
+            t.add(&th.ports[p.id as usize]);
+        }
+        let (features, vr, regions) = match &pc.conn {
+            Some(conn) => {
+                let b = conn.backend.lock().unwrap();
+                (b.features(), b.vring_status(), b.mem_regions())
+            }
+            None => (0, Vec::new(), 0),
+        };
+        let mut queues = Vec::new();
+        for (i, lock) in p.vrings.iter().enumerate() {
+            let broken = lock.lock().broken.map(|e| e.as_str());
+            let (size, enabled, running) = vr.get(i).copied().unwrap_or((0, false, false));
+            let owner = c.thread_queues.iter().position(|q| q.contains(&(p.id, i / 2)));
+            queues.push(json!({
+                "index": i,
+                "kind": if i % 2 == 0 { "guest_rx" } else { "guest_tx" },
+                "size": size,
+                "enabled": enabled,
+                "running": running,
+                "error": broken,
+                "poll_thread": if i % 2 == 1 { owner.map(|o| json!(o)) } else { None },
+            }));
+        }
+        out.push(json!({
+            "name": p.name(),
+            "id": p.id,
+            "type": "vhost-user",
+            "socket": p.cfg.socket.display().to_string(),
+            "mode": format!("{:?}", p.cfg.mode).to_lowercase(),
+            "state": pc.state(),
+            "connects": pc.connects,
+            "connected_secs": pc.conn.as_ref().map(|c| c.since.elapsed().as_secs()),
+            "last_error": pc.last_error,
+            "features": feature_names(features),
+            "memory_regions": regions,
+            "queue_pairs": p.queue_pairs(),
+            "mtu": p.cfg.mtu,
+            "queues": queues,
+            "rx_packets": t.rx_packets,
+            "rx_bytes": t.rx_bytes,
+            "tx_packets": t.tx_packets,
+            "tx_bytes": t.tx_bytes,
+            "interrupts": t.interrupts,
+            "drops": drops_json(&t),
+        }));
+    }
+    Value::Array(out)
+}
+
+fn stats(c: &Control) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = Vec::new();
+    for (i, th) in c.threads.iter().enumerate() {
+        let mut t = PortTotals::default();
+        for pcnt in th.ports.iter() {
+            t.add(pcnt);
+        }
+        let busy = th.busy_cycles.load(Relaxed);
+        let idle = th.idle_cycles.load(Relaxed);
+        out.push(json!({
+            "thread": i,
+            "core": th.core,
+            "numa_node": th.numa_node,
+            "queues": c.thread_queues[i].iter().map(|(p, q)| format!("{}:{}", c.ports[*p as usize].port.name(), q)).collect::<Vec<_>>(),
+            "iterations": th.iterations.load(Relaxed),
+            "busy_cycles": busy,
+            "idle_cycles": idle,
+            "busy_pct": if busy + idle > 0 { 100.0 * busy as f64 / (busy + idle) as f64 } else { 0.0 },
+            "rx_packets": t.rx_packets,
+            "rx_bytes": t.rx_bytes,
+            "tx_packets": t.tx_packets,
+            "tx_bytes": t.tx_bytes,
+            "cycles_per_packet": if t.rx_packets > 0 { busy / t.rx_packets } else { 0 },
+            "interrupts": t.interrupts,
+            "drops": drops_json(&t),
+        }));
+    }
+    json!({"uptime_secs": c.started.elapsed().as_secs(), "threads": out})
+}
+
+fn fdb(c: &Control) -> Value {
+    let mut v: Vec<Value> = c
+        .mac
+        .entries()
+        .into_iter()
+        .map(|(m, p)| {
+            json!({
+                "mac": format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]),
+                "port": c.ports.get(p as usize).map(|pc| pc.port.name().to_string()),
+            })
+        })
+        .collect();
+    v.sort_by_key(|e| e["mac"].as_str().unwrap_or("").to_string());
+    Value::Array(v)
+}

@@ -1,0 +1,212 @@
+//! A guest's memory as the vhost-user frontend shared it: the regions of one SET_MEM_TABLE,
+//! mapped into pvswitchd, and bounds-checked translation from guest addresses to host pointers.
+//!
+//! This is one of the two modules where `unsafe` lives (the other is `vring`). The rules:
+//! - A `GuestMem` owns its mappings (vm-memory's `MmapRegion` unmaps on drop). Every user holds an
+//!   `Arc<GuestMem>`, so a mapping outlives every pointer derived from it; a new memory table
+//!   replaces the `Arc` in each ring under that ring's lock (see `vring::VringLock`).
+//! - Guest memory is shared with a process we do not trust. We never create Rust references into
+//!   it: only raw pointers, and every value we interpret (indices, descriptors) is read once into
+//!   a local before it is checked and used, so a guest changing it concurrently can only hurt
+//!   itself. Frame bytes are copied with `copy_nonoverlapping`, as DPDK and vm-memory do; a guest
+//!   racing with that copy gets garbage in its own frame, never access outside its regions.
+//! - `translate` returns a pointer only for a range that lies entirely inside one mapped region.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+
+use vm_memory::{FileOffset, MmapRegion};
+
+/// One region of the memory table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionDesc {
+    pub guest_phys_addr: u64,
+    pub size: u64,
+    /// The frontend's own virtual address for the region (rings are given in these).
+    pub user_addr: u64,
+    pub mmap_offset: u64,
+}
+
+struct Region {
+    gpa: u64,
+    uva: u64,
+    size: u64,
+    host: *mut u8,
+    _map: MmapRegion,
+}
+
+/// Mapped guest memory. Immutable once built; replaced whole on SET_MEM_TABLE.
+pub struct GuestMem {
+    regions: Vec<Region>,
+}
+
+// SAFETY: `GuestMem` only hands out raw pointers into mappings it owns; the mappings are
+// process-wide and stay valid until drop, so moving or sharing the owner between threads is fine.
+unsafe impl Send for GuestMem {}
+// SAFETY: see `Send`; nothing in `GuestMem` is mutated after construction.
+unsafe impl Sync for GuestMem {}
+
+#[derive(Debug)]
+pub enum MemError {
+    TooManyRegions(usize),
+    EmptyRegion(usize),
+    Overflow(usize),
+    Overlap(usize),
+    Map(usize, String),
+}
+
+impl std::fmt::Display for MemError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemError::TooManyRegions(n) => write!(f, "{n} memory regions (at most {MAX_REGIONS})"),
+            MemError::EmptyRegion(i) => write!(f, "memory region {i} is empty"),
+            MemError::Overflow(i) => write!(f, "memory region {i} wraps the address space"),
+            MemError::Overlap(i) => write!(f, "memory region {i} overlaps another"),
+            MemError::Map(i, e) => write!(f, "mapping memory region {i}: {e}"),
+        }
+    }
+}
+
+/// QEMU's limit for vhost-user memory slots.
+pub const MAX_REGIONS: usize = 509;
+
+impl GuestMem {
+    /// Maps every region of a memory table. `files[i]` backs `descs[i]`.
+    pub fn map(descs: &[RegionDesc], files: Vec<File>) -> Result<GuestMem, MemError> {
+        if descs.len() > MAX_REGIONS || descs.len() != files.len() {
+            return Err(MemError::TooManyRegions(descs.len()));
+        }
+        let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
+        for (i, (d, file)) in descs.iter().zip(files).enumerate() {
+            if d.size == 0 {
+                return Err(MemError::EmptyRegion(i));
+            }
+            let (Some(_), Some(_), Some(map_len)) = (
+                d.guest_phys_addr.checked_add(d.size),
+                d.user_addr.checked_add(d.size),
+                d.mmap_offset.checked_add(d.size),
+            ) else {
+                return Err(MemError::Overflow(i));
+            };
+            for r in &regions {
+                let gpa_overlap = d.guest_phys_addr < r.gpa + r.size && r.gpa < d.guest_phys_addr + d.size;
+                let uva_overlap = d.user_addr < r.uva + r.size && r.uva < d.user_addr + d.size;
+                if gpa_overlap || uva_overlap {
+                    return Err(MemError::Overlap(i));
+                }
+            }
+            // Map from file offset 0 and add mmap_offset ourselves: hugetlbfs wants offsets and
+            // lengths aligned to its page size, which the frontend's offset need not be.
+            let block = file.metadata().map(|m| m.blksize()).unwrap_or(4096).max(4096);
+            let len = map_len.div_ceil(block) * block;
+            let len = usize::try_from(len).map_err(|_| MemError::Overflow(i))?;
+            let map = MmapRegion::from_file(FileOffset::new(file, 0), len)
+                .map_err(|e| MemError::Map(i, e.to_string()))?;
+            // SAFETY: mmap_offset + size <= len, checked above; the pointer stays inside the map.
+            let host = unsafe { map.as_ptr().add(d.mmap_offset as usize) };
+            regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _map: map });
+        }
+        Ok(GuestMem { regions })
+    }
+
+    /// Host pointer for `len` bytes at guest physical address `gpa`, if they lie in one region.
+    #[inline]
+    pub fn translate(&self, gpa: u64, len: u64) -> Option<*mut u8> {
+        for r in &self.regions {
+            if let Some(off) = gpa.checked_sub(r.gpa) {
+                if off < r.size && len <= r.size - off {
+                    // SAFETY: off + len <= r.size, so the range lies inside the mapping.
+                    return Some(unsafe { r.host.add(off as usize) });
+                }
+            }
+        }
+        None
+    }
+
+    /// Like `translate`, but returns the longest prefix (<= len) contiguous in one region, so a
+    /// buffer that spans two regions can be walked piece by piece.
+    #[inline]
+    pub fn translate_prefix(&self, gpa: u64, len: u64) -> Option<(*mut u8, u64)> {
+        for r in &self.regions {
+            if let Some(off) = gpa.checked_sub(r.gpa) {
+                if off < r.size {
+                    let n = len.min(r.size - off);
+                    // SAFETY: off < r.size and n <= r.size - off: inside the mapping.
+                    return Some((unsafe { r.host.add(off as usize) }, n));
+                }
+            }
+        }
+        None
+    }
+
+    /// Host pointer for `len` bytes at the frontend's virtual address `uva` (ring addresses).
+    pub fn translate_user(&self, uva: u64, len: u64) -> Option<*mut u8> {
+        for r in &self.regions {
+            if let Some(off) = uva.checked_sub(r.uva) {
+                if off < r.size && len <= r.size - off {
+                    // SAFETY: as in `translate`.
+                    return Some(unsafe { r.host.add(off as usize) });
+                }
+            }
+        }
+        None
+    }
+
+    pub fn region_count(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Total bytes of guest memory mapped.
+    pub fn total_size(&self) -> u64 {
+        self.regions.iter().map(|r| r.size).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn memfd(size: usize) -> File {
+        let f = tempfile_in_shm();
+        f.set_len(size as u64).unwrap();
+        f
+    }
+
+    fn tempfile_in_shm() -> File {
+        // SAFETY: memfd_create with a valid C string; the fd is owned by the returned File.
+        let fd = unsafe { libc::memfd_create(c"pvs-test".as_ptr(), 0) };
+        assert!(fd >= 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: fd is a fresh, valid descriptor we own.
+        unsafe { File::from_raw_fd(fd) }
+    }
+
+    #[test]
+    fn translate_checks_bounds() {
+        let mut f = memfd(8192);
+        f.write_all(b"hello").unwrap();
+        let d = RegionDesc { guest_phys_addr: 0x1000, size: 8192, user_addr: 0x7000_0000, mmap_offset: 0 };
+        let m = GuestMem::map(&[d], vec![f]).unwrap();
+        let p = m.translate(0x1000, 5).unwrap();
+        // SAFETY: p points at 5 mapped bytes.
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, 5) }, b"hello");
+        assert!(m.translate(0x1000, 8193).is_none());
+        assert!(m.translate(0xfff, 1).is_none());
+        assert!(m.translate(0x1000 + 8191, 1).is_some());
+        assert!(m.translate(0x1000 + 8191, 2).is_none());
+        assert!(m.translate(u64::MAX, 2).is_none());
+        assert_eq!(m.translate_prefix(0x1000 + 8000, 500).unwrap().1, 192);
+        assert!(m.translate_user(0x7000_0000, 16).is_some());
+        assert!(m.translate_user(0x6fff_ffff, 16).is_none());
+    }
+
+    #[test]
+    fn rejects_overlap_and_overflow() {
+        let d1 = RegionDesc { guest_phys_addr: 0, size: 4096, user_addr: 0, mmap_offset: 0 };
+        let d2 = RegionDesc { guest_phys_addr: 2048, size: 4096, user_addr: 1 << 20, mmap_offset: 0 };
+        assert!(matches!(GuestMem::map(&[d1, d2], vec![memfd(4096), memfd(4096)]), Err(MemError::Overlap(1))));
+        let d3 = RegionDesc { guest_phys_addr: u64::MAX - 10, size: 4096, user_addr: 0, mmap_offset: 0 };
+        assert!(matches!(GuestMem::map(&[d3], vec![memfd(4096)]), Err(MemError::Overflow(0))));
+    }
+}

@@ -1,0 +1,14 @@
+//! pvswitch: a userspace poll-mode virtual switch for hosts that run many VMs.
+//! See DESIGN.md for the thread model and how a frame travels.
+
+pub mod config;
+pub mod control;
+pub mod ctl;
+pub mod guest_mem;
+pub mod mac_table;
+pub mod pmd;
+pub mod port;
+pub mod stats;
+pub mod topology;
+pub mod vhost_port;
+pub mod vring;

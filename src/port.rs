@@ -1,0 +1,48 @@
+//! A switch port as the data path sees it: its id, its virtqueues, and what the control plane
+//! negotiated for it. Shared (`Arc<Port>`) between the control thread and all poll threads.
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use crate::config::PortConfig;
+use crate::vring::VringLock;
+
+pub struct Port {
+    /// Index into every per-thread counter array and into the port table.
+    pub id: u16,
+    pub cfg: PortConfig,
+    /// Virtqueues by vhost-user index: 2q is the guest's RX queue of pair q (the switch
+    /// writes into it), 2q+1 its TX queue (the switch reads from it).
+    pub vrings: Box<[VringLock]>,
+    /// Largest frame accepted from this port: MTU plus Ethernet header and one VLAN tag.
+    max_frame: AtomicU32,
+}
+
+impl Port {
+    pub fn new(id: u16, cfg: PortConfig) -> Port {
+        let nq = 2 * cfg.queue_pairs as usize;
+        let max_frame = AtomicU32::new(cfg.mtu + 18);
+        Port { id, cfg, vrings: (0..nq).map(|_| VringLock::default()).collect(), max_frame }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn queue_pairs(&self) -> usize {
+        self.vrings.len() / 2
+    }
+
+    #[inline]
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame.load(Relaxed)
+    }
+
+    /// The guest RX queue a poll thread delivers into: its own if the port has enough queue
+    /// pairs (then no other thread ever takes that lock), else a shared one, as OVS's XPS does.
+    #[inline]
+    pub fn rx_queue_for(&self, thread: usize) -> Option<(usize, &VringLock)> {
+        let n = self.queue_pairs();
+        let first = thread % n;
+        (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.vrings[v])).find(|(_, v)| v.is_ready())
+    }
+}

@@ -1,0 +1,119 @@
+//! Per-poll-thread counters. Each counter has exactly one writer, the poll thread that owns it,
+//! which updates it with a plain load + store (no locked instruction); the control plane reads
+//! them with relaxed loads and never stops the data path. Each thread's counters live in their
+//! own allocation, aligned to cache lines, so no two writers share a line.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Adds to a counter that only the calling thread writes.
+#[inline]
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// Why a frame was dropped. The order is the order of `PortCounters::drops`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Drop {
+    /// The destination guest had no receive buffers (its RX ring was full).
+    RxRingFull = 0,
+    /// The destination guest's receive buffers were too small for the frame.
+    RxBufferTooSmall,
+    /// The destination port has no running receive queue (not connected, not enabled).
+    PortDown,
+    /// A frame from a guest longer than the port's MTU allows.
+    Mtu,
+    /// A frame shorter than an Ethernet header.
+    Runt,
+    /// A descriptor chain that broke its queue (the queue is stopped).
+    Malformed,
+}
+
+pub const DROP_REASONS: [&str; 6] = ["rx_ring_full", "rx_buffer_too_small", "port_down", "mtu_exceeded", "runt", "malformed"];
+
+/// Counters for one port, kept by one poll thread. `rx` is what the switch received from the
+/// port (the guest transmitted); `tx` is what the switch sent to it (the guest received).
+#[repr(align(64))]
+#[derive(Default)]
+pub struct PortCounters {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub interrupts: AtomicU64,
+    pub drops: [AtomicU64; 6],
+}
+
+impl PortCounters {
+    #[inline]
+    pub fn drop(&self, why: Drop, n: u64) {
+        bump(&self.drops[why as usize], n);
+    }
+}
+
+/// Totals as read by the control plane.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct PortTotals {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub interrupts: u64,
+    pub drops: [u64; 6],
+}
+
+impl PortTotals {
+    pub fn add(&mut self, c: &PortCounters) {
+        self.rx_packets += c.rx_packets.load(Relaxed);
+        self.rx_bytes += c.rx_bytes.load(Relaxed);
+        self.tx_packets += c.tx_packets.load(Relaxed);
+        self.tx_bytes += c.tx_bytes.load(Relaxed);
+        self.interrupts += c.interrupts.load(Relaxed);
+        for (t, d) in self.drops.iter_mut().zip(&c.drops) {
+            *t += d.load(Relaxed);
+        }
+    }
+}
+
+/// One poll thread's counters.
+#[repr(align(64))]
+pub struct ThreadStats {
+    pub core: usize,
+    pub numa_node: Option<usize>,
+    pub iterations: AtomicU64,
+    pub busy_cycles: AtomicU64,
+    pub idle_cycles: AtomicU64,
+    pub ports: Box<[PortCounters]>,
+}
+
+impl ThreadStats {
+    pub fn new(core: usize, numa_node: Option<usize>, nports: usize) -> ThreadStats {
+        ThreadStats {
+            core,
+            numa_node,
+            iterations: AtomicU64::new(0),
+            busy_cycles: AtomicU64::new(0),
+            idle_cycles: AtomicU64::new(0),
+            ports: (0..nports).map(|_| PortCounters::default()).collect(),
+        }
+    }
+}
+
+/// The CPU's time stamp counter (cycles at a constant rate).
+#[inline]
+pub fn cycles() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86_64.
+        #[allow(unused_unsafe)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        use std::time::Instant;
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}

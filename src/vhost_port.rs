@@ -1,0 +1,388 @@
+//! The vhost-user backend of one port: the control-plane half. It answers the frontend's
+//! requests (through the `vhost` crate's `BackendReqHandler`, driven by the control thread's
+//! event loop) and starts, stops and remaps the port's rings, which the poll threads then serve.
+//!
+//! One `PortBackend` lives for one connection; a reconnect gets a fresh one, so no state from
+//! an earlier VM survives into the next.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use log::{info, warn};
+use vhost::VhostUserMemoryRegionBase;
+use vhost::vhost_user::message::*;
+use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
+
+use crate::guest_mem::{GuestMem, RegionDesc};
+use crate::port::Port;
+use crate::vring::{MAX_QUEUE_SIZE, ring_addrs};
+
+pub const VIRTIO_NET_F_MTU: u64 = 1 << 3;
+pub const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
+pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
+pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
+pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
+pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
+pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+
+/// What pvswitchd offers every frontend. CTRL_VQ is offered because MQ requires it; the
+/// frontend (QEMU) serves the control queue itself and never hands it to a backend.
+pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
+    | VIRTIO_NET_F_MRG_RXBUF
+    | VIRTIO_NET_F_CTRL_VQ
+    | VIRTIO_NET_F_MQ
+    | VIRTIO_RING_F_INDIRECT_DESC
+    | VIRTIO_RING_F_EVENT_IDX
+    | VHOST_USER_F_PROTOCOL_FEATURES;
+
+/// Names of negotiated feature bits, for `pvswitchctl ports`.
+pub fn feature_names(f: u64) -> Vec<&'static str> {
+    [
+        (VIRTIO_F_VERSION_1, "VERSION_1"),
+        (VIRTIO_NET_F_MRG_RXBUF, "MRG_RXBUF"),
+        (VIRTIO_NET_F_CTRL_VQ, "CTRL_VQ"),
+        (VIRTIO_NET_F_MQ, "MQ"),
+        (VIRTIO_RING_F_INDIRECT_DESC, "INDIRECT_DESC"),
+        (VIRTIO_RING_F_EVENT_IDX, "EVENT_IDX"),
+        (VHOST_USER_F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),
+    ]
+    .iter()
+    .filter(|(b, _)| f & b != 0)
+    .map(|(_, n)| *n)
+    .collect()
+}
+
+#[derive(Default)]
+struct VringConf {
+    size: u16,
+    addrs: Option<(u64, u64, u64)>,
+    base: u16,
+    kicked: bool,
+    enabled: bool,
+    call: Option<File>,
+    /// Whether the data path is serving this ring now.
+    running: bool,
+}
+
+pub struct PortBackend {
+    port: Arc<Port>,
+    owner: bool,
+    features: u64,
+    protocol: u64,
+    mem: Option<Arc<GuestMem>>,
+    vrings: Vec<VringConf>,
+}
+
+fn invalid(what: &str) -> Error {
+    warn!("vhost-user: {what}");
+    Error::InvalidParam
+}
+
+impl PortBackend {
+    pub fn new(port: Arc<Port>) -> PortBackend {
+        let n = port.vrings.len();
+        PortBackend {
+            port,
+            owner: false,
+            features: 0,
+            protocol: 0,
+            mem: None,
+            vrings: (0..n).map(|_| VringConf::default()).collect(),
+        }
+    }
+
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    pub fn mem_regions(&self) -> usize {
+        self.mem.as_ref().map_or(0, |m| m.region_count())
+    }
+
+    /// (size, enabled, running) of each vring, for status output.
+    pub fn vring_status(&self) -> Vec<(u16, bool, bool)> {
+        self.vrings.iter().map(|v| (v.size, v.enabled, v.running)).collect()
+    }
+
+    fn vring(&mut self, index: u32) -> Result<&mut VringConf> {
+        let n = self.vrings.len();
+        self.vrings
+            .get_mut(index as usize)
+            .ok_or_else(|| invalid(&format!("vring index {index} out of range (port has {n})")))
+    }
+
+    fn hdr_len(&self) -> u32 {
+        if self.features & (VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF) != 0 { 12 } else { 10 }
+    }
+
+    /// Starts ring `i` in the data path if everything it needs has arrived, or stops it if
+    /// it should no longer run. Returns an error only for addresses outside guest memory.
+    fn reconcile(&mut self, i: usize) -> Result<()> {
+        let protocol_negotiated = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
+        let hdr_len = self.hdr_len();
+        let mrg = self.features & VIRTIO_NET_F_MRG_RXBUF != 0;
+        let event_idx = self.features & VIRTIO_RING_F_EVENT_IDX != 0;
+        let v = &self.vrings[i];
+        let want = v.kicked && (v.enabled || !protocol_negotiated) && v.addrs.is_some() && v.size > 0;
+        let lock = &self.port.vrings[i];
+        let mut g = lock.lock();
+        if let Some(base) = g.stop() {
+            self.vrings[i].base = base;
+        }
+        self.vrings[i].running = false;
+        if !want {
+            return Ok(());
+        }
+        let Some(mem) = self.mem.clone() else { return Ok(()) };
+        let v = &self.vrings[i];
+        let (d, u, a) = v.addrs.unwrap();
+        let Some(addrs) = ring_addrs(&mem, v.size, d, a, u) else {
+            drop(g);
+            return Err(invalid(&format!("{}: vring {i} addresses outside guest memory or misaligned", self.port.name())));
+        };
+        let call = match &v.call {
+            Some(f) => Some(f.try_clone().map_err(Error::ReqHandlerError)?),
+            None => None,
+        };
+        g.hdr_len = hdr_len;
+        g.mrg_rxbuf = mrg;
+        g.start(addrs, v.base, event_idx, call, mem);
+        drop(g);
+        self.vrings[i].running = true;
+        Ok(())
+    }
+
+    fn reconcile_all(&mut self) -> Result<()> {
+        for i in 0..self.vrings.len() {
+            self.reconcile(i)?;
+        }
+        Ok(())
+    }
+
+    /// Stops every ring (the connection ended or the device was reset).
+    pub fn stop_all(&mut self) {
+        for (i, v) in self.vrings.iter_mut().enumerate() {
+            let mut g = self.port.vrings[i].lock();
+            g.stop();
+            g.broken = None;
+            v.running = false;
+        }
+    }
+
+    fn reset(&mut self) {
+        self.stop_all();
+        let port = self.port.clone();
+        *self = PortBackend::new(port);
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for PortBackend {
+    fn set_owner(&mut self) -> Result<()> {
+        if self.owner {
+            return Err(invalid("SET_OWNER twice"));
+        }
+        self.owner = true;
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> Result<()> {
+        self.reset();
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> Result<()> {
+        self.reset();
+        self.owner = true;
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> Result<u64> {
+        Ok(OFFERED_FEATURES)
+    }
+
+    fn set_features(&mut self, features: u64) -> Result<()> {
+        if features & !OFFERED_FEATURES != 0 {
+            return Err(invalid(&format!("frontend acked features {features:#x} we did not offer")));
+        }
+        self.features = features;
+        info!("{}: features {}", self.port.name(), feature_names(features).join(" "));
+        // Header length and notification style depend on features: restart running rings.
+        self.reconcile_all()
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        _postcopy: Option<bool>,
+    ) -> Result<Option<Vec<VhostUserMemoryRegionBase>>> {
+        let descs: Vec<RegionDesc> = ctx
+            .iter()
+            .map(|r| RegionDesc {
+                guest_phys_addr: r.guest_phys_addr,
+                size: r.memory_size,
+                user_addr: r.user_addr,
+                mmap_offset: r.mmap_offset,
+            })
+            .collect();
+        let mem = GuestMem::map(&descs, files).map_err(|e| invalid(&format!("{}: {e}", self.port.name())))?;
+        info!("{}: memory table: {} regions, {} MiB", self.port.name(), mem.region_count(), mem.total_size() >> 20);
+        // Each running ring is stopped and restarted on the new table under its lock, so no
+        // poll thread ever uses the old mapping after this; the old one is unmapped when the
+        // last ring lets go of it.
+        self.mem = Some(Arc::new(mem));
+        self.reconcile_all()?;
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
+        if num == 0 || num > MAX_QUEUE_SIZE as u32 || !num.is_power_of_two() {
+            return Err(invalid(&format!("vring {index}: size {num} is not a power of two up to 32768")));
+        }
+        self.vring(index)?.size = num as u16;
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> Result<()> {
+        self.vring(index)?.addrs = Some((descriptor, used, available));
+        if self.vrings[index as usize].running { self.reconcile(index as usize) } else { Ok(()) }
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
+        let v = self.vring(index)?;
+        if base > u16::MAX as u32 {
+            return Err(invalid("vring base out of range"));
+        }
+        v.base = base as u16;
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
+        self.vring(index)?;
+        let i = index as usize;
+        if let Some(base) = self.port.vrings[i].lock().stop() {
+            self.vrings[i].base = base;
+        }
+        let v = &mut self.vrings[i];
+        v.running = false;
+        v.kicked = false;
+        Ok(VhostUserVringState::new(index, v.base as u32))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, _fd: Option<File>) -> Result<()> {
+        // Busy polling never reads kicks; the fd is dropped and kicks are suppressed in the ring.
+        self.vring(index as u32)?.kicked = true;
+        self.reconcile(index as usize)
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        let call = match &fd {
+            Some(f) => Some(f.try_clone().map_err(Error::ReqHandlerError)?),
+            None => None,
+        };
+        self.vring(index as u32)?.call = fd;
+        self.port.vrings[index as usize].lock().set_call(call);
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> Result<()> {
+        self.vring(index as u32).map(|_| ())
+    }
+
+    fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
+        Ok(VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK)
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> Result<()> {
+        self.protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> Result<u64> {
+        Ok(self.port.queue_pairs() as u64)
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
+        self.vring(index)?.enabled = enable;
+        self.reconcile(index as usize)
+    }
+
+    fn get_config(&mut self, _offset: u32, _size: u32, _flags: VhostUserConfigFlags) -> Result<Vec<u8>> {
+        Err(Error::InvalidOperation("get_config"))
+    }
+
+    fn set_config(&mut self, _offset: u32, _buf: &[u8], _flags: VhostUserConfigFlags) -> Result<()> {
+        Err(Error::InvalidOperation("set_config"))
+    }
+
+    fn set_backend_req_fd(&mut self, _backend: Backend) {}
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> Result<()> {
+        Err(Error::InvalidOperation("gpu"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> Result<File> {
+        Err(Error::InvalidOperation("shared object"))
+    }
+
+    fn get_inflight_fd(&mut self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        Err(Error::InvalidOperation("inflight"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
+        Err(Error::InvalidOperation("inflight"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> Result<u64> {
+        Err(Error::InvalidOperation("mem slots"))
+    }
+
+    fn add_mem_region(
+        &mut self,
+        _region: &VhostUserSingleMemoryRegion,
+        _fd: File,
+        _postcopy: Option<bool>,
+    ) -> Result<Option<VhostUserMemoryRegionBase>> {
+        Err(Error::InvalidOperation("mem slots"))
+    }
+
+    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> Result<()> {
+        Err(Error::InvalidOperation("mem slots"))
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> Result<Option<File>> {
+        Err(Error::InvalidOperation("device state"))
+    }
+
+    fn check_device_state(&mut self) -> Result<()> {
+        Err(Error::InvalidOperation("device state"))
+    }
+
+    fn get_shmem_config(&mut self) -> Result<VhostUserShMemConfig> {
+        Err(Error::InvalidOperation("shmem"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
+        Err(Error::InvalidOperation("dirty log"))
+    }
+}
+
+impl Drop for PortBackend {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}

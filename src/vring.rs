@@ -1,0 +1,524 @@
+//! The device side of a split virtqueue, over guest memory we do not trust.
+//!
+//! Why not virtio-queue: its `add_used` publishes `used->idx` once per element and it has no
+//! batch API, while a burst here must publish once; and walking chains into a fixed segment
+//! array (no allocation) is the hot loop itself. Layout and rules follow the virtio 1.2 spec,
+//! section 2.7. This module and `guest_mem` hold the data path's `unsafe`; see DESIGN.md.
+//!
+//! Concurrency: a `VringLock` guards one ring. The poll thread that owns a guest TX queue
+//! takes it for a visit; any poll thread that delivers into a guest RX queue takes it for a burst;
+//! the control thread takes it to start, stop or remap the ring. Nobody holds two ring locks of
+//! the same kind, and the control thread holds one at a time, so there is no lock-order cycle.
+//! The lock is a spin lock: holders never block or sleep while holding it.
+
+use std::cell::UnsafeCell;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering, fence};
+
+use crate::guest_mem::GuestMem;
+
+const VRING_DESC_F_NEXT: u16 = 1;
+const VRING_DESC_F_WRITE: u16 = 2;
+const VRING_DESC_F_INDIRECT: u16 = 4;
+const VRING_USED_F_NO_NOTIFY: u16 = 1;
+const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// Largest ring the spec allows for split queues.
+pub const MAX_QUEUE_SIZE: u16 = 32768;
+/// Most buffer segments one chain may have after translation. Linux needs at most
+/// MAX_SKB_FRAGS + 2 (19); more is treated as malformed.
+pub const MAX_SEGS: usize = 64;
+
+/// Why a queue was stopped. Shown in `pvswitchctl ports` and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingError {
+    AvailJump,
+    HeadOutOfRange,
+    NextOutOfRange,
+    ChainTooLong,
+    BadAddress,
+    BadIndirect,
+    WrongDirection,
+    TooManySegments,
+}
+
+impl RingError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RingError::AvailJump => "avail index moved past the ring size",
+            RingError::HeadOutOfRange => "descriptor head index out of range",
+            RingError::NextOutOfRange => "descriptor next index out of range",
+            RingError::ChainTooLong => "descriptor chain longer than its table (loop)",
+            RingError::BadAddress => "descriptor address outside guest memory",
+            RingError::BadIndirect => "malformed indirect descriptor table",
+            RingError::WrongDirection => "descriptor direction wrong for this queue (e.g. read-only receive buffer)",
+            RingError::TooManySegments => "descriptor chain has too many segments",
+        }
+    }
+}
+
+/// Host addresses of a started ring, validated by the control plane against `mem`.
+pub struct RingAddrs {
+    pub size: u16,
+    pub desc: *mut u8,
+    pub avail: *mut u8,
+    pub used: *mut u8,
+}
+
+/// A ring that is running: its layout, our indices, and what keeps its memory alive.
+pub struct ActiveRing {
+    size: u16,
+    desc: *const [u8; 16],
+    avail: *mut u8,
+    used: *mut u8,
+    /// Next avail entry we will consume.
+    last_avail: u16,
+    /// Avail index as last read (entries up to it may be consumed without re-reading).
+    avail_shadow: u16,
+    /// Next used entry we will write; published to `used->idx` by `publish`.
+    used_idx: u16,
+    /// `used->idx` as last published.
+    used_published: u16,
+    event_idx: bool,
+    call: Option<File>,
+    _mem: Arc<GuestMem>,
+    mem_ptr: *const GuestMem,
+}
+
+/// The state under a `VringLock`.
+#[derive(Default)]
+pub struct Vring {
+    pub active: Option<ActiveRing>,
+    /// Set when the guest broke the ring; the ring is not touched again until reset.
+    pub broken: Option<RingError>,
+    /// virtio-net header length (12 with VERSION_1 or MRG_RXBUF, else 10).
+    pub hdr_len: u32,
+    /// Whether a received frame may span several buffers (MRG_RXBUF).
+    pub mrg_rxbuf: bool,
+}
+
+/// A ring plus the spin lock that guards it. `ready` is a hint readable without the lock.
+pub struct VringLock {
+    locked: AtomicBool,
+    ready: AtomicBool,
+    inner: UnsafeCell<Vring>,
+}
+
+// SAFETY: the `Vring` inside is only reached through `VringGuard`, which exists only while
+// `locked` is held, so at most one thread touches it at a time. The raw pointers in `ActiveRing`
+// point into the `GuestMem` it keeps alive, which is `Send + Sync`.
+unsafe impl Sync for VringLock {}
+// SAFETY: as above.
+unsafe impl Send for VringLock {}
+
+impl Default for VringLock {
+    fn default() -> Self {
+        VringLock { locked: AtomicBool::new(false), ready: AtomicBool::new(false), inner: UnsafeCell::new(Vring::default()) }
+    }
+}
+
+pub struct VringGuard<'a> {
+    lock: &'a VringLock,
+}
+
+impl VringLock {
+    /// True when the ring is running and not broken (a hint; re-check under the lock).
+    #[inline]
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn lock(&self) -> VringGuard<'_> {
+        loop {
+            if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return VringGuard { lock: self };
+            }
+            while self.locked.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl Drop for VringGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we hold the lock, so no other guard exists.
+        let ready = unsafe { (*self.lock.inner.get()).is_ready() };
+        self.lock.ready.store(ready, Ordering::Release);
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+impl std::ops::Deref for VringGuard<'_> {
+    type Target = Vring;
+    fn deref(&self) -> &Vring {
+        // SAFETY: the guard exists only while the lock is held (see `VringLock::lock`).
+        unsafe { &*self.lock.inner.get() }
+    }
+}
+
+impl std::ops::DerefMut for VringGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Vring {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
+        unsafe { &mut *self.lock.inner.get() }
+    }
+}
+
+impl Vring {
+    pub fn is_ready(&self) -> bool {
+        self.active.is_some() && self.broken.is_none()
+    }
+
+    /// Starts the ring. `addrs` must have been checked against `mem` with `ring_addrs`.
+    pub fn start(&mut self, addrs: RingAddrs, base: u16, event_idx: bool, call: Option<File>, mem: Arc<GuestMem>) {
+        let mem_ptr = Arc::as_ptr(&mem);
+        self.broken = None;
+        self.active = Some(ActiveRing {
+            size: addrs.size,
+            desc: addrs.desc as *const [u8; 16],
+            avail: addrs.avail,
+            used: addrs.used,
+            last_avail: base,
+            avail_shadow: base,
+            // We complete every chain before the visit ends, so nothing is in flight: the used
+            // index equals the avail base handed over by SET_VRING_BASE (as DPDK's vhost does).
+            used_idx: base,
+            used_published: base,
+            event_idx,
+            call,
+            _mem: mem,
+            mem_ptr,
+        });
+        if let Some(a) = self.active.as_mut() {
+            a.suppress_kicks();
+        }
+    }
+
+    /// Stops the ring and returns the index the next backend should start from.
+    pub fn stop(&mut self) -> Option<u16> {
+        self.active.take().map(|a| a.last_avail)
+    }
+
+    /// Replaces the call eventfd of a running ring.
+    pub fn set_call(&mut self, call: Option<File>) {
+        if let Some(a) = self.active.as_mut() {
+            a.call = call;
+        }
+    }
+}
+
+/// Computes host addresses of a ring from the frontend's virtual addresses and checks that
+/// each part lies inside guest memory and is aligned as the spec requires.
+pub fn ring_addrs(mem: &GuestMem, size: u16, desc: u64, avail: u64, used: u64) -> Option<RingAddrs> {
+    if size == 0 || size > MAX_QUEUE_SIZE || !size.is_power_of_two() {
+        return None;
+    }
+    let n = size as u64;
+    if desc % 16 != 0 || avail % 2 != 0 || used % 4 != 0 {
+        return None;
+    }
+    Some(RingAddrs {
+        size,
+        desc: mem.translate_user(desc, 16 * n)?,
+        avail: mem.translate_user(avail, 6 + 2 * n)?,
+        used: mem.translate_user(used, 6 + 8 * n)?,
+    })
+}
+
+/// Buffer segments of one descriptor chain, translated to host pointers. Valid only while the
+/// lock of the ring they came from is held (the ring's `GuestMem` keeps them mapped).
+pub struct Segs {
+    ptrs: [(*mut u8, u32); MAX_SEGS],
+    n: usize,
+    total: u32,
+}
+
+impl Default for Segs {
+    fn default() -> Self {
+        Segs { ptrs: [(ptr::null_mut(), 0); MAX_SEGS], n: 0, total: 0 }
+    }
+}
+
+impl Segs {
+    pub fn len(&self) -> u32 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    fn clear(&mut self) {
+        self.n = 0;
+        self.total = 0;
+    }
+
+    fn push(&mut self, p: *mut u8, len: u32) -> Result<(), RingError> {
+        if self.n == MAX_SEGS {
+            return Err(RingError::TooManySegments);
+        }
+        self.ptrs[self.n] = (p, len);
+        self.n += 1;
+        self.total = self.total.saturating_add(len);
+        Ok(())
+    }
+
+    /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
+    pub fn read_at(&self, mut off: u32, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        for &(p, len) in &self.ptrs[..self.n] {
+            if done == out.len() {
+                break;
+            }
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(out.len() - done);
+            // SAFETY: (p, len) lies in mapped guest memory while the ring lock is held (type
+            // invariant); off + n <= len; `out` is our own buffer and cannot overlap it.
+            unsafe { ptr::copy_nonoverlapping(p.add(off as usize), out.as_mut_ptr().add(done), n) };
+            done += n;
+            off = 0;
+        }
+        done
+    }
+
+    /// Writes `src` at offset `off` of these (device-writable) segments; returns bytes written.
+    pub fn write_at(&self, mut off: u32, src: &[u8]) -> usize {
+        let mut done = 0;
+        for &(p, len) in &self.ptrs[..self.n] {
+            if done == src.len() {
+                break;
+            }
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(src.len() - done);
+            // SAFETY: as in `read_at`, in the other direction.
+            unsafe { ptr::copy_nonoverlapping(src.as_ptr().add(done), p.add(off as usize), n) };
+            done += n;
+            off = 0;
+        }
+        done
+    }
+
+    /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
+    /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
+    pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
+        let (mut di, mut doff) = self.locate(dst_off);
+        let (mut si, mut soff) = src.locate(src_off);
+        let mut left = len;
+        while left > 0 && di < self.n && si < src.n {
+            let (dp, dl) = self.ptrs[di];
+            let (sp, sl) = src.ptrs[si];
+            let n = (dl - doff).min(sl - soff).min(left);
+            // SAFETY: both ranges lie in mapped guest memory while both ring locks are held
+            // (type invariant); they may belong to the same guest but to different buffers,
+            // and a guest that aliases its own buffers only corrupts its own data.
+            unsafe { ptr::copy(sp.add(soff as usize), dp.add(doff as usize), n as usize) };
+            left -= n;
+            doff += n;
+            soff += n;
+            if doff == dl {
+                di += 1;
+                doff = 0;
+            }
+            if soff == sl {
+                si += 1;
+                soff = 0;
+            }
+        }
+        len - left
+    }
+
+    fn locate(&self, mut off: u32) -> (usize, u32) {
+        for (i, &(_, len)) in self.ptrs[..self.n].iter().enumerate() {
+            if off < len {
+                return (i, off);
+            }
+            off -= len;
+        }
+        (self.n, 0)
+    }
+}
+
+impl ActiveRing {
+    #[inline]
+    fn avail_idx_ptr(&self) -> &AtomicU16 {
+        // SAFETY: avail ring validated in `ring_addrs` (6 + 2n bytes, 2-aligned); idx at offset 2.
+        unsafe { &*(self.avail.add(2) as *const AtomicU16) }
+    }
+
+    #[inline]
+    fn used_idx_ptr(&self) -> &AtomicU16 {
+        // SAFETY: used ring validated (6 + 8n bytes, 4-aligned); idx at offset 2.
+        unsafe { &*(self.used.add(2) as *const AtomicU16) }
+    }
+
+    #[inline]
+    fn read_u16(&self, p: *const u8) -> u16 {
+        // SAFETY: callers pass pointers inside validated ring areas; guest memory may change,
+        // so read it once, volatile, into a local.
+        u16::from_le(unsafe { ptr::read_volatile(p as *const u16) })
+    }
+
+    fn suppress_kicks(&mut self) {
+        // With EVENT_IDX the guest kicks only when its avail index crosses avail_event; leaving
+        // that stale suppresses kicks. Without it, the NO_NOTIFY flag does.
+        if !self.event_idx {
+            // SAFETY: used->flags at offset 0 of the validated used ring.
+            unsafe { ptr::write_volatile(self.used as *mut u16, VRING_USED_F_NO_NOTIFY.to_le()) };
+        }
+    }
+
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Number of chains the guest has made available and we have not consumed.
+    #[inline]
+    pub fn avail(&mut self) -> Result<u16, RingError> {
+        let mut n = self.avail_shadow.wrapping_sub(self.last_avail);
+        if n == 0 {
+            self.avail_shadow = u16::from_le(self.avail_idx_ptr().load(Ordering::Acquire));
+            n = self.avail_shadow.wrapping_sub(self.last_avail);
+            if n > self.size {
+                return Err(RingError::AvailJump);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Takes the next available chain into `segs` (all device-readable if `!writable`, all
+    /// device-writable if `writable`) and returns its head. Call only when `avail() > 0`.
+    #[inline]
+    pub fn pop(&mut self, segs: &mut Segs, writable: bool) -> Result<u16, RingError> {
+        segs.clear();
+        let slot = (self.last_avail & (self.size - 1)) as usize;
+        // SAFETY: ring[slot] is inside the validated avail ring (offset 4 + 2*slot).
+        let head = self.read_u16(unsafe { self.avail.add(4 + 2 * slot) });
+        if head >= self.size {
+            return Err(RingError::HeadOutOfRange);
+        }
+        self.last_avail = self.last_avail.wrapping_add(1);
+        self.walk(head, segs, writable)?;
+        Ok(head)
+    }
+
+    fn walk(&self, head: u16, segs: &mut Segs, writable: bool) -> Result<(), RingError> {
+        // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
+        let mem = unsafe { &*self.mem_ptr };
+        let mut table = self.desc;
+        let mut table_len = self.size as u32;
+        let mut idx = head as u32;
+        let mut seen = 0u32;
+        let mut indirect = false;
+        loop {
+            if idx >= table_len {
+                return Err(RingError::NextOutOfRange);
+            }
+            seen += 1;
+            if seen > table_len {
+                return Err(RingError::ChainTooLong);
+            }
+            // SAFETY: idx < table_len and the table was validated to hold table_len entries.
+            let raw = unsafe { ptr::read_volatile(table.add(idx as usize)) };
+            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
+            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
+            let flags = u16::from_le_bytes(raw[12..14].try_into().unwrap());
+            let next = u16::from_le_bytes(raw[14..16].try_into().unwrap());
+            if flags & VRING_DESC_F_INDIRECT != 0 {
+                if indirect || flags & VRING_DESC_F_NEXT != 0 || len == 0 || len % 16 != 0 || len / 16 > 65536 {
+                    return Err(RingError::BadIndirect);
+                }
+                let p = mem.translate(addr, len as u64).ok_or(RingError::BadIndirect)?;
+                if (p as usize) % 8 != 0 && addr % 16 != 0 {
+                    return Err(RingError::BadIndirect);
+                }
+                table = p as *const [u8; 16];
+                table_len = len / 16;
+                idx = 0;
+                seen = 0;
+                indirect = true;
+                continue;
+            }
+            if (flags & VRING_DESC_F_WRITE != 0) != writable {
+                return Err(RingError::WrongDirection);
+            }
+            let mut a = addr;
+            let mut left = len as u64;
+            while left > 0 {
+                let (p, n) = mem.translate_prefix(a, left).ok_or(RingError::BadAddress)?;
+                segs.push(p, n as u32)?;
+                a += n;
+                left -= n;
+            }
+            if flags & VRING_DESC_F_NEXT == 0 {
+                return Ok(());
+            }
+            idx = next as u32;
+        }
+    }
+
+    /// Records a finished chain; not visible to the guest until `publish`.
+    #[inline]
+    pub fn push_used(&mut self, head: u16, len: u32) {
+        let slot = (self.used_idx & (self.size - 1)) as usize;
+        let mut e = [0u8; 8];
+        e[0..4].copy_from_slice(&(head as u32).to_le_bytes());
+        e[4..8].copy_from_slice(&len.to_le_bytes());
+        // SAFETY: used->ring[slot] (offset 4 + 8*slot) lies in the validated used ring.
+        unsafe { ptr::write_volatile(self.used.add(4 + 8 * slot) as *mut [u8; 8], e) };
+        self.used_idx = self.used_idx.wrapping_add(1);
+    }
+
+    /// Gives back the last `k` chains taken by `pop` (a frame that did not fit).
+    pub fn unpop(&mut self, k: u16) {
+        self.last_avail = self.last_avail.wrapping_sub(k);
+    }
+
+    /// Forgets the last `k` unpublished used entries.
+    pub fn unpush(&mut self, k: u16) {
+        self.used_idx = self.used_idx.wrapping_sub(k);
+    }
+
+    /// Makes all pushed entries visible with one `used->idx` store, and returns whether the
+    /// guest wants an interrupt for them (EVENT_IDX used_event, or the NO_INTERRUPT flag).
+    #[inline]
+    pub fn publish(&mut self) -> bool {
+        let old = self.used_published;
+        let new = self.used_idx;
+        if old == new {
+            return false;
+        }
+        self.used_idx_ptr().store(new.to_le(), Ordering::Release);
+        self.used_published = new;
+        // The guest's used_event / flags must be read after our idx store is visible.
+        fence(Ordering::SeqCst);
+        if self.event_idx {
+            // used_event is avail->ring[size].
+            // SAFETY: offset 4 + 2*size is inside the validated avail ring (6 + 2n bytes).
+            let event = self.read_u16(unsafe { self.avail.add(4 + 2 * self.size as usize) });
+            new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+        } else {
+            // SAFETY: avail->flags at offset 0.
+            self.read_u16(self.avail) & VRING_AVAIL_F_NO_INTERRUPT == 0
+        }
+    }
+
+    /// Signals the guest's call eventfd. Returns false if there is none.
+    #[inline]
+    pub fn notify(&self) -> bool {
+        let Some(f) = &self.call else { return false };
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writing 8 bytes from a local buffer to an eventfd we own.
+        unsafe { libc::write(f.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };
+        true
+    }
+}

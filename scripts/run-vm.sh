@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Boots one test guest (scripts/build-guest.sh) under QEMU with a single virtio-net-pci
+# NIC backed by a vhost-user socket. QEMU runs in the foreground (exec), so a caller can
+# background this script and `wait` for it; it exits when the guest powers off (after its
+# job, see --job).
+#
+# Usage: scripts/run-vm.sh --socket PATH [options]
+#   --socket PATH     vhost-user unix socket (required)
+#   --vhost-server    QEMU listens on PATH (server=on,wait=off) and the switch connects;
+#                     default: QEMU is the client of a socket owned by the switch and
+#                     keeps retrying until it can connect
+#   --mac MAC         NIC MAC address (default derived from --name)
+#   --ip CIDR         guest eth0 address, e.g. 10.10.0.1/24 (kernel arg pvs.ip=)
+#   --mtu N           host_mtu=N on the device and pvs.mtu=N in the guest
+#   --queues N        multi-queue: N queue pairs (guest keeps its default channel count)
+#   --smp N           guest vCPUs (default 1)
+#   --job FILE        shell script run in the guest as /job.sh (then the guest powers off)
+#   --log FILE        serial console output (default: console on stdio)
+#   --name NAME       VM name / guest hostname (default pvs-vm)
+#   --guest-dir DIR   where vmlinuz and initrd.img live (default target/guest; built if
+#                     missing)
+# Environment:
+#   PVS_ACCEL         QEMU accelerator (default tcg; e.g. PVS_ACCEL=kvm)
+#   PVS_CPU           -cpu model (default max; host with kvm)
+#   PVS_APPEND        extra kernel command line arguments
+#   PVS_QEMU          QEMU binary (default qemu-system-x86_64)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+die() { echo "run-vm: error: $*" >&2; exit 1; }
+
+socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm
+guest_dir=$ROOT/target/guest
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --socket)       socket=${2:?}; shift 2 ;;
+    --vhost-server) server=1; shift ;;
+    --mac)          mac=${2:?}; shift 2 ;;
+    --ip)           ip=${2:?}; shift 2 ;;
+    --mtu)          mtu=${2:?}; shift 2 ;;
+    --queues)       queues=${2:?}; shift 2 ;;
+    --smp)          smp=${2:?}; shift 2 ;;
+    --job)          job=${2:?}; shift 2 ;;
+    --log)          logfile=${2:?}; shift 2 ;;
+    --name)         name=${2:?}; shift 2 ;;
+    --guest-dir)    guest_dir=${2:?}; shift 2 ;;
+    -h|--help)      usage ;;
+    *)              echo "run-vm: unknown argument: $1" >&2; usage ;;
+  esac
+done
+[ -n "$socket" ] || { echo "run-vm: --socket is required" >&2; usage; }
+[[ $queues =~ ^[1-9][0-9]*$ ]] || die "--queues must be a positive integer"
+[ -z "$mtu" ] || [[ $mtu =~ ^[0-9]+$ ]] || die "--mtu must be an integer"
+[ -z "$job" ] || [ -f "$job" ] || die "job file not found: $job"
+[[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "--name may only contain [A-Za-z0-9_.-]"
+
+# Default MAC: locally administered 52:54:00 prefix + 3 bytes from a hash of the name.
+if [ -z "$mac" ]; then
+  h=$(printf '%s' "$name" | cksum | cut -d' ' -f1)
+  mac=$(printf '52:54:00:%02x:%02x:%02x' $(( (h >> 16) & 255 )) $(( (h >> 8) & 255 )) $(( h & 255 )))
+fi
+
+# Guest kernel + initramfs (cached; a no-op when already built).
+if [ ! -s "$guest_dir/vmlinuz" ] || [ ! -s "$guest_dir/initrd.img" ]; then
+  "$ROOT/scripts/build-guest.sh" "$guest_dir"
+fi
+initrd=$guest_dir/initrd.img
+
+# --job: append a second newc archive holding /job.sh to the base initrd (the kernel
+# unpacks concatenated cpio archives in order). The combined file is opened on fd 3 and
+# unlinked right away; QEMU reads it via /dev/fd/3, so nothing is left behind after exec.
+if [ -n "$job" ]; then
+  tmpd=$(mktemp -d)
+  install -m 755 "$job" "$tmpd/job.sh"
+  cat "$initrd" > "$tmpd/initrd"
+  (cd "$tmpd" && echo job.sh | busybox cpio -o -H newc 2>/dev/null | gzip -n) >> "$tmpd/initrd"
+  exec 3<"$tmpd/initrd"
+  rm -rf "$tmpd"
+  initrd=/dev/fd/3
+fi
+
+append="console=ttyS0 quiet panic=-1 pvs.name=$name"
+[ -z "$ip" ]  || append+=" pvs.ip=$ip"
+[ -z "$mtu" ] || append+=" pvs.mtu=$mtu"
+[ -z "${PVS_APPEND:-}" ] || append+=" $PVS_APPEND"
+
+# vhost-user chardev: server mode listens (QEMU still waits for the backend to connect
+# before it starts the guest); client mode reconnects every second until the switch's
+# socket accepts.
+if [ $server = 1 ]; then
+  chardev="socket,id=chr0,path=$socket,server=on,wait=off"
+else
+  chardev="socket,id=chr0,path=$socket,reconnect-ms=1000"
+fi
+netdev="vhost-user,id=net0,chardev=chr0"
+# romfile= : no iPXE option ROM (we boot with -kernel; saves boot time).
+device="virtio-net-pci,netdev=net0,mac=$mac,mrg_rxbuf=on,romfile="
+if [ "$queues" -gt 1 ]; then
+  netdev+=",queues=$queues"
+  device+=",mq=on,vectors=$((2 * queues + 2))"
+fi
+[ -z "$mtu" ] || device+=",host_mtu=$mtu"
+
+accel=${PVS_ACCEL:-tcg}
+cpu=max
+[ "$accel" != kvm ] || cpu=host
+cpu=${PVS_CPU:-$cpu}
+
+args=(
+  -name "$name"
+  -machine "q35,accel=$accel" -cpu "$cpu" -smp "$smp" -m 256
+  # vhost-user needs guest RAM in a shareable fd the backend can mmap.
+  -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
+  -nographic -no-reboot -nodefaults
+  -kernel "$guest_dir/vmlinuz" -initrd "$initrd" -append "$append"
+  -chardev "$chardev"
+  -netdev "$netdev"
+  -device "$device"
+)
+if [ -n "$logfile" ]; then
+  mkdir -p "$(dirname "$logfile")"
+  # Serial console to the file; no monitor on stdio (safe to run in the background).
+  args+=(-serial "file:$logfile" -monitor none)
+else
+  args+=(-serial mon:stdio)
+fi
+
+echo "run-vm: $name mac=$mac ip=${ip:-none} socket=$socket ($([ $server = 1 ] && echo server || echo client))" \
+     "queues=$queues mtu=${mtu:-default} accel=$accel${logfile:+ log=$logfile}" >&2
+exec "${PVS_QEMU:-qemu-system-x86_64}" "${args[@]}"

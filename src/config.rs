@@ -25,6 +25,8 @@ pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pvswitch/pvswitchd.sock";
 pub const DEFAULT_WEIGHT_PACKETS: u32 = 256;
 pub const DEFAULT_WEIGHT_BYTES: u32 = 512 * 1024;
 pub const MAX_BURST: u32 = 32;
+/// Frames wait this long for a full guest RX ring (backpressure to the sender), then drop.
+pub const DEFAULT_RX_RETRY_US: u32 = 100;
 /// Most queue pairs one port may have (Linux virtio-net's limit is 256; DPDK vhost's 128).
 pub const MAX_QUEUE_PAIRS: u16 = 64;
 /// Most ports one switch holds (per-thread counter arrays are sized by it).
@@ -48,6 +50,7 @@ struct RawSwitch {
     weight_packets: Option<Spanned<u32>>,
     weight_bytes: Option<Spanned<u32>>,
     burst: Option<Spanned<u32>>,
+    rx_retry_us: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +91,8 @@ pub struct Config {
     pub weight_packets: u32,
     pub weight_bytes: u32,
     pub burst: u32,
+    /// How long frames may wait for room in a full guest RX ring before being dropped.
+    pub rx_retry_us: u32,
     pub ports: Vec<PortConfig>,
 }
 
@@ -154,6 +159,7 @@ impl Config {
             weight_packets: None,
             weight_bytes: None,
             burst: None,
+            rx_retry_us: None,
         });
         let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let poll_cores = match sw.poll_cores {
@@ -197,6 +203,7 @@ impl Config {
         let weight_packets = range(sw.weight_packets, "weight_packets", 1, 1 << 20, DEFAULT_WEIGHT_PACKETS)?;
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
         let burst = range(sw.burst, "burst", 1, MAX_BURST, MAX_BURST)?;
+        let rx_retry_us = range(sw.rx_retry_us, "rx_retry_us", 0, 60_000_000, DEFAULT_RX_RETRY_US)?;
 
         if raw.port.len() > MAX_PORTS {
             return Err(cx.err(None, format!("{} ports: at most {MAX_PORTS}", raw.port.len())));
@@ -252,6 +259,7 @@ impl Config {
             weight_packets,
             weight_bytes,
             burst,
+            rx_retry_us,
             ports,
         })
     }

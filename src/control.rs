@@ -94,6 +94,47 @@ fn epoll_del(epoll: RawFd, fd: RawFd) {
     unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
 }
 
+/// QEMU (10.0) and DPDK's virtio-user (on reconnect) send SET_VRING_ENABLE before
+/// SET_FEATURES has acked VHOST_USER_F_PROTOCOL_FEATURES; the `vhost` crate rejects that and
+/// drops the connection. We take that one message off the socket ourselves (it carries no
+/// fds) and record the ring's enable state, as DPDK's and QEMU's own backends do.
+fn early_vring_enable(conn: &mut Conn) -> Option<vhost::vhost_user::Result<()>> {
+    const SET_VRING_ENABLE: u32 = 18;
+    const NEED_REPLY: u32 = 0x8;
+    let fd = conn.handler.as_raw_fd();
+    let mut msg = [0u8; 20];
+    // SAFETY: peeking into a local buffer of the given length.
+    let n = unsafe { libc::recv(fd, msg.as_mut_ptr() as *mut libc::c_void, 20, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    fn word(m: &[u8; 20], i: usize) -> u32 {
+        u32::from_le_bytes(m[i..i + 4].try_into().unwrap())
+    }
+    if n != 20 || word(&msg, 0) != SET_VRING_ENABLE || word(&msg, 8) != 8 {
+        return None;
+    }
+    let mut backend = conn.backend.lock().unwrap();
+    if backend.features() & crate::vhost_port::VHOST_USER_F_PROTOCOL_FEATURES != 0 {
+        return None; // the crate handles it
+    }
+    // SAFETY: consuming the 20 bytes we just peeked, into the same local buffer.
+    let n = unsafe { libc::recv(fd, msg.as_mut_ptr() as *mut libc::c_void, 20, libc::MSG_DONTWAIT) };
+    if n != 20 {
+        return Some(Err(vhost::vhost_user::Error::PartialMessage));
+    }
+    let (flags, index, num) = (word(&msg, 4), word(&msg, 12), word(&msg, 16));
+    use vhost::vhost_user::VhostUserBackendReqHandlerMut;
+    let res = if num > 1 { Err(vhost::vhost_user::Error::InvalidParam) } else { backend.set_vring_enable(index, num == 1) };
+    if flags & NEED_REPLY != 0 {
+        let mut reply = [0u8; 20];
+        reply[0..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
+        reply[4..8].copy_from_slice(&(0x1u32 | 0x4).to_le_bytes()); // version 1, reply
+        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+        reply[12..20].copy_from_slice(&(res.is_err() as u64).to_le_bytes());
+        // SAFETY: sending a local buffer on the connection's socket.
+        unsafe { libc::send(fd, reply.as_ptr() as *const libc::c_void, 20, libc::MSG_NOSIGNAL) };
+    }
+    Some(res)
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and threads it spawns later) and returns
 /// a signalfd that reports them.
 pub fn block_signals() -> std::io::Result<RawFd> {
@@ -304,7 +345,11 @@ impl Control {
     fn serve_vhost(&mut self, i: usize) {
         let pc = &mut self.ports[i];
         let Some(conn) = pc.conn.as_mut() else { return };
-        if let Err(e) = conn.handler.handle_request() {
+        let res = match early_vring_enable(conn) {
+            Some(r) => r,
+            None => conn.handler.handle_request(),
+        };
+        if let Err(e) = res {
             let msg = match e {
                 vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage => {
                     "frontend disconnected".to_string()

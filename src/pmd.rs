@@ -15,13 +15,20 @@ use log::error;
 use crate::mac_table::MacTable;
 use crate::port::Port;
 use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
-use crate::vring::{ActiveRing, RingError, Segs, Vring};
+use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
 
 /// A receive queue: queue pair `qpair` of `port` (its guest TX virtqueue is 2*qpair+1).
-#[derive(Clone)]
 pub struct Rxq {
     pub port: Arc<Port>,
     pub qpair: usize,
+    /// When this queue's head frame first found its destination full (TSC), while it waits.
+    pub blocked_since: Option<u64>,
+}
+
+impl Rxq {
+    pub fn new(port: Arc<Port>, qpair: usize) -> Rxq {
+        Rxq { port, qpair, blocked_since: None }
+    }
 }
 
 /// What a poll thread reads but never writes; shared with nobody mutable.
@@ -33,6 +40,8 @@ pub struct Ctx {
     pub weight_packets: u32,
     pub weight_bytes: u32,
     pub burst: u32,
+    /// How long a frame may wait for room in a full guest RX ring before it is dropped.
+    pub retry_cycles: u64,
     pub shutdown: Arc<AtomicBool>,
 }
 
@@ -53,13 +62,13 @@ struct Frame {
     out: Out,
 }
 
-/// Receive-side scratch: segments of the buffers being filled, and a per-port stamp that
-/// marks which ports a burst has already been delivered to.
+/// Receive-side scratch: segments of the buffers being filled, and per-port state.
 struct RxScratch {
     first: Segs,
     more: Segs,
-    stamp: Vec<u32>,
-    now: u32,
+    /// Ports whose guest let a frame time out on a full ring: dropped toward without waiting
+    /// until they have room again.
+    stalled: Vec<bool>,
 }
 
 pub struct PollThread {
@@ -79,7 +88,7 @@ impl PollThread {
             frames: (0..burst)
                 .map(|_| Frame { head: 0, segs: Segs::default(), data_off: 0, len: 0, out: Out::Drop })
                 .collect(),
-            rx: RxScratch { first: Segs::default(), more: Segs::default(), stamp: vec![0; nports], now: 0 },
+            rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: vec![false; nports] },
         }
     }
 
@@ -90,8 +99,7 @@ impl PollThread {
         while !self.cx.shutdown.load(Relaxed) {
             let mut got = 0;
             for i in 0..self.rxqs.len() {
-                let Rxq { port, qpair } = &self.rxqs[i];
-                got += visit(&self.cx, &mut self.frames, &mut self.rx, port, *qpair);
+                got += visit(&self.cx, &mut self.frames, &mut self.rx, &mut self.rxqs[i]);
             }
             let t1 = cycles();
             bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
@@ -112,7 +120,9 @@ fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingErr
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
-fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, port: &Port, qpair: usize) -> u32 {
+fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
+    let Rxq { port, qpair, blocked_since } = rxq;
+    let qpair = *qpair;
     let vq_index = 2 * qpair + 1;
     let vq = &port.vrings[vq_index];
     if !vq.is_ready() {
@@ -158,9 +168,16 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, port: &Port, qpair:
             classify(cx, port, pc, f, hdr_len);
             bytes += f.len as u64;
         }
+        let consumed = deliver(cx, &frames[..got], rx, port.id, blocked_since);
+        if consumed < got {
+            // Backpressure: the rest stays in the guest's TX ring for the next visit.
+            ring.unpop((got - consumed) as u16);
+            bytes = frames[..consumed].iter().map(|f| f.len as u64).sum();
+            err = None;
+        }
+        let got = consumed;
         bump(&pc.rx_packets, got as u64);
         bump(&pc.rx_bytes, bytes);
-        deliver(cx, &frames[..got], rx, port.id);
         for f in &frames[..got] {
             ring.push_used(f.head, 0);
         }
@@ -173,6 +190,9 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, port: &Port, qpair:
         if let Some(e) = err {
             ring_broke(port, vq_index, broken, e);
             pc.drop(Drop::Malformed, 1);
+            break;
+        }
+        if blocked_since.is_some() {
             break;
         }
     }
@@ -211,80 +231,114 @@ fn classify(cx: &Ctx, in_port: &Port, pc: &PortCounters, f: &mut Frame, hdr_len:
     };
 }
 
-/// Sends a burst's frames to their ports, one batch per destination port, in frame order.
-fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16) {
-    rx.now = rx.now.wrapping_add(1);
-    if rx.now == 0 {
-        rx.stamp.fill(0);
-        rx.now = 1;
+/// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
+/// destination costs one lock, one used-index store and at most one interrupt.
+struct Open<'a> {
+    port: &'a Port,
+    vq_index: usize,
+    guard: VringGuard<'a>,
+    packets: u64,
+    bytes: u64,
+}
+
+impl<'a> Open<'a> {
+    fn new(cx: &'a Ctx, p: u16) -> Option<Open<'a>> {
+        let port = &*cx.ports[p as usize];
+        let (vq_index, vq) = port.rx_queue_for(cx.index)?;
+        let guard = vq.lock();
+        guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
     }
-    for i in 0..frames.len() {
-        match frames[i].out {
-            Out::Drop => {}
-            Out::Port(p) => {
-                if rx.stamp[p as usize] != rx.now {
-                    rx.stamp[p as usize] = rx.now;
-                    send_batch(cx, &frames[i..], rx, in_port, p);
-                }
+
+    fn write(&mut self, f: &Frame, rx: &mut RxScratch) -> Result<(), Drop> {
+        let Vring { active, broken, hdr_len, mrg_rxbuf } = &mut *self.guard;
+        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
+        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, rx) {
+            Ok(()) => {
+                self.packets += 1;
+                self.bytes += f.len as u64;
+                Ok(())
             }
-            Out::Flood => {
-                for dp in cx.ports.iter() {
-                    if dp.id != in_port && rx.stamp[dp.id as usize] != rx.now {
-                        rx.stamp[dp.id as usize] = rx.now;
-                        send_batch(cx, &frames[i..], rx, in_port, dp.id);
-                    }
-                }
+            Err(WriteError::Drop(why)) => Err(why),
+            Err(WriteError::Ring(e)) => {
+                ring_broke(self.port, self.vq_index, broken, e);
+                Err(Drop::Malformed)
+            }
+        }
+    }
+
+    /// Publishes what was written with one used-index store; interrupts the guest if it asked.
+    fn close(mut self, pc: &PortCounters) {
+        bump(&pc.tx_packets, self.packets);
+        bump(&pc.tx_bytes, self.bytes);
+        if let Some(ring) = self.guard.active.as_mut() {
+            if ring.publish() && ring.notify() {
+                bump(&pc.interrupts, 1);
             }
         }
     }
 }
 
-/// Delivers every frame of `frames` bound for port `p` into one of its guest RX queues,
-/// then publishes them with one used-index store and at most one interrupt.
-fn send_batch(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, p: u16) {
-    let wants = |f: &Frame| match f.out {
-        Out::Port(x) => x == p,
-        Out::Flood => p != in_port,
-        Out::Drop => false,
-    };
-    let dport = &cx.ports[p as usize];
-    let pc = &cx.stats.ports[p as usize];
-    let Some((vq_index, vq)) = dport.rx_queue_for(cx.index) else {
-        // Flooding to a port that is not up is not a drop; unicast to it is.
-        let n = frames.iter().filter(|f| f.out == Out::Port(p)).count();
-        pc.drop(Drop::PortDown, n as u64);
-        return;
-    };
-    let mut g = vq.lock();
-    let Vring { active, broken, hdr_len, mrg_rxbuf } = &mut *g;
-    let (hdr_len, mrg) = (*hdr_len, *mrg_rxbuf);
-    let (Some(ring), None) = (active.as_mut(), *broken) else {
-        let n = frames.iter().filter(|f| wants(f)).count();
-        pc.drop(Drop::PortDown, n as u64);
-        return;
-    };
-    let (mut packets, mut bytes) = (0u64, 0u64);
-    for f in frames.iter().filter(|f| wants(f)) {
-        if broken.is_some() {
-            pc.drop(Drop::Malformed, 1);
-            continue;
-        }
-        match write_frame(ring, hdr_len, mrg, f, rx) {
-            Ok(()) => {
-                packets += 1;
-                bytes += f.len as u64;
+/// Sends a burst's frames to their ports, in order. Returns how many frames were consumed:
+/// fewer than `frames.len()` when a destination's RX ring is full and the frame should be
+/// retried (it and the frames after it stay in the sender's TX ring, so the sender feels
+/// backpressure instead of loss, for at most `retry_cycles`).
+fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked_since: &mut Option<u64>) -> usize {
+    let mut open: Option<Open> = None;
+    for (i, f) in frames.iter().enumerate() {
+        match f.out {
+            Out::Drop => {}
+            Out::Port(p) => {
+                if open.as_ref().map(|o| o.port.id) != Some(p) {
+                    o_close(open.take(), cx);
+                    open = Open::new(cx, p);
+                }
+                let pc = &cx.stats.ports[p as usize];
+                let Some(o) = open.as_mut() else {
+                    pc.drop(Drop::PortDown, 1);
+                    continue;
+                };
+                match o.write(f, rx) {
+                    Ok(()) => rx.stalled[p as usize] = false,
+                    Err(Drop::RxRingFull) if !rx.stalled[p as usize] => {
+                        let now = cycles();
+                        let since = *blocked_since.get_or_insert(now);
+                        if now.wrapping_sub(since) < cx.retry_cycles {
+                            o_close(open, cx);
+                            return i;
+                        }
+                        // Waited long enough: this guest is slow. Drop toward it (without
+                        // blocking again) until it has room.
+                        rx.stalled[p as usize] = true;
+                        *blocked_since = None;
+                        pc.drop(Drop::RxRingFull, 1);
+                    }
+                    Err(why) => pc.drop(why, 1),
+                }
             }
-            Err(WriteError::Drop(why)) => pc.drop(why, 1),
-            Err(WriteError::Ring(e)) => {
-                ring_broke(dport, vq_index, broken, e);
-                pc.drop(Drop::Malformed, 1);
+            Out::Flood => {
+                o_close(open.take(), cx);
+                // Best effort, as broadcast is: a full or absent port misses the frame.
+                for dp in cx.ports.iter().filter(|dp| dp.id != in_port) {
+                    let pc = &cx.stats.ports[dp.id as usize];
+                    if let Some(mut o) = Open::new(cx, dp.id) {
+                        if let Err(why) = o.write(f, rx) {
+                            pc.drop(why, 1);
+                        }
+                        o.close(pc);
+                    }
+                }
             }
         }
     }
-    bump(&pc.tx_packets, packets);
-    bump(&pc.tx_bytes, bytes);
-    if ring.publish() && ring.notify() {
-        bump(&pc.interrupts, 1);
+    o_close(open, cx);
+    *blocked_since = None;
+    frames.len()
+}
+
+fn o_close(open: Option<Open>, cx: &Ctx) {
+    if let Some(o) = open {
+        let pc = &cx.stats.ports[o.port.id as usize];
+        o.close(pc);
     }
 }
 

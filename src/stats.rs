@@ -117,3 +117,16 @@ pub fn cycles() -> u64 {
         START.get_or_init(Instant::now).elapsed().as_nanos() as u64
     }
 }
+
+/// Time stamp counter ticks per second, measured once against the monotonic clock.
+pub fn cycles_per_sec() -> u64 {
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        let t0 = std::time::Instant::now();
+        let c0 = cycles();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let c1 = cycles();
+        let ns = t0.elapsed().as_nanos().max(1) as u64;
+        ((c1.wrapping_sub(c0) as u128 * 1_000_000_000 / ns as u128) as u64).max(1)
+    })
+}

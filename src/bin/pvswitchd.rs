@@ -11,7 +11,7 @@ use pvswitch::control::{Control, block_signals};
 use pvswitch::mac_table::MacTable;
 use pvswitch::pmd::{Ctx, PollThread, Rxq};
 use pvswitch::port::Port;
-use pvswitch::stats::ThreadStats;
+use pvswitch::stats::{ThreadStats, cycles_per_sec};
 use pvswitch::topology::Numa;
 
 const USAGE: &str = "usage: pvswitchd [--config FILE] | --check FILE | --version";
@@ -76,11 +76,11 @@ fn run(cfg: Config) -> std::io::Result<()> {
 
     // Initial placement: receive queues round robin over the poll threads.
     let nthreads = cfg.poll_cores.len();
-    let mut assignment: Vec<Vec<Rxq>> = vec![Vec::new(); nthreads];
+    let mut assignment: Vec<Vec<Rxq>> = (0..nthreads).map(|_| Vec::new()).collect();
     let mut n = 0;
     for p in &ports {
         for q in 0..p.queue_pairs() {
-            assignment[n % nthreads].push(Rxq { port: p.clone(), qpair: q });
+            assignment[n % nthreads].push(Rxq::new(p.clone(), q));
             n += 1;
         }
     }
@@ -100,6 +100,7 @@ fn run(cfg: Config) -> std::io::Result<()> {
             weight_packets: cfg.weight_packets,
             weight_bytes: cfg.weight_bytes,
             burst: cfg.burst,
+            retry_cycles: cfg.rx_retry_us as u64 * cycles_per_sec() / 1_000_000,
             shutdown: shutdown.clone(),
         };
         let pinned = online.iter().find(|c| c.id == core).copied();

@@ -1,0 +1,392 @@
+//! Test harness: a real pvswitchd process, real DPDK testpmd "VMs" (virtio-user frontends),
+//! pcap files for exact frame contents. Every wait is on a counter or a socket, bounded by a
+//! generous deadline that only a broken switch would hit.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Polls `f` until it returns Some, or panics with `what` after `DEADLINE`.
+pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    try_wait_for(f).unwrap_or_else(|| panic!("timed out after {DEADLINE:?} waiting for {what}"))
+}
+
+/// Polls `f` until it returns Some, or gives up with None after `DEADLINE`.
+pub fn try_wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > DEADLINE {
+            return None;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+pub struct PortSpec {
+    pub name: String,
+    pub mode: &'static str,
+    pub queues: u16,
+    pub mtu: u32,
+}
+
+impl PortSpec {
+    pub fn server(name: &str) -> PortSpec {
+        PortSpec { name: name.into(), mode: "server", queues: 1, mtu: 1500 }
+    }
+    pub fn queues(mut self, q: u16) -> PortSpec {
+        self.queues = q;
+        self
+    }
+    pub fn mtu(mut self, m: u32) -> PortSpec {
+        self.mtu = m;
+        self
+    }
+    pub fn client(mut self) -> PortSpec {
+        self.mode = "client";
+        self
+    }
+}
+
+pub struct Switch {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub ctl: PathBuf,
+}
+
+pub fn test_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/tmp/pvs-test/{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl Switch {
+    pub fn start(name: &str, cores: &[usize], ports: &[PortSpec]) -> Switch {
+        Switch::start_with(name, cores, ports, "")
+    }
+
+    pub fn start_with(name: &str, cores: &[usize], ports: &[PortSpec], extra_switch: &str) -> Switch {
+        let dir = test_dir(name);
+        let mut cfg = format!(
+            "[switch]\npoll_cores = {cores:?}\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n{extra_switch}\n",
+            dir.display()
+        );
+        for p in ports {
+            cfg += &format!(
+                "[[port]]\nname = \"{}\"\ntype = \"vhost-user\"\nsocket = \"{}.sock\"\nmode = \"{}\"\nqueues = {}\nmtu = {}\n",
+                p.name, p.name, p.mode, p.queues, p.mtu
+            );
+        }
+        let conf = dir.join("pvswitch.toml");
+        std::fs::write(&conf, cfg).unwrap();
+        let log = std::fs::File::create(dir.join("pvswitchd.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
+            .arg("--config")
+            .arg(&conf)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn pvswitchd");
+        let sw = Switch { child, ctl: dir.join("ctl.sock"), dir };
+        wait_for("pvswitchd control socket", || sw.try_ctl("version").ok());
+        sw
+    }
+
+    pub fn sock(&self, port: &str) -> String {
+        self.dir.join(format!("{port}.sock")).display().to_string()
+    }
+
+    pub fn try_ctl(&self, cmd: &str) -> Result<Value, String> {
+        let mut s = UnixStream::connect(&self.ctl).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(json!({ "command": cmd }).to_string().as_bytes()).map_err(|e| e.to_string())?;
+        s.write_all(b"\n").map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+        if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { Err(v["error"].to_string()) }
+    }
+
+    pub fn ctl(&self, cmd: &str) -> Value {
+        self.try_ctl(cmd).unwrap_or_else(|e| panic!("pvswitchctl {cmd}: {e}\nlog:\n{}", self.log()))
+    }
+
+    pub fn port(&self, name: &str) -> Value {
+        let ports = self.ctl("ports");
+        ports.as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap()
+    }
+
+    pub fn counter(&self, port: &str, field: &str) -> u64 {
+        self.port(port)[field].as_u64().unwrap()
+    }
+
+    /// Waits until every queue of `port` that the frontend enabled is running.
+    pub fn wait_running(&self, port: &str, queue_pairs: usize) {
+        wait_for(&format!("port {port} running {queue_pairs} queue pairs"), || {
+            let p = self.port(port);
+            let running = p["queues"].as_array().unwrap().iter().filter(|q| q["running"] == json!(true)).count();
+            (running >= 2 * queue_pairs).then_some(())
+        });
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pvswitchd.log")).unwrap_or_default()
+    }
+
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap().count()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A DPDK testpmd process in interactive mode, acting as one or more VMs.
+pub struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+}
+
+pub fn check_prerequisites() {
+    assert!(
+        Path::new("/usr/bin/dpdk-testpmd").exists(),
+        "dpdk-testpmd missing: run scripts/install-deps.sh (as root) first"
+    );
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let free: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("HugePages_Free"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(free >= 256, "need 256 free 2 MiB hugepages, have {free}: run scripts/install-deps.sh");
+}
+
+impl Testpmd {
+    /// `vdevs` are full `--vdev` values. testpmd runs its main and forwarding lcores on CPU 0.
+    pub fn spawn(prefix: &str, vdevs: &[String], extra: &[&str]) -> Testpmd {
+        check_prerequisites();
+        remove_hugepage_files(prefix);
+        // Unbuffered stdout, so command output comes before the next prompt.
+        let mut cmd = Command::new("stdbuf");
+        cmd.args(["-o0", "-e0", "dpdk-testpmd", "--lcores", "0@0,1@0", "--no-pci", "-m", "512", "--single-file-segments"])
+            .arg(format!("--file-prefix={prefix}"));
+        for v in vdevs {
+            cmd.arg("--vdev").arg(v);
+        }
+        cmd.args(["--", "-i", "--nb-cores=1", "--total-num-mbufs=32768", "--disable-link-check", "--no-flush-rx"]);
+        cmd.args(extra);
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn testpmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())] {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                let mut r = stream;
+                let mut buf = [0u8; 4096];
+                // Raw chunks, not lines: the prompt has no newline after it.
+                while let Ok(n @ 1..) = r.read(&mut buf) {
+                    out.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let stdin = child.stdin.take().unwrap();
+        let mut t = Testpmd { child, stdin, out, prefix: prefix.to_string() };
+        t.wait_output("testpmd prompt", "testpmd> ");
+        t
+    }
+
+    pub fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    pub fn wait_output(&mut self, what: &str, pat: &str) {
+        let out = self.out.clone();
+        let exited = |c: &mut Child| c.try_wait().ok().flatten().is_some();
+        let start = Instant::now();
+        loop {
+            if out.lock().unwrap().contains(pat) {
+                return;
+            }
+            if exited(&mut self.child) || start.elapsed() > DEADLINE {
+                panic!("testpmd: no {what}; output:\n{}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends a command and waits for the next prompt.
+    pub fn cmd(&mut self, c: &str) -> String {
+        let (before, prompts) = {
+            let o = self.out.lock().unwrap();
+            (o.len(), o.matches("testpmd> ").count())
+        };
+        writeln!(self.stdin, "{c}").unwrap();
+        self.stdin.flush().unwrap();
+        // The command is done when the next prompt appears.
+        wait_for(&format!("testpmd to finish `{c}`"), || {
+            let o = self.out.lock().unwrap();
+            (o.matches("testpmd> ").count() > prompts).then(|| o[before..].to_string())
+        })
+    }
+
+    /// (rx_packets, tx_packets) per port from `show port stats all`.
+    pub fn port_stats(&mut self) -> Vec<(u64, u64)> {
+        let o = self.cmd("show port stats all");
+        let num = |l: &str, key: &str| -> u64 {
+            l.split(key).nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap_or(0)
+        };
+        let mut v = Vec::new();
+        let mut rx = 0;
+        for l in o.lines() {
+            if l.contains("RX-packets:") {
+                rx = num(l, "RX-packets:");
+            }
+            if l.contains("TX-packets:") {
+                v.push((rx, num(l, "TX-packets:")));
+            }
+        }
+        v
+    }
+
+    pub fn quit(mut self) -> String {
+        let _ = writeln!(self.stdin, "stop");
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let start = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.output()
+    }
+}
+
+fn remove_hugepage_files(prefix: &str) {
+    if let Ok(d) = std::fs::read_dir("/dev/hugepages") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        remove_hugepage_files(&self.prefix);
+    }
+}
+
+// ---- pcap files: frames with sequence numbers, written and read back byte for byte ----
+
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&65535u32.to_le_bytes());
+    f.extend_from_slice(&1u32.to_le_bytes());
+    for fr in frames {
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(&(fr.len() as u32).to_le_bytes());
+        f.extend_from_slice(&(fr.len() as u32).to_le_bytes());
+        f.extend_from_slice(fr);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let d = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut o = 24;
+    let mut out = Vec::new();
+    while o + 16 <= d.len() {
+        let cl = u32::from_le_bytes(d[o + 8..o + 12].try_into().unwrap()) as usize;
+        out.push(d[o + 16..o + 16 + cl].to_vec());
+        o += 16 + cl;
+    }
+    out
+}
+
+/// A frame from `src` to `dst` of `len` bytes whose payload encodes `stream` and `seq`
+/// throughout, so any corruption or misordering shows.
+pub fn frame(dst: [u8; 6], src: [u8; 6], len: usize, stream: u8, seq: u32) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&0x88b5u16.to_be_bytes()); // local experimental ethertype
+    f.push(stream);
+    f.extend_from_slice(&seq.to_be_bytes());
+    let mut x = seq.wrapping_mul(2654435761) ^ stream as u32;
+    while f.len() < len {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        f.push(x as u8);
+    }
+    f
+}
+
+pub fn seq_of(f: &[u8]) -> (u8, u32) {
+    (f[14], u32::from_be_bytes(f[15..19].try_into().unwrap()))
+}
+
+/// Checks `out` holds exactly the frames of `sent` for each stream, in order, intact.
+pub fn assert_delivered(sent: &[Vec<u8>], out: &[Vec<u8>]) {
+    assert_eq!(out.len(), sent.len(), "frame count: sent {}, arrived {}", sent.len(), out.len());
+    let mut by_stream: std::collections::BTreeMap<u8, Vec<&Vec<u8>>> = Default::default();
+    for f in sent {
+        by_stream.entry(f[14]).or_default().push(f);
+    }
+    let mut got: std::collections::BTreeMap<u8, Vec<&Vec<u8>>> = Default::default();
+    for f in out {
+        got.entry(f[14]).or_default().push(f);
+    }
+    for (s, frames) in &by_stream {
+        let g = got.get(s).map(|v| v.as_slice()).unwrap_or(&[]);
+        assert_eq!(g.len(), frames.len(), "stream {s}: count");
+        for (i, (a, b)) in frames.iter().zip(g).enumerate() {
+            assert!(a == b, "stream {s}: frame {i} differs (sent seq {:?}, got seq {:?}, len {} vs {})", seq_of(a), seq_of(b), a.len(), b.len());
+        }
+    }
+}
+
+pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];

@@ -308,6 +308,7 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                         }
                         // Waited long enough: this guest is slow. Drop toward it (without
                         // blocking again) until it has room.
+                        log::warn!("port {}: receive ring full for {} cycles; dropping toward it until it has room", o.port.name(), now.wrapping_sub(since));
                         rx.stalled[p as usize] = true;
                         *blocked_since = None;
                         pc.drop(Drop::RxRingFull, 1);

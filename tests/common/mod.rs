@@ -205,12 +205,12 @@ impl Testpmd {
         remove_hugepage_files(prefix);
         // Unbuffered stdout, so command output comes before the next prompt.
         let mut cmd = Command::new("stdbuf");
-        cmd.args(["-o0", "-e0", "dpdk-testpmd", "--lcores", "0@0,1@0", "--no-pci", "-m", "512", "--single-file-segments"])
+        cmd.args(["-o0", "-e0", "dpdk-testpmd", "--lcores", "0@0,1@0,2@0,3@0,4@0", "--no-pci", "-m", "512", "--single-file-segments"])
             .arg(format!("--file-prefix={prefix}"));
         for v in vdevs {
             cmd.arg("--vdev").arg(v);
         }
-        cmd.args(["--", "-i", "--nb-cores=1", "--total-num-mbufs=32768", "--disable-link-check", "--no-flush-rx"]);
+        cmd.args(["--", "-i", "--total-num-mbufs=32768", "--disable-link-check", "--no-flush-rx"]);
         cmd.args(extra);
         let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn testpmd");
         let out = Arc::new(Mutex::new(String::new()));

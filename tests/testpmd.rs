@@ -16,7 +16,7 @@ struct PcapVms {
     b: Testpmd,
 }
 
-fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, extra: &[&str]) -> PcapVms {
+fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
     let q = queues;
     let list = |key: &str, name: &dyn Fn(u16) -> String| -> String {
         (0..q).map(|i| format!(",{key}={}/{}", dir.display(), name(i))).collect()
@@ -25,8 +25,15 @@ fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, extra: &[&str]) -> PcapVms {
     let qs = format!("--rxq={q}");
     let qt = format!("--txq={q}");
     let cores = format!("--nb-cores={q}");
-    let mut args = vec!["--forward-mode=io", qs.as_str(), qt.as_str(), cores.as_str()];
-    args.extend_from_slice(extra);
+    let args = vec!["--forward-mode=io", qs.as_str(), qt.as_str(), cores.as_str()];
+    // Jumbo frames: VM A sends them from 10 KiB mbufs (pcap cannot scatter); VM B receives
+    // them in 2 KiB mbufs with scatter on its virtio port only, so it posts small MRG_RXBUF
+    // buffers and each frame spans several (num_buffers > 1).
+    let (mut args_a, mut args_b) = (args.clone(), args);
+    if jumbo {
+        args_a.extend(["--mbuf-size=10240", "--max-pkt-len=9018"]);
+        args_b.push("--max-pkt-len=9018");
+    }
     let pid = std::process::id();
     let b = Testpmd::spawn(
         &format!("pvsb{pid}"),
@@ -34,9 +41,14 @@ fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, extra: &[&str]) -> PcapVms {
             format!("net_virtio_user0,path={},queues={q},queue_size=1024", sw.sock("b")),
             format!("net_pcap1{}{}", list("rx_pcap", &|_| "hello.pcap".into()), list("tx_pcap", &|i| format!("out{i}.pcap"))),
         ],
-        &args,
+        &args_b,
     );
     let mut b = b;
+    if jumbo {
+        b.cmd("port stop all");
+        b.cmd("port config 0 rx_offload scatter on");
+        b.cmd("port start all");
+    }
     sw.wait_running("b", q as usize);
     b.cmd("start");
     let learned = try_wait_for(|| sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
@@ -47,7 +59,7 @@ fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, extra: &[&str]) -> PcapVms {
             format!("net_pcap0{}{}", list("rx_pcap", &|i| format!("in{i}.pcap")), list("tx_pcap", &|i| format!("junk{i}.pcap"))),
             format!("net_virtio_user1,path={},queues={q},queue_size=1024", sw.sock("a")),
         ],
-        &args,
+        &args_a,
     );
     sw.wait_running("a", q as usize);
     PcapVms { a, b }
@@ -71,10 +83,7 @@ fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
         write_pcap(&dir.join(format!("in{q}.pcap")), &frames);
         sent.extend(frames);
     }
-    // Jumbo frames arrive in 2 KiB mbufs: scatter makes virtio-user take MRG_RXBUF chains of
-    // several buffers (num_buffers > 1) and send multi-descriptor chains.
-    let jumbo: &[&str] = if frame_len > 1514 { &["--enable-scatter", "--max-pkt-len=9018"] } else { &[] };
-    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, queues, jumbo);
+    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, queues, frame_len > 1514);
     // testpmd retries its own transmit to VM A for up to 10 s rather than dropping.
     vm_a.cmd("set fwd io retry");
     vm_a.cmd("set burst tx delay 100 retry 100000");

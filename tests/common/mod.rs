@@ -390,3 +390,25 @@ pub fn assert_delivered(sent: &[Vec<u8>], out: &[Vec<u8>]) {
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+/// A testpmd "VM" whose virtio-user ports, paired (0,1), (2,3), ..., bounce frames between
+/// each other through the switch forever (`mac` forwarding rewrites the destination to the
+/// paired port's MAC), after `start tx_first` injects a first burst on every port.
+/// `server` makes testpmd own the sockets (`server=1`), for the switch's client-mode ports.
+pub fn mac_loop_vm(sw: &Switch, prefix: &str, ports: &[&str], mac_base: u8, server: bool) -> Testpmd {
+    let mut vdevs = Vec::new();
+    let mut peers = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        let mac = |j: usize| format!("02:00:00:00:{mac_base:02x}:{j:02x}");
+        vdevs.push(format!(
+            "net_virtio_user{i},path={},queues=1,mac={}{}",
+            sw.sock(p),
+            mac(i),
+            if server { ",server=1" } else { "" }
+        ));
+        peers.push(format!("--eth-peer={i},{}", mac(i ^ 1)));
+    }
+    let mut args: Vec<&str> = vec!["--forward-mode=mac"];
+    args.extend(peers.iter().map(|s| s.as_str()));
+    Testpmd::spawn(prefix, &vdevs, &args)
+}

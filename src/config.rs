@@ -187,10 +187,11 @@ impl Config {
             }
         };
         let control_socket_mode = match sw.control_socket_mode {
-            Some(m) => u32::from_str_radix(m.get_ref().trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|v| *v <= 0o777)
-                .ok_or_else(|| cx.err(Some(m.span()), "control_socket_mode: expected an octal mode such as \"0660\""))?,
+            Some(m) => {
+                u32::from_str_radix(m.get_ref().trim_start_matches("0o"), 8).ok().filter(|v| *v <= 0o777).ok_or_else(
+                    || cx.err(Some(m.span()), "control_socket_mode: expected an octal mode such as \"0660\""),
+                )?
+            }
             None => 0o660,
         };
         let range = |v: Option<Spanned<u32>>, name: &str, lo: u32, hi: u32, dflt: u32| -> Result<u32, ConfigError> {
@@ -213,7 +214,10 @@ impl Config {
         let mut sockets: HashMap<PathBuf, ()> = HashMap::new();
         for p in raw.port {
             let name = p.name.get_ref();
-            if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            if name.is_empty()
+                || name.len() > 32
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
                 return Err(cx.err(Some(p.name.span()), "name: expected 1-32 characters of A-Z a-z 0-9 - _ ."));
             }
             if names.insert(name.clone(), ()).is_some() {

@@ -122,7 +122,8 @@ fn early_vring_enable(conn: &mut Conn) -> Option<vhost::vhost_user::Result<()>> 
     }
     let (flags, index, num) = (word(&msg, 4), word(&msg, 12), word(&msg, 16));
     use vhost::vhost_user::VhostUserBackendReqHandlerMut;
-    let res = if num > 1 { Err(vhost::vhost_user::Error::InvalidParam) } else { backend.set_vring_enable(index, num == 1) };
+    let res =
+        if num > 1 { Err(vhost::vhost_user::Error::InvalidParam) } else { backend.set_vring_enable(index, num == 1) };
     if flags & NEED_REPLY != 0 {
         let mut reply = [0u8; 20];
         reply[0..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
@@ -169,8 +170,9 @@ impl Control {
             std::fs::create_dir_all(dir)?;
         }
         let _ = std::fs::remove_file(&cfg.control_socket);
-        let ctl_listener = UnixListener::bind(&cfg.control_socket)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", cfg.control_socket.display())))?;
+        let ctl_listener = UnixListener::bind(&cfg.control_socket).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("control socket {}: {e}", cfg.control_socket.display()))
+        })?;
         std::fs::set_permissions(&cfg.control_socket, std::fs::Permissions::from_mode(cfg.control_socket_mode))?;
         ctl_listener.set_nonblocking(true)?;
         epoll_add(epoll, ctl_listener.as_raw_fd(), TOK_CTL_LISTEN << 32);
@@ -240,11 +242,10 @@ impl Control {
                     TOK_PORT_CONN => self.serve_vhost(id as usize),
                     TOK_CTL_LISTEN => self.accept_ctl(),
                     TOK_CTL_CLIENT => self.serve_ctl(id),
-                    TOK_SIGNAL => {
-                        if self.take_signal() {
+                    TOK_SIGNAL
+                        if self.take_signal() => {
                             return;
                         }
-                    }
                     _ => {}
                 }
             }
@@ -429,11 +430,10 @@ impl Control {
             let _ = c.stream.write_all(b"\n");
             close = true;
         }
-        if close {
-            if let Some(c) = self.clients.remove(&id) {
+        if close
+            && let Some(c) = self.clients.remove(&id) {
                 epoll_del(self.epoll, c.stream.as_raw_fd());
             }
-        }
     }
 
     /// Socket paths to remove at exit.

@@ -117,7 +117,7 @@ fn stats(c: &Control) -> Value {
             "rx_bytes": t.rx_bytes,
             "tx_packets": t.tx_packets,
             "tx_bytes": t.tx_bytes,
-            "cycles_per_packet": if t.rx_packets > 0 { busy / t.rx_packets } else { 0 },
+            "cycles_per_packet": busy.checked_div(t.rx_packets).unwrap_or(0),
             "interrupts": t.interrupts,
             "drops": drops_json(&t),
         }));

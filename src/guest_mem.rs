@@ -100,8 +100,8 @@ impl GuestMem {
             let block = file.metadata().map(|m| m.blksize()).unwrap_or(4096).max(4096);
             let len = map_len.div_ceil(block) * block;
             let len = usize::try_from(len).map_err(|_| MemError::Overflow(i))?;
-            let map = MmapRegion::from_file(FileOffset::new(file, 0), len)
-                .map_err(|e| MemError::Map(i, e.to_string()))?;
+            let map =
+                MmapRegion::from_file(FileOffset::new(file, 0), len).map_err(|e| MemError::Map(i, e.to_string()))?;
             // SAFETY: mmap_offset + size <= len, checked above; the pointer stays inside the map.
             let host = unsafe { map.as_ptr().add(d.mmap_offset as usize) };
             regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _map: map });
@@ -113,12 +113,11 @@ impl GuestMem {
     #[inline]
     pub fn translate(&self, gpa: u64, len: u64) -> Option<*mut u8> {
         for r in &self.regions {
-            if let Some(off) = gpa.checked_sub(r.gpa) {
-                if off < r.size && len <= r.size - off {
+            if let Some(off) = gpa.checked_sub(r.gpa)
+                && off < r.size && len <= r.size - off {
                     // SAFETY: off + len <= r.size, so the range lies inside the mapping.
                     return Some(unsafe { r.host.add(off as usize) });
                 }
-            }
         }
         None
     }
@@ -128,13 +127,12 @@ impl GuestMem {
     #[inline]
     pub fn translate_prefix(&self, gpa: u64, len: u64) -> Option<(*mut u8, u64)> {
         for r in &self.regions {
-            if let Some(off) = gpa.checked_sub(r.gpa) {
-                if off < r.size {
+            if let Some(off) = gpa.checked_sub(r.gpa)
+                && off < r.size {
                     let n = len.min(r.size - off);
                     // SAFETY: off < r.size and n <= r.size - off: inside the mapping.
                     return Some((unsafe { r.host.add(off as usize) }, n));
                 }
-            }
         }
         None
     }
@@ -142,12 +140,11 @@ impl GuestMem {
     /// Host pointer for `len` bytes at the frontend's virtual address `uva` (ring addresses).
     pub fn translate_user(&self, uva: u64, len: u64) -> Option<*mut u8> {
         for r in &self.regions {
-            if let Some(off) = uva.checked_sub(r.uva) {
-                if off < r.size && len <= r.size - off {
+            if let Some(off) = uva.checked_sub(r.uva)
+                && off < r.size && len <= r.size - off {
                     // SAFETY: as in `translate`.
                     return Some(unsafe { r.host.add(off as usize) });
                 }
-            }
         }
         None
     }

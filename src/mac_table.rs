@@ -31,10 +31,7 @@ impl MacTable {
     /// A table of `buckets` (rounded up to a power of two) buckets of 8 entries.
     pub fn new(buckets: usize) -> MacTable {
         let n = buckets.next_power_of_two().max(1);
-        MacTable {
-            buckets: (0..n).map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(0)))).collect(),
-            mask: n - 1,
-        }
+        MacTable { buckets: (0..n).map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(0)))).collect(), mask: n - 1 }
     }
 
     #[inline]

@@ -270,11 +270,10 @@ impl<'a> Open<'a> {
     fn close(mut self, pc: &PortCounters) {
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
-        if let Some(ring) = self.guard.active.as_mut() {
-            if ring.publish() && ring.notify() {
+        if let Some(ring) = self.guard.active.as_mut()
+            && ring.publish() && ring.notify() {
                 bump(&pc.interrupts, 1);
             }
-        }
     }
 }
 
@@ -308,7 +307,11 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                         }
                         // Waited long enough: this guest is slow. Drop toward it (without
                         // blocking again) until it has room.
-                        log::warn!("port {}: receive ring full for {} cycles; dropping toward it until it has room", o.port.name(), now.wrapping_sub(since));
+                        log::warn!(
+                            "port {}: receive ring full for {} cycles; dropping toward it until it has room",
+                            o.port.name(),
+                            now.wrapping_sub(since)
+                        );
                         rx.stalled[p as usize] = true;
                         *blocked_since = None;
                         pc.drop(Drop::RxRingFull, 1);
@@ -357,7 +360,13 @@ impl From<RingError> for WriteError {
 /// Copies one frame into the guest's receive buffers: the virtio-net header, then the frame,
 /// spread over several buffers when MRG_RXBUF allows (num_buffers says how many).
 #[inline]
-fn write_frame(ring: &mut ActiveRing, hdr_len: u32, mrg: bool, f: &Frame, rx: &mut RxScratch) -> Result<(), WriteError> {
+fn write_frame(
+    ring: &mut ActiveRing,
+    hdr_len: u32,
+    mrg: bool,
+    f: &Frame,
+    rx: &mut RxScratch,
+) -> Result<(), WriteError> {
     let need = hdr_len + f.len;
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));

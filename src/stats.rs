@@ -29,7 +29,8 @@ pub enum Drop {
     Malformed,
 }
 
-pub const DROP_REASONS: [&str; 6] = ["rx_ring_full", "rx_buffer_too_small", "port_down", "mtu_exceeded", "runt", "malformed"];
+pub const DROP_REASONS: [&str; 6] =
+    ["rx_ring_full", "rx_buffer_too_small", "port_down", "mtu_exceeded", "runt", "malformed"];
 
 /// Counters for one port, kept by one poll thread. `rx` is what the switch received from the
 /// port (the guest transmitted); `tx` is what the switch sent to it (the guest received).

@@ -139,7 +139,10 @@ impl PortBackend {
         let (d, u, a) = v.addrs.unwrap();
         let Some(addrs) = ring_addrs(&mem, v.size, d, a, u) else {
             drop(g);
-            return Err(invalid(&format!("{}: vring {i} addresses outside guest memory or misaligned", self.port.name())));
+            return Err(invalid(&format!(
+                "{}: vring {i} addresses outside guest memory or misaligned",
+                self.port.name()
+            )));
         };
         let call = match &v.call {
             Some(f) => Some(f.try_clone().map_err(Error::ReqHandlerError)?),

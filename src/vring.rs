@@ -116,7 +116,11 @@ unsafe impl Send for VringLock {}
 
 impl Default for VringLock {
     fn default() -> Self {
-        VringLock { locked: AtomicBool::new(false), ready: AtomicBool::new(false), inner: UnsafeCell::new(Vring::default()) }
+        VringLock {
+            locked: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            inner: UnsafeCell::new(Vring::default()),
+        }
     }
 }
 
@@ -218,7 +222,7 @@ pub fn ring_addrs(mem: &GuestMem, size: u16, desc: u64, avail: u64, used: u64) -
         return None;
     }
     let n = size as u64;
-    if desc % 16 != 0 || avail % 2 != 0 || used % 4 != 0 {
+    if !desc.is_multiple_of(16) || !avail.is_multiple_of(2) || !used.is_multiple_of(4) {
         return None;
     }
     Some(RingAddrs {
@@ -438,7 +442,7 @@ impl ActiveRing {
                     return Err(RingError::BadIndirect);
                 }
                 let p = mem.translate(addr, len as u64).ok_or(RingError::BadIndirect)?;
-                if (p as usize) % 8 != 0 && addr % 16 != 0 {
+                if !(p as usize).is_multiple_of(8) && addr % 16 != 0 {
                     return Err(RingError::BadIndirect);
                 }
                 table = p as *const [u8; 16];

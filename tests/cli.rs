@@ -10,7 +10,10 @@ use std::process::Command;
 
 fn pvswitchd(args: &[&str]) -> (i32, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_pvswitchd")).args(args).output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout))
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout),
+    )
 }
 
 #[test]
@@ -60,18 +63,27 @@ fn control_socket_survives_bad_requests() {
     // A client that connects and goes away without a request.
     drop(UnixStream::connect(&sw.ctl).unwrap());
     // The daemon still answers, and pvswitchctl renders it.
-    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl")).args(["--control", sw.ctl.to_str().unwrap(), "ports"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "ports"])
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("vm1 (id 0): vhost-user server") && text.contains("[listening]"), "{text}");
-    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl")).args(["--control", sw.ctl.to_str().unwrap(), "--json", "stats"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "--json", "stats"])
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["threads"][0]["core"], 1);
 }
 
 #[test]
 fn pvswitchctl_without_daemon_says_so() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl")).args(["--control", "/tmp/pvs-test/nobody.sock", "ports"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", "/tmp/pvs-test/nobody.sock", "ports"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("pvswitchd is not running"));
 }

@@ -35,7 +35,8 @@ fn sixty_four_ports_two_poll_threads() {
     }
     let threads = sw.threads();
     let stats = sw.ctl("stats");
-    let polled: usize = stats["threads"].as_array().unwrap().iter().map(|t| t["queues"].as_array().unwrap().len()).sum();
+    let polled: usize =
+        stats["threads"].as_array().unwrap().iter().map(|t| t["queues"].as_array().unwrap().len()).sum();
     assert_eq!(polled, 64, "every port's queue is polled by exactly one thread: {stats}");
     for t in stats["threads"].as_array().unwrap() {
         assert_eq!(t["queues"].as_array().unwrap().len(), 32, "round-robin placement: {t}");

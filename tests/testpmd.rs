@@ -39,7 +39,11 @@ fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
         &format!("pvsb{pid}"),
         &[
             format!("net_virtio_user0,path={},queues={q},queue_size=1024", sw.sock("b")),
-            format!("net_pcap1{}{}", list("rx_pcap", &|_| "hello.pcap".into()), list("tx_pcap", &|i| format!("out{i}.pcap"))),
+            format!(
+                "net_pcap1{}{}",
+                list("rx_pcap", &|_| "hello.pcap".into()),
+                list("tx_pcap", &|i| format!("out{i}.pcap"))
+            ),
         ],
         &args_b,
     );
@@ -56,7 +60,11 @@ fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
     let a = Testpmd::spawn(
         &format!("pvsa{pid}"),
         &[
-            format!("net_pcap0{}{}", list("rx_pcap", &|i| format!("in{i}.pcap")), list("tx_pcap", &|i| format!("junk{i}.pcap"))),
+            format!(
+                "net_pcap0{}{}",
+                list("rx_pcap", &|i| format!("in{i}.pcap")),
+                list("tx_pcap", &|i| format!("junk{i}.pcap"))
+            ),
             format!("net_virtio_user1,path={},queues={q},queue_size=1024", sw.sock("a")),
         ],
         &args_a,

@@ -103,7 +103,8 @@ fn print_human(command: &str, r: &Value) {
                     p["socket"].as_str().unwrap_or(""),
                     p["state"].as_str().unwrap_or("")
                 );
-                let feats: Vec<&str> = p["features"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).collect();
+                let feats: Vec<&str> =
+                    p["features"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).collect();
                 println!("  features: {}", if feats.is_empty() { "-".into() } else { feats.join(" ") });
                 println!(
                     "  rx: {} packets {} bytes   tx: {} packets {} bytes   interrupts: {}",
@@ -118,8 +119,19 @@ fn print_human(command: &str, r: &Value) {
                     } else {
                         "stopped".into()
                     };
-                    let owner = if q["poll_thread"].is_null() { String::new() } else { format!(" poll thread {}", q["poll_thread"]) };
-                    println!("  queue {} {} size {} {}{}", q["index"], q["kind"].as_str().unwrap_or(""), q["size"], state, owner);
+                    let owner = if q["poll_thread"].is_null() {
+                        String::new()
+                    } else {
+                        format!(" poll thread {}", q["poll_thread"])
+                    };
+                    println!(
+                        "  queue {} {} size {} {}{}",
+                        q["index"],
+                        q["kind"].as_str().unwrap_or(""),
+                        q["size"],
+                        state,
+                        owner
+                    );
                 }
                 if let Some(e) = p["last_error"].as_str() {
                     println!("  last event: {e}");
@@ -141,7 +153,12 @@ fn print_human(command: &str, r: &Value) {
                 );
                 println!(
                     "  rx {} pkts {} bytes  tx {} pkts {} bytes  {} cycles/pkt  interrupts {}",
-                    t["rx_packets"], t["rx_bytes"], t["tx_packets"], t["tx_bytes"], t["cycles_per_packet"], t["interrupts"]
+                    t["rx_packets"],
+                    t["rx_bytes"],
+                    t["tx_packets"],
+                    t["tx_bytes"],
+                    t["cycles_per_packet"],
+                    t["interrupts"]
                 );
                 println!("  drops: {}", drops_str(&t["drops"]));
             }

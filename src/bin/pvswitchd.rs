@@ -69,7 +69,8 @@ fn run(cfg: Config) -> std::io::Result<()> {
     let signal_fd = block_signals()?;
     let numa = Numa::discover();
     let online = core_affinity::get_core_ids().unwrap_or_default();
-    let ports: Vec<Arc<Port>> = cfg.ports.iter().enumerate().map(|(i, p)| Arc::new(Port::new(i as u16, p.clone()))).collect();
+    let ports: Vec<Arc<Port>> =
+        cfg.ports.iter().enumerate().map(|(i, p)| Arc::new(Port::new(i as u16, p.clone()))).collect();
     let port_table: Arc<[Arc<Port>]> = ports.clone().into();
     let mac = Arc::new(MacTable::new(4096));
     let shutdown = Arc::new(AtomicBool::new(false));

@@ -205,16 +205,29 @@ impl Testpmd {
         remove_hugepage_files(prefix);
         // Unbuffered stdout, so command output comes before the next prompt.
         let mut cmd = Command::new("stdbuf");
-        cmd.args(["-o0", "-e0", "dpdk-testpmd", "--lcores", "0@0,1@0,2@0,3@0,4@0", "--no-pci", "-m", "512", "--single-file-segments"])
-            .arg(format!("--file-prefix={prefix}"));
+        cmd.args([
+            "-o0",
+            "-e0",
+            "dpdk-testpmd",
+            "--lcores",
+            "0@0,1@0,2@0,3@0,4@0",
+            "--no-pci",
+            "-m",
+            "512",
+            "--single-file-segments",
+        ])
+        .arg(format!("--file-prefix={prefix}"));
         for v in vdevs {
             cmd.arg("--vdev").arg(v);
         }
         cmd.args(["--", "-i", "--total-num-mbufs=32768", "--disable-link-check", "--no-flush-rx"]);
         cmd.args(extra);
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn testpmd");
+        let mut child =
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn testpmd");
         let out = Arc::new(Mutex::new(String::new()));
-        for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())] {
+        for stream in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
             let out = out.clone();
             std::thread::spawn(move || {
                 let mut r = stream;
@@ -383,7 +396,14 @@ pub fn assert_delivered(sent: &[Vec<u8>], out: &[Vec<u8>]) {
         let g = got.get(s).map(|v| v.as_slice()).unwrap_or(&[]);
         assert_eq!(g.len(), frames.len(), "stream {s}: count");
         for (i, (a, b)) in frames.iter().zip(g).enumerate() {
-            assert!(a == b, "stream {s}: frame {i} differs (sent seq {:?}, got seq {:?}, len {} vs {})", seq_of(a), seq_of(b), a.len(), b.len());
+            assert!(
+                a == b,
+                "stream {s}: frame {i} differs (sent seq {:?}, got seq {:?}, len {} vs {})",
+                seq_of(a),
+                seq_of(b),
+                a.len(),
+                b.len()
+            );
         }
     }
 }

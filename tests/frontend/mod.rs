@@ -10,6 +10,7 @@
 //! and MQ. The switch busy-polls, so kicks and interrupts are not used.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -77,23 +78,33 @@ impl Desc {
 pub struct GuestMemory {
     file: File,
     base: *mut u8,
+    /// Bytes of the file behind the mapping (MEM_SIZE unless a test shrinks it); touching the
+    /// mapping past it would be SIGBUS.
+    file_len: Cell<u64>,
 }
 
 impl GuestMemory {
-    fn new() -> GuestMemory {
+    fn new(file_len: u64) -> GuestMemory {
         // SAFETY: memfd_create with a valid C string; the fd is owned by the File below.
         let fd = unsafe { libc::memfd_create(c"pvs-test-vm".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(MEM_SIZE).unwrap();
+        file.set_len(file_len).unwrap();
         // SAFETY: a new shared mapping of a file we own, at an address the kernel picks; it is
         // unmapped in Drop and never handed out as a Rust reference except to atomics.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), MEM_SIZE as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                MEM_SIZE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         assert!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
-        GuestMemory { file, base: p as *mut u8 }
+        GuestMemory { file, base: p as *mut u8, file_len: Cell::new(file_len) }
     }
 
     /// The address of guest physical 0 in this process (the region's user address).
@@ -103,7 +114,7 @@ impl GuestMemory {
 
     fn check(&self, gpa: u64, len: usize) {
         assert!(
-            gpa.checked_add(len as u64).is_some_and(|end| end <= MEM_SIZE),
+            gpa.checked_add(len as u64).is_some_and(|end| end <= MEM_SIZE.min(self.file_len.get())),
             "test bug: {gpa:#x}+{len} is outside the test VM's memory"
         );
     }
@@ -128,10 +139,16 @@ impl GuestMemory {
     /// A ring index shared with pvswitchd (avail->idx, used->idx, flags).
     fn u16_at(&self, gpa: u64) -> &AtomicU16 {
         self.check(gpa, 2);
-        assert!(gpa % 2 == 0);
+        assert!(gpa.is_multiple_of(2));
         // SAFETY: 2 aligned bytes inside the mapping, which lives as long as `self`; AtomicU16
         // has u16's layout, and every access to ring indices here goes through atomics.
         unsafe { &*(self.base.add(gpa as usize) as *const AtomicU16) }
+    }
+
+    /// Shrinks (or grows) the file behind guest memory, as a hostile VM may at any time.
+    pub fn set_file_len(&self, len: u64) {
+        self.file.set_len(len).unwrap();
+        self.file_len.set(len);
     }
 
     fn u32_at(&self, gpa: u64) -> u32 {
@@ -216,7 +233,12 @@ impl Vm {
     /// Connects and sets up queue pair 0 with the rings at `rings` (guest physical addresses,
     /// which may lie outside guest memory for hostile tests). Returns the first error.
     pub fn try_connect(sock: &str, rings: [RingAt; 2]) -> Result<Vm, vhost::Error> {
-        let mem = GuestMemory::new();
+        Vm::try_connect_with(sock, rings, MEM_SIZE)
+    }
+
+    /// Like `try_connect`, but the memfd behind the MEM_SIZE region is only `file_len` bytes.
+    pub fn try_connect_with(sock: &str, rings: [RingAt; 2], file_len: u64) -> Result<Vm, vhost::Error> {
+        let mem = GuestMemory::new(file_len);
         let mut fe = Frontend::connect(sock, 2)?;
         fe.set_owner()?;
         let want = VERSION_1 | PROTOCOL_FEATURES | INDIRECT_DESC;
@@ -238,7 +260,7 @@ impl Vm {
         }])?;
         let mut fds = Vec::new();
         for (q, at) in rings.iter().enumerate() {
-            if at.avail + 2 <= MEM_SIZE {
+            if at.avail + 2 <= file_len {
                 // We poll the used ring; ask for no interrupts.
                 mem.u16_at(at.avail).store(AVAIL_F_NO_INTERRUPT.to_le(), Ordering::Relaxed);
             }
@@ -319,12 +341,11 @@ impl Vm {
         for _ in 0..n {
             let d = idx % QSIZE;
             let slot = self.rx.at.avail + 4 + 2 * d as u64;
-            write_descs(&self.mem, self.rx.at.desc + 16 * d as u64, &[Desc {
-                addr: RX_BUFS + d as u64 * BUF_SLOT,
-                len: size,
-                flags: F_WRITE,
-                next: 0,
-            }]);
+            write_descs(
+                &self.mem,
+                self.rx.at.desc + 16 * d as u64,
+                &[Desc { addr: RX_BUFS + d as u64 * BUF_SLOT, len: size, flags: F_WRITE, next: 0 }],
+            );
             self.mem.write(slot, &d.to_le_bytes());
             idx = idx.wrapping_add(1);
         }
@@ -344,7 +365,8 @@ impl Vm {
                 continue; // a buffer given back unused (e.g. too small for a frame)
             }
             let d = self.mem.read(self.rx.at.desc + 16 * id as u64, 16);
-            let (addr, cap) = (u64::from_le_bytes(d[0..8].try_into().unwrap()), u32::from_le_bytes(d[8..12].try_into().unwrap()));
+            let (addr, cap) =
+                (u64::from_le_bytes(d[0..8].try_into().unwrap()), u32::from_le_bytes(d[8..12].try_into().unwrap()));
             assert!(len as usize >= HDR_LEN && len <= cap, "switch wrote {len} bytes into a {cap}-byte RX buffer");
             let buf = self.mem.read(addr, len as usize);
             out.push(buf[HDR_LEN..].to_vec());

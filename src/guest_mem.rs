@@ -13,6 +13,7 @@
 //! - `translate` returns a pointer only for a range that lies entirely inside one mapped region.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
 use vm_memory::{FileOffset, MmapRegion};
@@ -53,6 +54,7 @@ pub enum MemError {
     Overflow(usize),
     Overlap(usize),
     Map(usize, String),
+    ShortFile(usize, u64, u64),
 }
 
 impl std::fmt::Display for MemError {
@@ -63,6 +65,9 @@ impl std::fmt::Display for MemError {
             MemError::Overflow(i) => write!(f, "memory region {i} wraps the address space"),
             MemError::Overlap(i) => write!(f, "memory region {i} overlaps another"),
             MemError::Map(i, e) => write!(f, "mapping memory region {i}: {e}"),
+            MemError::ShortFile(i, have, need) => {
+                write!(f, "memory region {i} needs {need} bytes of its file, which has {have}")
+            }
         }
     }
 }
@@ -97,7 +102,17 @@ impl GuestMem {
             }
             // Map from file offset 0 and add mmap_offset ourselves: hugetlbfs wants offsets and
             // lengths aligned to its page size, which the frontend's offset need not be.
-            let block = file.metadata().map(|m| m.blksize()).unwrap_or(4096).max(4096);
+            let meta = file.metadata().map_err(|e| MemError::Map(i, e.to_string()))?;
+            // Touching a mapping past the end of its file raises SIGBUS, which would take the
+            // whole switch down: the file must hold the region the frontend describes.
+            if meta.is_file() && meta.len() < map_len {
+                return Err(MemError::ShortFile(i, meta.len(), map_len));
+            }
+            // And it must stay that way. memfds that allow sealing (QEMU seals its own) are
+            // sealed against shrinking; see DESIGN.md for files that cannot be sealed.
+            // SAFETY: fcntl on an fd we own; failure (EINVAL, EPERM) leaves it unchanged.
+            unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+            let block = meta.blksize().max(4096);
             let len = map_len.div_ceil(block) * block;
             let len = usize::try_from(len).map_err(|_| MemError::Overflow(i))?;
             let map =

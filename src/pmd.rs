@@ -173,7 +173,6 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
             // Backpressure: the rest stays in the guest's TX ring for the next visit.
             ring.unpop((got - consumed) as u16);
             bytes = frames[..consumed].iter().map(|f| f.len as u64).sum();
-            err = None;
         }
         let got = consumed;
         bump(&pc.rx_packets, got as u64);

@@ -548,7 +548,6 @@ fn read_past_eof(mut b: Bench, mut evil: Vm) {
 /// a descriptor points into the missing part. pvswitchd should refuse such a table (the file
 /// is too short for the region) or at least survive the access.
 #[test]
-#[ignore = "pvswitchd bug: dies of SIGBUS (see the comment above)"]
 fn memory_region_longer_than_its_file() {
     let _g = serial();
     let b = Bench::start("h-mem-eof");

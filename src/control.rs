@@ -26,6 +26,7 @@ const TOK_PORT_CONN: u64 = 2;
 const TOK_CTL_LISTEN: u64 = 3;
 const TOK_CTL_CLIENT: u64 = 4;
 const TOK_SIGNAL: u64 = 5;
+const TOK_MEM_FAULT: u64 = 6;
 
 /// Largest control request accepted.
 pub const MAX_CTL_REQUEST: usize = 64 * 1024;
@@ -77,6 +78,8 @@ pub struct Control {
     clients: HashMap<u64, CtlClient>,
     next_client: u64,
     signal_fd: RawFd,
+    /// Written by the SIGBUS handler when a guest's memory file shrank under us.
+    fault_fd: RawFd,
     pub started: Instant,
 }
 
@@ -177,6 +180,13 @@ impl Control {
         ctl_listener.set_nonblocking(true)?;
         epoll_add(epoll, ctl_listener.as_raw_fd(), TOK_CTL_LISTEN << 32);
         epoll_add(epoll, signal_fd, TOK_SIGNAL << 32);
+        // SAFETY: creating an eventfd; checked below.
+        let fault_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fault_fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        crate::mem_fault::install(fault_fd)?;
+        epoll_add(epoll, fault_fd, TOK_MEM_FAULT << 32);
         let mut c = Control {
             epoll,
             cfg,
@@ -188,6 +198,7 @@ impl Control {
             clients: HashMap::new(),
             next_client: 0,
             signal_fd,
+            fault_fd,
             started: Instant::now(),
         };
         for p in ports {
@@ -242,12 +253,29 @@ impl Control {
                     TOK_PORT_CONN => self.serve_vhost(id as usize),
                     TOK_CTL_LISTEN => self.accept_ctl(),
                     TOK_CTL_CLIENT => self.serve_ctl(id),
-                    TOK_SIGNAL
-                        if self.take_signal() => {
-                            return;
-                        }
+                    TOK_MEM_FAULT => self.memory_fault(),
+                    TOK_SIGNAL if self.take_signal() => return,
                     _ => {}
                 }
+            }
+        }
+    }
+
+    /// A guest's memory faulted (its file shrank): disconnect the port it belongs to.
+    fn memory_fault(&mut self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reading the eventfd counter into a local buffer.
+        unsafe { libc::read(self.fault_fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+        let (addr, total) = crate::mem_fault::last_fault();
+        for i in 0..self.ports.len() {
+            let hit = self.ports[i].conn.as_ref().is_some_and(|c| c.backend.lock().unwrap().mem_contains(addr));
+            if hit {
+                let msg = format!(
+                    "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory); disconnected"
+                );
+                log::error!("port {}: {msg} ({total} faults so far)", self.ports[i].port.name());
+                self.ports[i].last_error = Some(msg);
+                self.detach(i);
             }
         }
     }
@@ -463,6 +491,7 @@ impl Drop for Control {
         unsafe {
             libc::close(self.epoll);
             libc::close(self.signal_fd);
+            libc::close(self.fault_fd);
         }
     }
 }

@@ -33,7 +33,9 @@ struct Region {
     uva: u64,
     size: u64,
     host: *mut u8,
-    _map: MmapRegion,
+    /// Known to the SIGBUS handler while mapped (dropped before `map`: fields drop in order).
+    _fault_reg: Option<crate::mem_fault::Registration>,
+    map: MmapRegion,
 }
 
 /// Mapped guest memory. Immutable once built; replaced whole on SET_MEM_TABLE.
@@ -119,7 +121,8 @@ impl GuestMem {
                 MmapRegion::from_file(FileOffset::new(file, 0), len).map_err(|e| MemError::Map(i, e.to_string()))?;
             // SAFETY: mmap_offset + size <= len, checked above; the pointer stays inside the map.
             let host = unsafe { map.as_ptr().add(d.mmap_offset as usize) };
-            regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _map: map });
+            let _fault_reg = crate::mem_fault::register(map.as_ptr() as usize, len);
+            regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _fault_reg, map });
         }
         Ok(GuestMem { regions })
     }
@@ -162,6 +165,14 @@ impl GuestMem {
                 }
         }
         None
+    }
+
+    /// Whether a host address lies in one of these mappings (to attribute a memory fault).
+    pub fn contains_host(&self, addr: usize) -> bool {
+        self.regions.iter().any(|r| {
+            let start = r.map.as_ptr() as usize;
+            addr >= start && addr < start + r.map.size()
+        })
     }
 
     pub fn region_count(&self) -> usize {

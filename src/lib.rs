@@ -6,6 +6,7 @@ pub mod control;
 pub mod ctl;
 pub mod guest_mem;
 pub mod mac_table;
+pub mod mem_fault;
 pub mod pmd;
 pub mod port;
 pub mod stats;

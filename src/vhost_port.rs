@@ -96,6 +96,11 @@ impl PortBackend {
         self.features
     }
 
+    /// Whether `addr` lies in this connection's guest memory mappings.
+    pub fn mem_contains(&self, addr: usize) -> bool {
+        self.mem.as_ref().is_some_and(|m| m.contains_host(addr))
+    }
+
     pub fn mem_regions(&self) -> usize {
         self.mem.as_ref().map_or(0, |m| m.region_count())
     }

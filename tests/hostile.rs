@@ -567,7 +567,6 @@ fn memory_region_longer_than_its_file() {
 /// A well-behaved setup, then the VM shrinks the file behind its memory to 4 MiB and points a
 /// descriptor at 8 MiB. pvswitchd should survive (not die of SIGBUS).
 #[test]
-#[ignore = "pvswitchd bug: dies of SIGBUS (see the comment above)"]
 fn memory_file_shrunk_after_setup() {
     let _g = serial();
     let mut b = Bench::start("h-mem-shrink");

@@ -71,9 +71,22 @@ class Testpmd:
         with self.lock:
             return self.out[start:]
 
-    def rx_packets(self):
-        o = self.cmd("show port stats all")
-        return sum(int(l.split("RX-packets:")[1].split()[0]) for l in o.splitlines() if "RX-packets:" in l)
+    def rx_packets(self, nports=2):
+        with self.lock:
+            start = len(self.out)
+        self.cmd("show port stats all")
+        # The prompt can overtake the tail of the report: wait for every port's last line.
+        end = time.time() + 10
+        while True:
+            with self.lock:
+                o = self.out[start:]
+            if o.count("Tx-bps:") >= nports or time.time() > end:
+                break
+            time.sleep(0.005)
+        rx = [int(l.split("RX-packets:")[1].split()[0]) for l in o.splitlines() if "RX-packets:" in l]
+        if len(rx) != nports:
+            raise RuntimeError(f"incomplete port stats:\n{o}")
+        return sum(rx)
 
     def close(self):
         try:

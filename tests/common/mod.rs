@@ -181,6 +181,7 @@ pub struct Testpmd {
     stdin: ChildStdin,
     out: Arc<Mutex<String>>,
     prefix: String,
+    nports: usize,
 }
 
 pub fn check_prerequisites() {
@@ -239,7 +240,7 @@ impl Testpmd {
             });
         }
         let stdin = child.stdin.take().unwrap();
-        let mut t = Testpmd { child, stdin, out, prefix: prefix.to_string() };
+        let mut t = Testpmd { child, stdin, out, prefix: prefix.to_string(), nports: vdevs.len() };
         t.wait_output("testpmd prompt", "testpmd> ");
         t
     }
@@ -280,7 +281,15 @@ impl Testpmd {
 
     /// (rx_packets, tx_packets) per port from `show port stats all`.
     pub fn port_stats(&mut self) -> Vec<(u64, u64)> {
-        let o = self.cmd("show port stats all");
+        let before = self.out.lock().unwrap().len();
+        self.cmd("show port stats all");
+        // The prompt can overtake the tail of the report: wait for every port's last line.
+        let n = self.nports;
+        let out = self.out.clone();
+        let o = wait_for("testpmd's port stats", || {
+            let o = out.lock().unwrap();
+            (o[before..].matches("Tx-bps:").count() >= n).then(|| o[before..].to_string())
+        });
         let num = |l: &str, key: &str| -> u64 {
             l.split(key).nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap_or(0)
         };

@@ -163,6 +163,9 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
                 }
             }
         }
+        for f in &frames[..got] {
+            f.segs.prefetch(hdr_len);
+        }
         let mut bytes = 0u64;
         for f in &mut frames[..got] {
             classify(cx, port, pc, f, hdr_len);

@@ -88,6 +88,8 @@ fn ports(c: &Control) -> Value {
             "tx_packets": t.tx_packets,
             "tx_bytes": t.tx_bytes,
             "interrupts": t.interrupts,
+            "rx_bursts": t.rx_bursts,
+            "tx_batches": t.tx_batches,
             "drops": drops_json(&t),
         }));
     }
@@ -118,6 +120,8 @@ fn stats(c: &Control) -> Value {
             "tx_packets": t.tx_packets,
             "tx_bytes": t.tx_bytes,
             "cycles_per_packet": busy.checked_div(t.rx_packets).unwrap_or(0),
+            "avg_rx_burst": if t.rx_bursts > 0 { t.rx_packets as f64 / t.rx_bursts as f64 } else { 0.0 },
+            "avg_tx_batch": if t.tx_batches > 0 { t.tx_packets as f64 / t.tx_batches as f64 } else { 0.0 },
             "interrupts": t.interrupts,
             "drops": drops_json(&t),
         }));

@@ -152,6 +152,7 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
         let mut err = None;
         while got < n {
             let f = &mut frames[got];
+            ring.prefetch_ahead();
             match ring.pop(&mut f.segs, false) {
                 Ok(head) => {
                     f.head = head;
@@ -178,6 +179,7 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
             bytes = frames[..consumed].iter().map(|f| f.len as u64).sum();
         }
         let got = consumed;
+        bump(&pc.rx_bursts, (got > 0) as u64);
         bump(&pc.rx_packets, got as u64);
         bump(&pc.rx_bytes, bytes);
         for f in &frames[..got] {
@@ -270,6 +272,7 @@ impl<'a> Open<'a> {
 
     /// Publishes what was written with one used-index store; interrupts the guest if it asked.
     fn close(mut self, pc: &PortCounters) {
+        bump(&pc.tx_batches, (self.packets > 0) as u64);
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
         if let Some(ring) = self.guard.active.as_mut()
@@ -285,7 +288,9 @@ impl<'a> Open<'a> {
 /// backpressure instead of loss, for at most `retry_cycles`).
 fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked_since: &mut Option<u64>) -> usize {
     let mut open: Option<Open> = None;
-    for (i, f) in frames.iter().enumerate() {
+    let mut i = 0;
+    while i < frames.len() {
+        let f = &frames[i];
         match f.out {
             Out::Drop => {}
             Out::Port(p) => {
@@ -294,13 +299,10 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                     open = Open::new(cx, p);
                 }
                 let pc = &cx.stats.ports[p as usize];
-                let Some(o) = open.as_mut() else {
-                    pc.drop(Drop::PortDown, 1);
-                    continue;
-                };
-                match o.write(f, rx) {
-                    Ok(()) => rx.stalled[p as usize] = false,
-                    Err(Drop::RxRingFull) if !rx.stalled[p as usize] => {
+                match open.as_mut().map(|o| o.write(f, rx)) {
+                    None => pc.drop(Drop::PortDown, 1),
+                    Some(Ok(())) => rx.stalled[p as usize] = false,
+                    Some(Err(Drop::RxRingFull)) if !rx.stalled[p as usize] => {
                         let now = cycles();
                         let since = *blocked_since.get_or_insert(now);
                         if now.wrapping_sub(since) < cx.retry_cycles {
@@ -309,32 +311,34 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                         }
                         // Waited long enough: this guest is slow. Drop toward it (without
                         // blocking again) until it has room.
-                        log::warn!(
-                            "port {}: receive ring full for {} cycles; dropping toward it until it has room",
-                            o.port.name(),
-                            now.wrapping_sub(since)
-                        );
                         rx.stalled[p as usize] = true;
                         *blocked_since = None;
                         pc.drop(Drop::RxRingFull, 1);
                     }
-                    Err(why) => pc.drop(why, 1),
+                    Some(Err(why)) => pc.drop(why, 1),
                 }
             }
             Out::Flood => {
                 o_close(open.take(), cx);
-                // Best effort, as broadcast is: a full or absent port misses the frame.
+                // A run of consecutive flooded frames goes to each port as one batch. Best
+                // effort, as broadcast is: a full or absent port misses the frame.
+                let run = frames[i..].iter().take_while(|f| f.out == Out::Flood).count();
                 for dp in cx.ports.iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(cx, dp.id) {
-                        if let Err(why) = o.write(f, rx) {
-                            pc.drop(why, 1);
+                        for f in &frames[i..i + run] {
+                            if let Err(why) = o.write(f, rx) {
+                                pc.drop(why, 1);
+                            }
                         }
                         o.close(pc);
                     }
                 }
+                i += run;
+                continue;
             }
         }
+        i += 1;
     }
     o_close(open, cx);
     *blocked_since = None;
@@ -373,6 +377,7 @@ fn write_frame(
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
     }
+    ring.prefetch_ahead();
     let head = ring.pop(&mut rx.first, true)?;
     let first_room = rx.first.len();
     if first_room < hdr_len || (!mrg && first_room < need) {

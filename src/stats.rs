@@ -42,6 +42,10 @@ pub struct PortCounters {
     pub tx_packets: AtomicU64,
     pub tx_bytes: AtomicU64,
     pub interrupts: AtomicU64,
+    /// Bursts taken from this port's queues (rx_packets / rx_bursts is the average burst).
+    pub rx_bursts: AtomicU64,
+    /// Batches delivered into this port's queues, each one used-index store.
+    pub tx_batches: AtomicU64,
     pub drops: [AtomicU64; 6],
 }
 
@@ -60,6 +64,8 @@ pub struct PortTotals {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub interrupts: u64,
+    pub rx_bursts: u64,
+    pub tx_batches: u64,
     pub drops: [u64; 6],
 }
 
@@ -70,6 +76,8 @@ impl PortTotals {
         self.tx_packets += c.tx_packets.load(Relaxed);
         self.tx_bytes += c.tx_bytes.load(Relaxed);
         self.interrupts += c.interrupts.load(Relaxed);
+        self.rx_bursts += c.rx_bursts.load(Relaxed);
+        self.tx_batches += c.tx_batches.load(Relaxed);
         for (t, d) in self.drops.iter_mut().zip(&c.drops) {
             *t += d.load(Relaxed);
         }

@@ -160,6 +160,11 @@ fn print_human(command: &str, r: &Value) {
                     t["cycles_per_packet"],
                     t["interrupts"]
                 );
+                println!(
+                    "  avg burst taken {:.1}  avg batch delivered {:.1}",
+                    t["avg_rx_burst"].as_f64().unwrap_or(0.0),
+                    t["avg_tx_batch"].as_f64().unwrap_or(0.0)
+                );
                 println!("  drops: {}", drops_str(&t["drops"]));
             }
         }

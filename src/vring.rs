@@ -528,11 +528,13 @@ impl ActiveRing {
     }
 
     /// Starts loading what the next pops will touch, so their cache misses overlap with the
-    /// current frame's work: the descriptor of the chain two ahead, and the first buffer of the
-    /// chain one ahead (whose descriptor the previous call prefetched). Only available entries
+    /// current frame's work: the descriptor of the chain four ahead, and the first buffer of the
+    /// chain two ahead (whose descriptor an earlier call prefetched). Only available entries
     /// are looked at, and prefetches never fault, so a hostile guest gains nothing here.
     #[inline]
     pub fn prefetch_ahead(&self) {
+        const DESC_AHEAD: u16 = 4;
+        const BUF_AHEAD: u16 = 2;
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -542,15 +544,15 @@ impl ActiveRing {
                 // SAFETY: ring[slot] lies in the validated avail ring.
                 self.read_u16(unsafe { self.avail.add(4 + 2 * slot) })
             };
-            if ready > 2 {
-                let head = head_at(2);
+            if ready > DESC_AHEAD {
+                let head = head_at(DESC_AHEAD);
                 if head < self.size {
                     // SAFETY: head < size: inside the validated descriptor table; a hint only.
                     unsafe { _mm_prefetch(self.desc.add(head as usize) as *const i8, _MM_HINT_T0) };
                 }
             }
-            if ready > 1 {
-                let head = head_at(1);
+            if ready > BUF_AHEAD {
+                let head = head_at(BUF_AHEAD);
                 if head < self.size {
                     // SAFETY: as above; the descriptor is read once into a local.
                     let raw = unsafe { ptr::read_volatile(self.desc.add(head as usize)) };

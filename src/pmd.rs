@@ -152,7 +152,7 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
         let mut err = None;
         while got < n {
             let f = &mut frames[got];
-            ring.prefetch_ahead();
+            ring.prefetch_ahead(false);
             match ring.pop(&mut f.segs, false) {
                 Ok(head) => {
                     f.head = head;
@@ -377,7 +377,7 @@ fn write_frame(
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
     }
-    ring.prefetch_ahead();
+    ring.prefetch_ahead(true);
     let head = ring.pop(&mut rx.first, true)?;
     let first_room = rx.first.len();
     if first_room < hdr_len || (!mrg && first_room < need) {

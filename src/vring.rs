@@ -532,12 +532,12 @@ impl ActiveRing {
     /// chain two ahead (whose descriptor an earlier call prefetched). Only available entries
     /// are looked at, and prefetches never fault, so a hostile guest gains nothing here.
     #[inline]
-    pub fn prefetch_ahead(&self) {
+    pub fn prefetch_ahead(&self, for_write: bool) {
         const DESC_AHEAD: u16 = 4;
         const BUF_AHEAD: u16 = 2;
         #[cfg(target_arch = "x86_64")]
         {
-            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            use core::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T0, _mm_prefetch};
             let ready = self.avail_shadow.wrapping_sub(self.last_avail);
             let head_at = |k: u16| {
                 let slot = (self.last_avail.wrapping_add(k) & (self.size - 1)) as usize;
@@ -560,8 +560,15 @@ impl ActiveRing {
                     // SAFETY: mem_ptr comes from the Arc this ring holds.
                     let mem = unsafe { &*self.mem_ptr };
                     if let Some((p, _)) = mem.translate_prefix(addr, 1) {
-                        // SAFETY: a prefetch hint on a translated, mapped address.
-                        unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+                        // SAFETY: a prefetch hint on a translated, mapped address. Receive
+                        // buffers are fetched for ownership: we are about to write them.
+                        unsafe {
+                            if for_write {
+                                _mm_prefetch(p as *const i8, _MM_HINT_ET0)
+                            } else {
+                                _mm_prefetch(p as *const i8, _MM_HINT_T0)
+                            }
+                        };
                     }
                 }
             }

@@ -240,7 +240,13 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         // poll thread ever uses the old mapping after this; the old one is unmapped when the
         // last ring lets go of it.
         self.mem = Some(Arc::new(mem));
-        self.reconcile_all()?;
+        // A frontend that moved its memory to new addresses re-sends SET_VRING_ADDR next; until
+        // then a ring whose old addresses are not in the new table stays stopped.
+        for i in 0..self.vrings.len() {
+            if self.reconcile(i).is_err() {
+                info!("{}: vring {i} waits for addresses in the new memory table", self.port.name());
+            }
+        }
         Ok(None)
     }
 

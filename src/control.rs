@@ -458,10 +458,9 @@ impl Control {
             let _ = c.stream.write_all(b"\n");
             close = true;
         }
-        if close
-            && let Some(c) = self.clients.remove(&id) {
-                epoll_del(self.epoll, c.stream.as_raw_fd());
-            }
+        if close && let Some(c) = self.clients.remove(&id) {
+            epoll_del(self.epoll, c.stream.as_raw_fd());
+        }
     }
 
     /// Socket paths to remove at exit.

@@ -127,44 +127,35 @@ impl GuestMem {
         Ok(GuestMem { regions })
     }
 
+    /// The region holding `addr` in the address space `base` picks (guest-physical or the
+    /// frontend's virtual), and the offset into it.
+    #[inline]
+    fn find(&self, addr: u64, base: impl Fn(&Region) -> u64) -> Option<(&Region, u64)> {
+        self.regions.iter().find_map(|r| addr.checked_sub(base(r)).filter(|&off| off < r.size).map(|off| (r, off)))
+    }
+
     /// Host pointer for `len` bytes at guest physical address `gpa`, if they lie in one region.
     #[inline]
     pub fn translate(&self, gpa: u64, len: u64) -> Option<*mut u8> {
-        for r in &self.regions {
-            if let Some(off) = gpa.checked_sub(r.gpa)
-                && off < r.size && len <= r.size - off {
-                    // SAFETY: off + len <= r.size, so the range lies inside the mapping.
-                    return Some(unsafe { r.host.add(off as usize) });
-                }
-        }
-        None
+        let (r, off) = self.find(gpa, |r| r.gpa)?;
+        // SAFETY: off + len <= r.size, so the range lies inside the mapping.
+        (len <= r.size - off).then(|| unsafe { r.host.add(off as usize) })
     }
 
     /// Like `translate`, but returns the longest prefix (<= len) contiguous in one region, so a
     /// buffer that spans two regions can be walked piece by piece.
     #[inline]
     pub fn translate_prefix(&self, gpa: u64, len: u64) -> Option<(*mut u8, u64)> {
-        for r in &self.regions {
-            if let Some(off) = gpa.checked_sub(r.gpa)
-                && off < r.size {
-                    let n = len.min(r.size - off);
-                    // SAFETY: off < r.size and n <= r.size - off: inside the mapping.
-                    return Some((unsafe { r.host.add(off as usize) }, n));
-                }
-        }
-        None
+        let (r, off) = self.find(gpa, |r| r.gpa)?;
+        // SAFETY: off < r.size and the prefix length is at most r.size - off: inside the mapping.
+        Some((unsafe { r.host.add(off as usize) }, len.min(r.size - off)))
     }
 
     /// Host pointer for `len` bytes at the frontend's virtual address `uva` (ring addresses).
     pub fn translate_user(&self, uva: u64, len: u64) -> Option<*mut u8> {
-        for r in &self.regions {
-            if let Some(off) = uva.checked_sub(r.uva)
-                && off < r.size && len <= r.size - off {
-                    // SAFETY: as in `translate`.
-                    return Some(unsafe { r.host.add(off as usize) });
-                }
-        }
-        None
+        let (r, off) = self.find(uva, |r| r.uva)?;
+        // SAFETY: as in `translate`.
+        (len <= r.size - off).then(|| unsafe { r.host.add(off as usize) })
     }
 
     /// Whether a host address lies in one of these mappings (to attribute a memory fault).

@@ -276,9 +276,11 @@ impl<'a> Open<'a> {
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
         if let Some(ring) = self.guard.active.as_mut()
-            && ring.publish() && ring.notify() {
-                bump(&pc.interrupts, 1);
-            }
+            && ring.publish()
+            && ring.notify()
+        {
+            bump(&pc.interrupts, 1);
+        }
     }
 }
 

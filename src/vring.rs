@@ -271,45 +271,40 @@ impl Segs {
         Ok(())
     }
 
-    /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
-    pub fn read_at(&self, mut off: u32, out: &mut [u8]) -> usize {
+    /// Calls `f(pointer, done, n)` for each piece of the `len` bytes at offset `off`, where
+    /// `done` bytes came before the piece; returns the bytes covered (less if the chain is short).
+    #[inline]
+    fn spans(&self, mut off: u32, len: usize, mut f: impl FnMut(*mut u8, usize, usize)) -> usize {
         let mut done = 0;
-        for &(p, len) in &self.ptrs[..self.n] {
-            if done == out.len() {
+        for &(p, seg) in &self.ptrs[..self.n] {
+            if done == len {
                 break;
             }
-            if off >= len {
-                off -= len;
+            if off >= seg {
+                off -= seg;
                 continue;
             }
-            let n = ((len - off) as usize).min(out.len() - done);
-            // SAFETY: (p, len) lies in mapped guest memory while the ring lock is held (type
-            // invariant); off + n <= len; `out` is our own buffer and cannot overlap it.
-            unsafe { copy_bytes(p.add(off as usize), out.as_mut_ptr().add(done), n) };
+            let n = ((seg - off) as usize).min(len - done);
+            // SAFETY: off < seg, so the pointer stays inside the segment.
+            f(unsafe { p.add(off as usize) }, done, n);
             done += n;
             off = 0;
         }
         done
     }
 
+    /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
+    pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
+        let dst = out.as_mut_ptr();
+        // SAFETY: each piece lies in mapped guest memory while the ring lock is held (type
+        // invariant) and within its segment; `out` is our own buffer, `done + n <= out.len()`.
+        self.spans(off, out.len(), |p, done, n| unsafe { copy_bytes(p, dst.add(done), n) })
+    }
+
     /// Writes `src` at offset `off` of these (device-writable) segments; returns bytes written.
-    pub fn write_at(&self, mut off: u32, src: &[u8]) -> usize {
-        let mut done = 0;
-        for &(p, len) in &self.ptrs[..self.n] {
-            if done == src.len() {
-                break;
-            }
-            if off >= len {
-                off -= len;
-                continue;
-            }
-            let n = ((len - off) as usize).min(src.len() - done);
-            // SAFETY: as in `read_at`, in the other direction.
-            unsafe { copy_bytes(src.as_ptr().add(done), p.add(off as usize), n) };
-            done += n;
-            off = 0;
-        }
-        done
+    pub fn write_at(&self, off: u32, src: &[u8]) -> usize {
+        // SAFETY: as in `read_at`, in the other direction.
+        self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
@@ -348,7 +343,10 @@ impl Segs {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a prefetch is a hint: it never faults, whatever the address.
             unsafe {
-                core::arch::x86_64::_mm_prefetch(self.ptrs[0].0.add(off as usize) as *const i8, core::arch::x86_64::_MM_HINT_T0)
+                core::arch::x86_64::_mm_prefetch(
+                    self.ptrs[0].0.add(off as usize) as *const i8,
+                    core::arch::x86_64::_MM_HINT_T0,
+                )
             };
         }
     }

@@ -268,7 +268,8 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         _log: u64,
     ) -> Result<()> {
         self.vring(index)?.addrs = Some((descriptor, used, available));
-        if self.vrings[index as usize].running { self.reconcile(index as usize) } else { Ok(()) }
+        // Restarts a running ring at the new addresses, or starts one that waited for them.
+        self.reconcile(index as usize)
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {

@@ -290,6 +290,47 @@ impl Vm {
         Ok(Vm { fe, _fds: fds, mem, rx: ring(rings[0]), tx: ring(rings[1]) })
     }
 
+    /// Moves this VM's memory, as a VMM may at any time: a new memfd with the same contents,
+    /// mapped at a new address, announced with SET_MEM_TABLE, then SET_VRING_ADDR for both rings
+    /// at their new addresses. Call it when no frame is in flight. Every request is acked
+    /// (REPLY_ACK) before this returns; then the old memory is overwritten with 0xff (garbage
+    /// indices and descriptors) and unmapped, so a switch still using it would break the
+    /// queues or deliver garbage.
+    pub fn remap_memory(&mut self) {
+        let new = GuestMemory::new(MEM_SIZE);
+        // SAFETY: two distinct MEM_SIZE mappings we own.
+        unsafe { std::ptr::copy_nonoverlapping(self.mem.base, new.base, MEM_SIZE as usize) };
+        self.fe
+            .set_mem_table(&[VhostUserMemoryRegionInfo {
+                guest_phys_addr: 0,
+                memory_size: MEM_SIZE,
+                userspace_addr: new.uva(),
+                mmap_offset: 0,
+                mmap_handle: new.file.as_raw_fd(),
+            }])
+            .expect("SET_MEM_TABLE refused");
+        for (q, at) in [self.rx.at, self.tx.at].into_iter().enumerate() {
+            let uva = |gpa: u64| new.uva() + gpa;
+            self.fe
+                .set_vring_addr(
+                    q,
+                    &VringConfigData {
+                        queue_max_size: QSIZE,
+                        queue_size: QSIZE,
+                        flags: 0,
+                        desc_table_addr: uva(at.desc),
+                        used_ring_addr: uva(at.used),
+                        avail_ring_addr: uva(at.avail),
+                        log_addr: None,
+                    },
+                )
+                .expect("SET_VRING_ADDR refused");
+        }
+        let old = std::mem::replace(&mut self.mem, new);
+        // SAFETY: our own MEM_SIZE mapping.
+        unsafe { std::ptr::write_bytes(old.base, 0xff, MEM_SIZE as usize) };
+    }
+
     /// Raw access to the guest RX ring (queue 0).
     pub fn raw_rx(&mut self) -> RawRing<'_> {
         RawRing { mem: &self.mem, ring: &mut self.rx }

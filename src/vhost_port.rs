@@ -25,10 +25,14 @@ pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
 pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+/// The device uses buffers in the order they were made available. pvswitchd always does:
+/// chains are popped, and completed, strictly in ring order on both queues.
+pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
 /// What pvswitchd offers every frontend. CTRL_VQ is offered because MQ requires it; the
 /// frontend (QEMU) serves the control queue itself and never hands it to a backend.
 pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
+    | VIRTIO_F_IN_ORDER
     | VIRTIO_NET_F_MRG_RXBUF
     | VIRTIO_NET_F_CTRL_VQ
     | VIRTIO_NET_F_MQ
@@ -40,6 +44,7 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
 pub fn feature_names(f: u64) -> Vec<&'static str> {
     [
         (VIRTIO_F_VERSION_1, "VERSION_1"),
+        (VIRTIO_F_IN_ORDER, "IN_ORDER"),
         (VIRTIO_NET_F_MRG_RXBUF, "MRG_RXBUF"),
         (VIRTIO_NET_F_CTRL_VQ, "CTRL_VQ"),
         (VIRTIO_NET_F_MQ, "MQ"),

@@ -214,6 +214,23 @@ pub fn write_descs(mem: &GuestMemory, gpa: u64, descs: &[Desc]) {
     mem.write(gpa, &bytes);
 }
 
+/// SET_VRING_ADDR for queue `q` with its parts at guest-physical `at` in `mem`.
+fn set_ring_addr(fe: &mut Frontend, q: usize, mem: &GuestMemory, at: RingAt) -> Result<(), vhost::Error> {
+    let uva = |gpa: u64| mem.uva().wrapping_add(gpa);
+    fe.set_vring_addr(
+        q,
+        &VringConfigData {
+            queue_max_size: QSIZE,
+            queue_size: QSIZE,
+            flags: 0,
+            desc_table_addr: uva(at.desc),
+            used_ring_addr: uva(at.used),
+            avail_ring_addr: uva(at.avail),
+            log_addr: None,
+        },
+    )
+}
+
 /// One test VM: a vhost-user connection plus guest memory and queue pair 0.
 pub struct Vm {
     // Field order is drop order: close the connection before unmapping our side of memory.
@@ -266,19 +283,7 @@ impl Vm {
             }
             fe.set_vring_num(q, QSIZE)?;
             fe.set_vring_base(q, 0)?;
-            let uva = |gpa: u64| mem.uva().wrapping_add(gpa);
-            fe.set_vring_addr(
-                q,
-                &VringConfigData {
-                    queue_max_size: QSIZE,
-                    queue_size: QSIZE,
-                    flags: 0,
-                    desc_table_addr: uva(at.desc),
-                    used_ring_addr: uva(at.used),
-                    avail_ring_addr: uva(at.avail),
-                    log_addr: None,
-                },
-            )?;
+            set_ring_addr(&mut fe, q, &mem, at)?;
             let kick = EventFd::new(EFD_NONBLOCK).unwrap();
             let call = EventFd::new(EFD_NONBLOCK).unwrap();
             fe.set_vring_kick(q, &kick)?;
@@ -310,21 +315,7 @@ impl Vm {
             }])
             .expect("SET_MEM_TABLE refused");
         for (q, at) in [self.rx.at, self.tx.at].into_iter().enumerate() {
-            let uva = |gpa: u64| new.uva() + gpa;
-            self.fe
-                .set_vring_addr(
-                    q,
-                    &VringConfigData {
-                        queue_max_size: QSIZE,
-                        queue_size: QSIZE,
-                        flags: 0,
-                        desc_table_addr: uva(at.desc),
-                        used_ring_addr: uva(at.used),
-                        avail_ring_addr: uva(at.avail),
-                        log_addr: None,
-                    },
-                )
-                .expect("SET_VRING_ADDR refused");
+            set_ring_addr(&mut self.fe, q, &new, at).expect("SET_VRING_ADDR refused");
         }
         let old = std::mem::replace(&mut self.mem, new);
         // SAFETY: our own MEM_SIZE mapping.

@@ -283,7 +283,7 @@ impl Vm {
             }
             fe.set_vring_num(q, QSIZE)?;
             fe.set_vring_base(q, 0)?;
-            set_ring_addr(&mut fe, q, &mem, at)?;
+            set_ring_addr(&mut fe, q, &mem, *at)?;
             let kick = EventFd::new(EFD_NONBLOCK).unwrap();
             let call = EventFd::new(EFD_NONBLOCK).unwrap();
             fe.set_vring_kick(q, &kick)?;

@@ -37,7 +37,9 @@ class Testpmd:
         self.prefix = prefix
         cmd = ["stdbuf", "-o0", "-e0", "dpdk-testpmd", "--no-pci", f"--file-prefix={prefix}"] + eal
         cmd += ["--", "-i", "--disable-link-check"] + app
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # stderr apart from stdout: a stderr line can land in the middle of the prompt.
+        self.err = tempfile.TemporaryFile()
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
         self.out = ""
         self.lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()

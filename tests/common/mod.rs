@@ -179,7 +179,9 @@ impl Drop for Switch {
 pub struct Testpmd {
     child: Child,
     stdin: ChildStdin,
+    /// Standard output: prompts and command replies.
     out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
     prefix: String,
     nports: usize,
 }
@@ -225,11 +227,13 @@ impl Testpmd {
         cmd.args(extra);
         let mut child =
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn testpmd");
+        // stdout and stderr apart: a stderr line can land in the middle of the prompt.
         let out = Arc::new(Mutex::new(String::new()));
-        for stream in
-            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
-        {
-            let out = out.clone();
+        let err = Arc::new(Mutex::new(String::new()));
+        for (stream, out) in [
+            (Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, out.clone()),
+            (Box::new(child.stderr.take().unwrap()), err.clone()),
+        ] {
             std::thread::spawn(move || {
                 let mut r = stream;
                 let mut buf = [0u8; 4096];
@@ -240,13 +244,14 @@ impl Testpmd {
             });
         }
         let stdin = child.stdin.take().unwrap();
-        let mut t = Testpmd { child, stdin, out, prefix: prefix.to_string(), nports: vdevs.len() };
+        let mut t = Testpmd { child, stdin, out, err, prefix: prefix.to_string(), nports: vdevs.len() };
         t.wait_output("testpmd prompt", "testpmd> ");
         t
     }
 
+    /// Everything testpmd printed: standard output, then standard error.
     pub fn output(&self) -> String {
-        self.out.lock().unwrap().clone()
+        format!("{}\n--- stderr ---\n{}", self.out.lock().unwrap(), self.err.lock().unwrap())
     }
 
     pub fn wait_output(&mut self, what: &str, pat: &str) {

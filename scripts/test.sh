@@ -10,4 +10,10 @@ bash scripts/build-guest.sh
 cargo build --release --bins
 # Integration tests share two CPUs and the hugepage pool; each test binary serialises its
 # own tests, and cargo runs the binaries one after another.
-cargo test --release -- --test-threads=1 "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --release -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole suite (cargo prints one per test binary).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit $status

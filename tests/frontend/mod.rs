@@ -316,7 +316,7 @@ impl Vm {
             }])
             .expect("SET_MEM_TABLE refused");
         for (q, at) in [self.rx.at, self.tx.at].into_iter().enumerate() {
-            let _ = (q, at); // MUTATION: no SET_VRING_ADDR
+            set_ring_addr(&mut self.fe, q, &new, at).expect("SET_VRING_ADDR refused");
         }
         let old = std::mem::replace(&mut self.mem, new);
         // SAFETY: our own MEM_SIZE mapping.

@@ -126,9 +126,16 @@ impl PortBackend {
         if self.features & (VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF) != 0 { 12 } else { 10 }
     }
 
+    /// Like `reconcile`, for requests that must be refused (and the connection closed) when the
+    /// ring's addresses are not in guest memory.
+    fn reconcile_or_refuse(&mut self, i: usize) -> Result<()> {
+        self.reconcile(i).map_err(|e| invalid(&format!("{}: {e}", self.port.name())))
+    }
+
     /// Starts ring `i` in the data path if everything it needs has arrived, or stops it if
-    /// it should no longer run. Returns an error only for addresses outside guest memory.
-    fn reconcile(&mut self, i: usize) -> Result<()> {
+    /// it should no longer run. Fails only when the ring's addresses are outside guest memory
+    /// (or misaligned), or its call eventfd cannot be duplicated; the ring is stopped then.
+    fn reconcile(&mut self, i: usize) -> std::result::Result<(), String> {
         let protocol_negotiated = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
         let hdr_len = self.hdr_len();
         let mrg = self.features & VIRTIO_NET_F_MRG_RXBUF != 0;
@@ -148,14 +155,10 @@ impl PortBackend {
         let v = &self.vrings[i];
         let (d, u, a) = v.addrs.unwrap();
         let Some(addrs) = ring_addrs(&mem, v.size, d, a, u) else {
-            drop(g);
-            return Err(invalid(&format!(
-                "{}: vring {i} addresses outside guest memory or misaligned",
-                self.port.name()
-            )));
+            return Err(format!("vring {i} addresses outside guest memory or misaligned"));
         };
         let call = match &v.call {
-            Some(f) => Some(f.try_clone().map_err(Error::ReqHandlerError)?),
+            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} call eventfd: {e}"))?),
             None => None,
         };
         g.hdr_len = hdr_len;
@@ -168,7 +171,7 @@ impl PortBackend {
 
     fn reconcile_all(&mut self) -> Result<()> {
         for i in 0..self.vrings.len() {
-            self.reconcile(i)?;
+            self.reconcile_or_refuse(i)?;
         }
         Ok(())
     }
@@ -248,8 +251,8 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         // A frontend that moved its memory to new addresses re-sends SET_VRING_ADDR next; until
         // then a ring whose old addresses are not in the new table stays stopped.
         for i in 0..self.vrings.len() {
-            if self.reconcile(i).is_err() {
-                info!("{}: vring {i} waits for addresses in the new memory table", self.port.name());
+            if let Err(e) = self.reconcile(i) {
+                info!("{}: {e}; the ring waits for its addresses in the new memory table", self.port.name());
             }
         }
         Ok(None)
@@ -274,7 +277,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
     ) -> Result<()> {
         self.vring(index)?.addrs = Some((descriptor, used, available));
         // Restarts a running ring at the new addresses, or starts one that waited for them.
-        self.reconcile(index as usize)
+        self.reconcile_or_refuse(index as usize)
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
@@ -301,7 +304,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
     fn set_vring_kick(&mut self, index: u8, _fd: Option<File>) -> Result<()> {
         // Busy polling never reads kicks; the fd is dropped and kicks are suppressed in the ring.
         self.vring(index as u32)?.kicked = true;
-        self.reconcile(index as usize)
+        self.reconcile_or_refuse(index as usize)
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
@@ -333,7 +336,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
         self.vring(index)?.enabled = enable;
-        self.reconcile(index as usize)
+        self.reconcile_or_refuse(index as usize)
     }
 
     fn get_config(&mut self, _offset: u32, _size: u32, _flags: VhostUserConfigFlags) -> Result<Vec<u8>> {

@@ -43,7 +43,14 @@ impl Pair {
             got.extend(b.recv());
             (got.len() >= sent.len()).then_some(())
         });
-        assert!(done.is_some(), "{} of {} frames arrived\nport b: {}", got.len(), sent.len(), self.sw.port("b"));
+        assert!(
+            done.is_some(),
+            "{} of {} frames arrived\nport a: {}\nport b: {}",
+            got.len(),
+            sent.len(),
+            self.sw.port("a"),
+            self.sw.port("b")
+        );
         self.b.post_rx_buffers(got.len() as u16, RX_BUF);
         assert_delivered(&sent, &got);
         let a = &mut self.a;

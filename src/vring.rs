@@ -436,10 +436,6 @@ impl ActiveRing {
         }
     }
 
-    pub fn size(&self) -> u16 {
-        self.size
-    }
-
     /// Number of chains the guest has made available and we have not consumed.
     #[inline]
     pub fn avail(&mut self) -> Result<u16, RingError> {

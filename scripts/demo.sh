@@ -3,10 +3,7 @@
 # each other (and running iperf3) through it; then prints `pvswitchctl ports`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sudo_if() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-sudo_if bash scripts/install-deps.sh
-bash scripts/build-guest.sh
-cargo build --release --bins
+source scripts/prepare.sh
 conf=conf/pvswitch.toml
 ctl=/run/pvswitch/pvswitchd.sock
 ./target/release/pvswitchd --check "$conf"

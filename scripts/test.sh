@@ -4,10 +4,7 @@
 # Needs root (hugepages, DPDK); installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sudo_if() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-sudo_if bash scripts/install-deps.sh
-bash scripts/build-guest.sh
-cargo build --release --bins
+source scripts/prepare.sh
 # Integration tests share two CPUs and the hugepage pool; each test binary serialises its
 # own tests, and cargo runs the binaries one after another.
 log=$(mktemp)

@@ -38,6 +38,8 @@ struct RawConfig {
     switch: Option<RawSwitch>,
     #[serde(default)]
     port: Vec<RawPort>,
+    #[serde(default)]
+    flows: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,6 +66,10 @@ struct RawPort {
     mode: Option<Spanned<String>>,
     queues: Option<Spanned<u16>>,
     mtu: Option<Spanned<u32>>,
+    weight_packets: Option<Spanned<u32>>,
+    weight_bytes: Option<Spanned<u32>>,
+    #[serde(default)]
+    allowed_macs: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,27 @@ pub struct PortConfig {
     pub mode: SocketMode,
     pub queue_pairs: u16,
     pub mtu: u32,
+    /// Visit budget of each of this port's receive queues (deficit round robin quanta).
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+    /// Port security: source MACs this port may send from (empty: any).
+    pub allowed_macs: Vec<[u8; 6]>,
+}
+
+impl PortConfig {
+    /// Whether `other` can be applied to a running port in place (only MTU, weights and port
+    /// security differ); otherwise a reload replaces the port.
+    pub fn same_endpoint(&self, other: &PortConfig) -> bool {
+        self.socket == other.socket && self.mode == other.mode && self.queue_pairs == other.queue_pairs
+    }
+}
+
+/// One entry of the top-level `flows` array: the text and where it starts in the file.
+#[derive(Debug, Clone)]
+pub struct FlowSource {
+    pub text: String,
+    /// Byte offset of the text's first character in the file (inside the quotes).
+    pub offset: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -94,6 +121,7 @@ pub struct Config {
     /// How long frames may wait for room in a full guest RX ring before being dropped.
     pub rx_retry_us: u32,
     pub ports: Vec<PortConfig>,
+    pub flows: Vec<FlowSource>,
 }
 
 /// A config error with its position, printed as `file:line:col: message` plus the line.
@@ -254,7 +282,31 @@ impl Config {
                 }
             };
             let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
-            ports.push(PortConfig { name: name.clone(), socket, mode, queue_pairs, mtu });
+            let weight_packets = range(p.weight_packets, "weight_packets", 1, 1 << 20, weight_packets)?;
+            let weight_bytes = range(p.weight_bytes, "weight_bytes", 64, 1 << 30, weight_bytes)?;
+            let mut allowed_macs = Vec::new();
+            for m in &p.allowed_macs {
+                let mac = parse_mac(m.get_ref()).ok_or_else(|| {
+                    cx.err(
+                        Some(m.span()),
+                        format!(
+                            "allowed_macs: expected a MAC such as \"52:54:00:12:34:56\", found \"{}\"",
+                            m.get_ref()
+                        ),
+                    )
+                })?;
+                allowed_macs.push(mac);
+            }
+            ports.push(PortConfig {
+                name: name.clone(),
+                socket,
+                mode,
+                queue_pairs,
+                mtu,
+                weight_packets,
+                weight_bytes,
+                allowed_macs,
+            });
         }
         Ok(Config {
             poll_cores,
@@ -265,8 +317,31 @@ impl Config {
             burst,
             rx_retry_us,
             ports,
+            flows: raw
+                .flows
+                .into_iter()
+                .map(|f| {
+                    // The span covers the quotes; the text starts one character in.
+                    let offset = f.span().start + 1;
+                    FlowSource { text: f.into_inner(), offset }
+                })
+                .collect(),
         })
     }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in mac.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
 }
 
 #[cfg(test)]

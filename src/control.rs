@@ -14,14 +14,16 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 use vhost::vhost_user::{BackendReqHandler, Listener};
 
-use crate::config::{Config, SocketMode};
+use crate::config::{Config, PortConfig, SocketMode};
 use crate::ctl;
+use crate::flow_table::FlowTable;
 use crate::mac_table::MacTable;
+use crate::plan::Mailbox;
 use crate::port::Port;
 use crate::stats::ThreadStats;
 use crate::vhost_port::PortBackend;
 
-const TOK_PORT_LISTEN: u64 = 1;
+pub(crate) const TOK_PORT_LISTEN: u64 = 1;
 const TOK_PORT_CONN: u64 = 2;
 const TOK_CTL_LISTEN: u64 = 3;
 const TOK_CTL_CLIENT: u64 = 4;
@@ -30,7 +32,7 @@ const TOK_MEM_FAULT: u64 = 6;
 
 /// Largest control request accepted.
 pub const MAX_CTL_REQUEST: usize = 64 * 1024;
-const RECONNECT_MIN: Duration = Duration::from_millis(100);
+pub(crate) const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// A frontend that starts a message and stalls is cut off after this.
 const VHOST_MSG_TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,10 +46,12 @@ pub struct Conn {
 /// Everything the control plane knows about one port.
 pub struct PortCtl {
     pub port: Arc<Port>,
-    listener: Option<Listener>,
+    /// The port's configuration as last applied (MTU, weights and port security change in place).
+    pub cfg: PortConfig,
+    pub(crate) listener: Option<Listener>,
     pub conn: Option<Conn>,
-    retry_at: Option<Instant>,
-    backoff: Duration,
+    pub(crate) retry_at: Option<Instant>,
+    pub(crate) backoff: Duration,
     pub connects: u64,
     pub last_error: Option<String>,
 }
@@ -68,11 +72,17 @@ struct CtlClient {
 }
 
 pub struct Control {
-    epoll: RawFd,
+    pub(crate) epoll: RawFd,
     pub cfg: Config,
-    pub ports: Vec<PortCtl>,
+    /// Where `cfg` came from, re-read by reload.
+    pub config_path: Option<PathBuf>,
+    /// Ports by id; a removed port's slot is empty until a new port reuses it.
+    pub ports: Vec<Option<PortCtl>>,
     pub threads: Vec<Arc<ThreadStats>>,
+    pub mailboxes: Vec<Arc<Mailbox>>,
+    /// Each poll thread's receive queues as (port id, queue pair).
     pub thread_queues: Vec<Vec<(u16, usize)>>,
+    pub flows: Arc<FlowTable>,
     pub mac: Arc<MacTable>,
     ctl_listener: UnixListener,
     clients: HashMap<u64, CtlClient>,
@@ -83,7 +93,7 @@ pub struct Control {
     pub started: Instant,
 }
 
-fn epoll_add(epoll: RawFd, fd: RawFd, token: u64) {
+pub(crate) fn epoll_add(epoll: RawFd, fd: RawFd, token: u64) {
     let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
     // SAFETY: valid epoll fd and event struct; a failure is reported below.
     let r = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
@@ -92,7 +102,7 @@ fn epoll_add(epoll: RawFd, fd: RawFd, token: u64) {
     }
 }
 
-fn epoll_del(epoll: RawFd, fd: RawFd) {
+pub(crate) fn epoll_del(epoll: RawFd, fd: RawFd) {
     // SAFETY: removing an fd from our epoll set; errors are harmless (already gone).
     unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
 }
@@ -156,11 +166,12 @@ pub fn block_signals() -> std::io::Result<RawFd> {
 }
 
 impl Control {
+    /// Opens the control socket and every configured port. Poll threads are started by the
+    /// caller with `plans()`.
     pub fn new(
         cfg: Config,
-        ports: &[Arc<Port>],
+        config_path: Option<PathBuf>,
         threads: Vec<Arc<ThreadStats>>,
-        thread_queues: Vec<Vec<(u16, usize)>>,
         mac: Arc<MacTable>,
         signal_fd: RawFd,
     ) -> std::io::Result<Control> {
@@ -187,12 +198,19 @@ impl Control {
         }
         crate::mem_fault::install(fault_fd)?;
         epoll_add(epoll, fault_fd, TOK_MEM_FAULT << 32);
+        let nthreads = threads.len();
+        let ids = |name: &str| cfg.ports.iter().position(|p| p.name == name).map(|i| i as u16);
+        let flows = FlowTable::build(&cfg, &ids, nthreads, None).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let flows = Arc::new(flows);
         let mut c = Control {
             epoll,
             cfg,
+            config_path,
             ports: Vec::new(),
             threads,
-            thread_queues,
+            mailboxes: (0..nthreads).map(|_| Arc::new(Mailbox::default())).collect(),
+            thread_queues: vec![Vec::new(); nthreads],
+            flows,
             mac,
             ctl_listener,
             clients: HashMap::new(),
@@ -201,34 +219,15 @@ impl Control {
             fault_fd,
             started: Instant::now(),
         };
-        for p in ports {
-            let mut pc = PortCtl {
-                port: p.clone(),
-                listener: None,
-                conn: None,
-                retry_at: None,
-                backoff: RECONNECT_MIN,
-                connects: 0,
-                last_error: None,
-            };
-            match p.cfg.mode {
-                SocketMode::Server => {
-                    if let Some(dir) = p.cfg.socket.parent() {
-                        std::fs::create_dir_all(dir)?;
-                    }
-                    let l = Listener::new(&p.cfg.socket, true).map_err(|e| {
-                        std::io::Error::other(format!("port {}: socket {}: {e}", p.name(), p.cfg.socket.display()))
-                    })?;
-                    l.set_nonblocking(true).map_err(|e| std::io::Error::other(e.to_string()))?;
-                    epoll_add(epoll, l.as_raw_fd(), (TOK_PORT_LISTEN << 32) | p.id as u64);
-                    info!("port {}: listening on {}", p.name(), p.cfg.socket.display());
-                    pc.listener = Some(l);
-                }
-                SocketMode::Client => pc.retry_at = Some(Instant::now()),
-            }
-            c.ports.push(pc);
+        for (id, p) in c.cfg.ports.clone().into_iter().enumerate() {
+            c.open_port(id as u16, p)?;
         }
         Ok(c)
+    }
+
+    /// The port with id `i`, if there is one.
+    pub fn port(&self, i: usize) -> Option<&PortCtl> {
+        self.ports.get(i).and_then(|p| p.as_ref())
     }
 
     /// Runs until SIGINT or SIGTERM.
@@ -268,13 +267,13 @@ impl Control {
         unsafe { libc::read(self.fault_fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
         let (addr, total) = crate::mem_fault::last_fault();
         for i in 0..self.ports.len() {
-            let hit = self.ports[i].conn.as_ref().is_some_and(|c| c.backend.lock().unwrap().mem_contains(addr));
-            if hit {
+            let Some(pc) = self.ports[i].as_mut() else { continue };
+            if pc.conn.as_ref().is_some_and(|c| c.backend.lock().unwrap().mem_contains(addr)) {
                 let msg = format!(
                     "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory); disconnected"
                 );
-                log::error!("port {}: {msg} ({total} faults so far)", self.ports[i].port.name());
-                self.ports[i].last_error = Some(msg);
+                log::error!("port {}: {msg} ({total} faults so far)", pc.port.name());
+                pc.last_error = Some(msg);
                 self.detach(i);
             }
         }
@@ -290,7 +289,10 @@ impl Control {
         }
         let signo = u32::from_ne_bytes(info[0..4].try_into().unwrap()) as i32;
         if signo == libc::SIGHUP {
-            info!("SIGHUP: live reload is not implemented yet; configuration unchanged");
+            match self.reload() {
+                Ok(summary) => info!("SIGHUP: reloaded: {summary}"),
+                Err(e) => warn!("SIGHUP: reload rejected, running configuration unchanged: {e}"),
+            }
             return false;
         }
         info!("signal {signo}: shutting down");
@@ -302,11 +304,11 @@ impl Control {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         for i in 0..self.ports.len() {
-            let Some(at) = self.ports[i].retry_at else { continue };
+            let Some(at) = self.ports[i].as_ref().and_then(|p| p.retry_at) else { continue };
             if at <= now {
                 self.connect_vhost(i);
             }
-            if let Some(at) = self.ports[i].retry_at {
+            if let Some(at) = self.ports[i].as_ref().and_then(|p| p.retry_at) {
                 next = Some(next.map_or(at, |n| n.min(at)));
             }
         }
@@ -317,15 +319,15 @@ impl Control {
     }
 
     fn connect_vhost(&mut self, i: usize) {
-        let path = self.ports[i].port.cfg.socket.clone();
+        let Some(pc) = self.ports[i].as_mut() else { return };
+        let path = pc.port.cfg.socket.clone();
         match UnixStream::connect(&path) {
             Ok(s) => {
-                self.ports[i].retry_at = None;
-                self.ports[i].backoff = RECONNECT_MIN;
+                pc.retry_at = None;
+                pc.backoff = RECONNECT_MIN;
                 self.attach(i, s);
             }
             Err(e) => {
-                let pc = &mut self.ports[i];
                 let msg = format!("connect {}: {e}", path.display());
                 if pc.last_error.as_deref() != Some(&msg) {
                     info!("port {}: {msg}; retrying with backoff", pc.port.name());
@@ -338,12 +340,13 @@ impl Control {
     }
 
     fn accept_vhost(&mut self, i: usize) {
-        let Some(l) = &self.ports[i].listener else { return };
+        let Some(pc) = self.ports.get(i).and_then(|p| p.as_ref()) else { return };
+        let Some(l) = &pc.listener else { return };
         loop {
             match l.accept() {
                 Ok(Some(s)) => {
-                    if self.ports[i].conn.is_some() {
-                        warn!("port {}: refusing a second frontend connection", self.ports[i].port.name());
+                    if pc.conn.is_some() {
+                        warn!("port {}: refusing a second frontend connection", pc.port.name());
                         drop(s);
                         continue;
                     }
@@ -352,7 +355,7 @@ impl Control {
                 }
                 Ok(None) => return,
                 Err(e) => {
-                    warn!("port {}: accept: {e}", self.ports[i].port.name());
+                    warn!("port {}: accept: {e}", pc.port.name());
                     return;
                 }
             }
@@ -360,7 +363,7 @@ impl Control {
     }
 
     fn attach(&mut self, i: usize, s: UnixStream) {
-        let pc = &mut self.ports[i];
+        let Some(pc) = self.ports[i].as_mut() else { return };
         let _ = s.set_read_timeout(Some(VHOST_MSG_TIMEOUT));
         let _ = s.set_write_timeout(Some(VHOST_MSG_TIMEOUT));
         let backend = Arc::new(Mutex::new(PortBackend::new(pc.port.clone())));
@@ -372,7 +375,7 @@ impl Control {
     }
 
     fn serve_vhost(&mut self, i: usize) {
-        let pc = &mut self.ports[i];
+        let Some(pc) = self.ports.get_mut(i).and_then(|p| p.as_mut()) else { return };
         let Some(conn) = pc.conn.as_mut() else { return };
         let res = match early_vring_enable(conn) {
             Some(r) => r,
@@ -393,8 +396,8 @@ impl Control {
 
     /// Drops a port's connection: its rings stop (under their locks, so no poll thread touches
     /// the guest's memory afterwards), its MACs are forgotten, client ports reconnect.
-    fn detach(&mut self, i: usize) {
-        let pc = &mut self.ports[i];
+    pub(crate) fn detach(&mut self, i: usize) {
+        let Some(pc) = self.ports[i].as_mut() else { return };
         if let Some(conn) = pc.conn.take() {
             epoll_del(self.epoll, conn.handler.as_raw_fd());
             conn.backend.lock().unwrap().stop_all();
@@ -468,6 +471,7 @@ impl Control {
         let mut v: Vec<PathBuf> = self
             .ports
             .iter()
+            .flatten()
             .filter(|p| p.port.cfg.mode == SocketMode::Server)
             .map(|p| p.port.cfg.socket.clone())
             .collect();
@@ -478,8 +482,8 @@ impl Control {
 
 impl Drop for Control {
     fn drop(&mut self) {
-        for i in 0..self.ports.len() {
-            if let Some(conn) = self.ports[i].conn.take() {
+        for pc in self.ports.iter_mut().flatten() {
+            if let Some(conn) = pc.conn.take() {
                 conn.backend.lock().unwrap().stop_all();
             }
         }

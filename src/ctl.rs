@@ -12,7 +12,7 @@ pub fn error_reply(msg: &str) -> String {
     json!({"ok": false, "error": msg}).to_string()
 }
 
-pub fn handle(c: &Control, req: &[u8]) -> String {
+pub fn handle(c: &mut Control, req: &[u8]) -> String {
     let v: Value = match serde_json::from_slice(req) {
         Ok(v) => v,
         Err(e) => return error_reply(&format!("malformed request: {e}")),
@@ -25,7 +25,13 @@ pub fn handle(c: &Control, req: &[u8]) -> String {
         "stats" => stats(c),
         "fdb" => fdb(c),
         "version" => json!({"version": env!("CARGO_PKG_VERSION")}),
-        other => return error_reply(&format!("unknown command \"{other}\" (try ports, stats, fdb, version)")),
+        "reload" => match c.reload() {
+            Ok(summary) => json!({"summary": summary}),
+            Err(e) => return error_reply(&format!("reload rejected, running configuration unchanged: {e}")),
+        },
+        other => {
+            return error_reply(&format!("unknown command \"{other}\" (try ports, stats, fdb, reload, version)"));
+        }
     };
     json!({"ok": true, "result": result}).to_string()
 }
@@ -40,7 +46,7 @@ fn drops_json(t: &PortTotals) -> Value {
 
 fn ports(c: &Control) -> Value {
     let mut out = Vec::new();
-    for pc in &c.ports {
+    for pc in c.ports.iter().flatten() {
         let p = &pc.port;
         let mut t = PortTotals::default();
         for th in &c.threads {
@@ -81,7 +87,9 @@ fn ports(c: &Control) -> Value {
             "features": feature_names(features),
             "memory_regions": regions,
             "queue_pairs": p.queue_pairs(),
-            "mtu": p.cfg.mtu,
+            "mtu": pc.cfg.mtu,
+            "weight_packets": pc.cfg.weight_packets,
+            "weight_bytes": pc.cfg.weight_bytes,
             "queues": queues,
             "rx_packets": t.rx_packets,
             "rx_bytes": t.rx_bytes,
@@ -110,7 +118,7 @@ fn stats(c: &Control) -> Value {
             "thread": i,
             "core": th.core,
             "numa_node": th.numa_node,
-            "queues": c.thread_queues[i].iter().map(|(p, q)| format!("{}:{}", c.ports[*p as usize].port.name(), q)).collect::<Vec<_>>(),
+            "queues": c.thread_queues[i].iter().filter_map(|(p, q)| Some(format!("{}:{}", c.port(*p as usize)?.port.name(), q))).collect::<Vec<_>>(),
             "iterations": th.iterations.load(Relaxed),
             "busy_cycles": busy,
             "idle_cycles": idle,
@@ -137,7 +145,7 @@ fn fdb(c: &Control) -> Value {
         .map(|(m, p)| {
             json!({
                 "mac": format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]),
-                "port": c.ports.get(p as usize).map(|pc| pc.port.name().to_string()),
+                "port": c.port(p as usize).map(|pc| pc.port.name().to_string()),
             })
         })
         .collect();

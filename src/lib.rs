@@ -4,11 +4,14 @@
 pub mod config;
 pub mod control;
 pub mod ctl;
+pub mod flow_table;
 pub mod guest_mem;
 pub mod mac_table;
 pub mod mem_fault;
+pub mod plan;
 pub mod pmd;
 pub mod port;
+pub mod reload;
 pub mod stats;
 pub mod topology;
 pub mod vhost_port;

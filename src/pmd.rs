@@ -13,36 +13,35 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use log::error;
 
 use crate::mac_table::MacTable;
+use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::port::Port;
 use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
 
-/// A receive queue: queue pair `qpair` of `port` (its guest TX virtqueue is 2*qpair+1).
-pub struct Rxq {
-    pub port: Arc<Port>,
-    pub qpair: usize,
+/// A receive queue: queue pair `qpair` of `port` (its guest TX virtqueue is 2*qpair+1), and
+/// the poll thread's state for it, which survives plan changes that keep the queue here.
+struct Rxq {
+    spec: RxqSpec,
     /// When this queue's head frame first found its destination full (TSC), while it waits.
-    pub blocked_since: Option<u64>,
+    blocked_since: Option<u64>,
 }
 
-impl Rxq {
-    pub fn new(port: Arc<Port>, qpair: usize) -> Rxq {
-        Rxq { port, qpair, blocked_since: None }
-    }
-}
-
-/// What a poll thread reads but never writes; shared with nobody mutable.
+/// What a poll thread is given at start and never changes.
 pub struct Ctx {
     pub index: usize,
-    pub ports: Arc<[Arc<Port>]>,
     pub mac: Arc<MacTable>,
     pub stats: Arc<ThreadStats>,
-    pub weight_packets: u32,
-    pub weight_bytes: u32,
     pub burst: u32,
     /// How long a frame may wait for room in a full guest RX ring before it is dropped.
     pub retry_cycles: u64,
     pub shutdown: Arc<AtomicBool>,
+    pub mailbox: Arc<Mailbox>,
+}
+
+/// The current plan's tables, borrowed for one loop iteration.
+struct Env<'a> {
+    cx: &'a Ctx,
+    ports: &'a PortTable,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,23 +72,47 @@ struct RxScratch {
 
 pub struct PollThread {
     cx: Ctx,
+    plan: Box<Plan>,
+    /// Generation of `plan` (see `Mailbox`).
+    generation: u64,
     rxqs: Vec<Rxq>,
     frames: Vec<Frame>,
     rx: RxScratch,
 }
 
 impl PollThread {
-    pub fn new(cx: Ctx, rxqs: Vec<Rxq>) -> PollThread {
+    pub fn new(cx: Ctx, plan: Plan) -> PollThread {
         let burst = cx.burst as usize;
-        let nports = cx.ports.len();
-        PollThread {
+        let mut t = PollThread {
             cx,
-            rxqs,
+            plan: Box::new(Plan { ports: Default::default(), flows: Default::default(), rxqs: Vec::new() }),
+            generation: 0,
+            rxqs: Vec::new(),
             frames: (0..burst)
                 .map(|_| Frame { head: 0, segs: Segs::default(), data_off: 0, len: 0, out: Out::Drop })
                 .collect(),
-            rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: vec![false; nports] },
-        }
+            rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: Vec::new() },
+        };
+        t.adopt(Box::new(plan));
+        t
+    }
+
+    /// Switches to a new plan. Queues that stay keep their state; the plan's tables replace
+    /// the old ones whole. Called between loop iterations, holding no ring.
+    fn adopt(&mut self, plan: Box<Plan>) {
+        let mut old = std::mem::take(&mut self.rxqs);
+        self.rxqs = plan
+            .rxqs
+            .iter()
+            .map(|spec| {
+                let kept = old.iter().position(|r| Arc::ptr_eq(&r.spec.port, &spec.port) && r.spec.qpair == spec.qpair);
+                let blocked_since = kept.and_then(|i| old.swap_remove(i).blocked_since);
+                Rxq { spec: spec.clone(), blocked_since }
+            })
+            .collect();
+        self.rx.stalled.clear();
+        self.rx.stalled.resize(plan.ports.by_id.len(), false);
+        self.plan = plan;
     }
 
     /// Polls until shutdown. Busy and idle cycles are charged per loop iteration.
@@ -97,9 +120,15 @@ impl PollThread {
         let st = self.cx.stats.clone();
         let mut t0 = cycles();
         while !self.cx.shutdown.load(Relaxed) {
+            if let Some((generation, plan)) = self.cx.mailbox.check(self.generation) {
+                self.adopt(plan);
+                self.generation = generation;
+                self.cx.mailbox.ack(generation);
+            }
+            let env = Env { cx: &self.cx, ports: &self.plan.ports };
             let mut got = 0;
-            for i in 0..self.rxqs.len() {
-                got += visit(&self.cx, &mut self.frames, &mut self.rx, &mut self.rxqs[i]);
+            for rxq in self.rxqs.iter_mut() {
+                got += visit(&env, &mut self.frames, &mut self.rx, rxq);
             }
             let t1 = cycles();
             bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
@@ -120,9 +149,10 @@ fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingErr
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
-fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
-    let Rxq { port, qpair, blocked_since } = rxq;
-    let qpair = *qpair;
+fn visit(env: &Env, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
+    let cx = env.cx;
+    let Rxq { spec, blocked_since } = rxq;
+    let (port, qpair) = (&spec.port, spec.qpair);
     let vq_index = 2 * qpair + 1;
     let vq = &port.vrings[vq_index];
     if !vq.is_ready() {
@@ -133,8 +163,9 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
     let hdr_len = *hdr_len;
     let (Some(ring), None) = (active.as_mut(), *broken) else { return 0 };
     let pc = &cx.stats.ports[port.id as usize];
-    let mut pk_left = cx.weight_packets;
-    let mut bytes_left = cx.weight_bytes as i64;
+    let policy = &env.ports.policy[port.id as usize];
+    let mut pk_left = spec.weight_packets;
+    let mut bytes_left = spec.weight_bytes as i64;
     let mut total = 0;
     while pk_left > 0 && bytes_left > 0 {
         let n = match ring.avail() {
@@ -169,10 +200,10 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
         }
         let mut bytes = 0u64;
         for f in &mut frames[..got] {
-            classify(cx, port, pc, f, hdr_len);
+            classify(env, port, policy, pc, f, hdr_len);
             bytes += f.len as u64;
         }
-        let consumed = deliver(cx, &frames[..got], rx, port.id, blocked_since);
+        let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since);
         if consumed < got {
             // Backpressure: the rest stays in the guest's TX ring for the next visit.
             ring.unpop((got - consumed) as u16);
@@ -206,7 +237,8 @@ fn visit(cx: &Ctx, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u
 /// Decides where a frame goes: MAC learning on the source, lookup on the destination,
 /// flooding for broadcast, multicast and unknown unicast.
 #[inline]
-fn classify(cx: &Ctx, in_port: &Port, pc: &PortCounters, f: &mut Frame, hdr_len: u32) {
+fn classify(env: &Env, in_port: &Port, policy: &PortPolicy, pc: &PortCounters, f: &mut Frame, hdr_len: u32) {
+    let cx = env.cx;
     f.data_off = hdr_len;
     f.len = f.segs.len().saturating_sub(hdr_len);
     f.out = Out::Drop;
@@ -221,6 +253,10 @@ fn classify(cx: &Ctx, in_port: &Port, pc: &PortCounters, f: &mut Frame, hdr_len:
     }
     let dst: [u8; 6] = eth[0..6].try_into().unwrap();
     let src: [u8; 6] = eth[6..12].try_into().unwrap();
+    if !policy.allows(&src) {
+        pc.drop(Drop::PortSecurity, 1);
+        return;
+    }
     if src[0] & 1 == 0 {
         cx.mac.learn(&src, in_port.id);
     }
@@ -229,7 +265,7 @@ fn classify(cx: &Ctx, in_port: &Port, pc: &PortCounters, f: &mut Frame, hdr_len:
     } else {
         match cx.mac.lookup(&dst) {
             Some(p) if p == in_port.id => Out::Drop,
-            Some(p) if (p as usize) < cx.ports.len() => Out::Port(p),
+            Some(p) if env.ports.get(p).is_some() => Out::Port(p),
             _ => Out::Flood,
         }
     };
@@ -246,9 +282,9 @@ struct Open<'a> {
 }
 
 impl<'a> Open<'a> {
-    fn new(cx: &'a Ctx, p: u16) -> Option<Open<'a>> {
-        let port = &*cx.ports[p as usize];
-        let (vq_index, vq) = port.rx_queue_for(cx.index)?;
+    fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
+        let port = &**env.ports.get(p)?;
+        let (vq_index, vq) = port.rx_queue_for(env.cx.index)?;
         let guard = vq.lock();
         guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
     }
@@ -288,7 +324,8 @@ impl<'a> Open<'a> {
 /// fewer than `frames.len()` when a destination's RX ring is full and the frame should be
 /// retried (it and the frames after it stay in the sender's TX ring, so the sender feels
 /// backpressure instead of loss, for at most `retry_cycles`).
-fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked_since: &mut Option<u64>) -> usize {
+fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked_since: &mut Option<u64>) -> usize {
+    let cx = env.cx;
     let mut open: Option<Open> = None;
     let mut i = 0;
     while i < frames.len() {
@@ -297,8 +334,8 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
             Out::Drop => {}
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
-                    o_close(open.take(), cx);
-                    open = Open::new(cx, p);
+                    o_close(open.take(), env);
+                    open = Open::new(env, p);
                 }
                 let pc = &cx.stats.ports[p as usize];
                 match open.as_mut().map(|o| o.write(f, rx)) {
@@ -308,7 +345,7 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                         let now = cycles();
                         let since = *blocked_since.get_or_insert(now);
                         if now.wrapping_sub(since) < cx.retry_cycles {
-                            o_close(open, cx);
+                            o_close(open, env);
                             return i;
                         }
                         // Waited long enough: this guest is slow. Drop toward it (without
@@ -321,13 +358,13 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
                 }
             }
             Out::Flood => {
-                o_close(open.take(), cx);
+                o_close(open.take(), env);
                 // A run of consecutive flooded frames goes to each port as one batch. Best
                 // effort, as broadcast is: a full or absent port misses the frame.
                 let run = frames[i..].iter().take_while(|f| f.out == Out::Flood).count();
-                for dp in cx.ports.iter().filter(|dp| dp.id != in_port) {
+                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
-                    if let Some(mut o) = Open::new(cx, dp.id) {
+                    if let Some(mut o) = Open::new(env, dp.id) {
                         for f in &frames[i..i + run] {
                             if let Err(why) = o.write(f, rx) {
                                 pc.drop(why, 1);
@@ -342,14 +379,14 @@ fn deliver(cx: &Ctx, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked
         }
         i += 1;
     }
-    o_close(open, cx);
+    o_close(open, env);
     *blocked_since = None;
     frames.len()
 }
 
-fn o_close(open: Option<Open>, cx: &Ctx) {
+fn o_close(open: Option<Open>, env: &Env) {
     if let Some(o) = open {
-        let pc = &cx.stats.ports[o.port.id as usize];
+        let pc = &env.cx.stats.ports[o.port.id as usize];
         o.close(pc);
     }
 }

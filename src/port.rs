@@ -32,6 +32,11 @@ impl Port {
         self.vrings.len() / 2
     }
 
+    /// Applies a new MTU (a reload); frames are checked against it from the next burst.
+    pub fn set_mtu(&self, mtu: u32) {
+        self.max_frame.store(mtu + 18, Relaxed);
+    }
+
     #[inline]
     pub fn max_frame(&self) -> u32 {
         self.max_frame.load(Relaxed)

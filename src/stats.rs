@@ -27,10 +27,26 @@ pub enum Drop {
     Runt,
     /// A descriptor chain that broke its queue (the queue is stopped).
     Malformed,
+    /// Port security: the frame's source MAC is not one the port may use.
+    PortSecurity,
+    /// No flow matched the frame (a flow table without a catch-all).
+    NoMatch,
+    /// The matching flow's actions drop the frame.
+    FlowDrop,
 }
 
-pub const DROP_REASONS: [&str; 6] =
-    ["rx_ring_full", "rx_buffer_too_small", "port_down", "mtu_exceeded", "runt", "malformed"];
+pub const NDROPS: usize = 9;
+pub const DROP_REASONS: [&str; NDROPS] = [
+    "rx_ring_full",
+    "rx_buffer_too_small",
+    "port_down",
+    "mtu_exceeded",
+    "runt",
+    "malformed",
+    "port_security",
+    "no_match",
+    "flow_drop",
+];
 
 /// Counters for one port, kept by one poll thread. `rx` is what the switch received from the
 /// port (the guest transmitted); `tx` is what the switch sent to it (the guest received).
@@ -46,10 +62,22 @@ pub struct PortCounters {
     pub rx_bursts: AtomicU64,
     /// Batches delivered into this port's queues, each one used-index store.
     pub tx_batches: AtomicU64,
-    pub drops: [AtomicU64; 6],
+    pub drops: [AtomicU64; NDROPS],
 }
 
 impl PortCounters {
+    /// Zeroes the counters of a port slot being freed. Only the control thread calls this, and
+    /// only once no poll thread's plan holds the port, so no writer races with it.
+    pub fn reset(&self) {
+        for c in [&self.rx_packets, &self.rx_bytes, &self.tx_packets, &self.tx_bytes, &self.interrupts]
+            .into_iter()
+            .chain([&self.rx_bursts, &self.tx_batches])
+            .chain(&self.drops)
+        {
+            c.store(0, Relaxed);
+        }
+    }
+
     #[inline]
     pub fn drop(&self, why: Drop, n: u64) {
         bump(&self.drops[why as usize], n);
@@ -66,7 +94,7 @@ pub struct PortTotals {
     pub interrupts: u64,
     pub rx_bursts: u64,
     pub tx_batches: u64,
-    pub drops: [u64; 6],
+    pub drops: [u64; NDROPS],
 }
 
 impl PortTotals {

@@ -13,6 +13,9 @@ commands:
   ports     each port: connection state, negotiated features, queues, rx/tx/drop counters
   stats     each poll thread: core, NUMA node, queues, cycles, packets, drops
   fdb       learned MAC addresses
+  flows     the flow table with per-flow packet and byte counters (ovs-ofctl dump-flows style)
+  trace F   which flow a frame with fields F (in_port=vm1,dl_dst=...,tcp,...) hits, and what happens
+  reload    re-read the configuration file and apply it (as SIGHUP does)
   version   pvswitchd's version";
 
 fn main() -> ExitCode {
@@ -20,6 +23,7 @@ fn main() -> ExitCode {
     let mut as_json = false;
     let mut watch: Option<f64> = None;
     let mut command = None;
+    let mut rest: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -31,6 +35,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             c if command.is_none() && !c.starts_with('-') => command = Some(c.to_string()),
+            c if command.is_some() && !c.starts_with("--") => rest.push(c.to_string()),
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);
@@ -42,7 +47,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     loop {
-        match request(&control, &command) {
+        match request(&control, &command, &rest) {
             Ok(result) => {
                 if as_json {
                     println!("{}", serde_json::to_string_pretty(&result).unwrap());
@@ -62,7 +67,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn request(path: &str, command: &str) -> Result<Value, String> {
+fn request(path: &str, command: &str, args: &[String]) -> Result<Value, String> {
     let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
             format!("pvswitchd is not running (no control socket at {path}: {e})")
@@ -70,7 +75,7 @@ fn request(path: &str, command: &str) -> Result<Value, String> {
         _ => format!("cannot reach pvswitchd at {path}: {e}"),
     })?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let req = json!({ "command": command }).to_string();
+    let req = json!({ "command": command, "args": args }).to_string();
     s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| format!("sending request: {e}"))?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
@@ -173,6 +178,7 @@ fn print_human(command: &str, r: &Value) {
                 println!("{}  {}", e["mac"].as_str().unwrap_or(""), e["port"].as_str().unwrap_or("?"));
             }
         }
+        "reload" => println!("reloaded: {}", r["summary"].as_str().unwrap_or("")),
         _ => println!("{}", serde_json::to_string_pretty(r).unwrap()),
     }
 }

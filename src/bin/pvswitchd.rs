@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use log::{error, info};
-use pvswitch::config::Config;
+use pvswitch::config::{Config, MAX_PORTS};
 use pvswitch::control::{Control, block_signals};
 use pvswitch::mac_table::MacTable;
-use pvswitch::pmd::{Ctx, PollThread, Rxq};
-use pvswitch::port::Port;
+use pvswitch::pmd::{Ctx, PollThread};
 use pvswitch::stats::{ThreadStats, cycles_per_sec};
 use pvswitch::topology::Numa;
 
@@ -55,7 +54,7 @@ fn main() -> ExitCode {
         println!("{}: ok ({} ports)", config.display(), cfg.ports.len());
         return ExitCode::SUCCESS;
     }
-    match run(cfg) {
+    match run(cfg, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -64,64 +63,53 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: Config) -> std::io::Result<()> {
+fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     // Block signals before spawning threads so only the control thread's signalfd sees them.
     let signal_fd = block_signals()?;
     let numa = Numa::discover();
     let online = core_affinity::get_core_ids().unwrap_or_default();
-    let ports: Vec<Arc<Port>> =
-        cfg.ports.iter().enumerate().map(|(i, p)| Arc::new(Port::new(i as u16, p.clone()))).collect();
-    let port_table: Arc<[Arc<Port>]> = ports.clone().into();
     let mac = Arc::new(MacTable::new(4096));
     let shutdown = Arc::new(AtomicBool::new(false));
+    let stats: Vec<Arc<ThreadStats>> = cfg
+        .poll_cores
+        .iter()
+        .map(|&core| Arc::new(ThreadStats::new(core, numa.node_of_cpu(core), MAX_PORTS)))
+        .collect();
+    let (burst, retry_us, cores) = (cfg.burst, cfg.rx_retry_us, cfg.poll_cores.clone());
+    // The control thread opens every port and decides the initial placement (round robin).
+    let mut control = Control::new(cfg, Some(config_path), stats.clone(), mac.clone(), signal_fd)?;
+    let plans = control.plans();
 
-    // Initial placement: receive queues round robin over the poll threads.
-    let nthreads = cfg.poll_cores.len();
-    let mut assignment: Vec<Vec<Rxq>> = (0..nthreads).map(|_| Vec::new()).collect();
-    let mut n = 0;
-    for p in &ports {
-        for q in 0..p.queue_pairs() {
-            assignment[n % nthreads].push(Rxq::new(p.clone(), q));
-            n += 1;
-        }
-    }
-    let thread_queues = assignment.iter().map(|a| a.iter().map(|r| (r.port.id, r.qpair)).collect()).collect();
-
-    let mut stats = Vec::new();
     let mut handles = Vec::new();
-    for (i, (&core, rxqs)) in cfg.poll_cores.iter().zip(assignment).enumerate() {
-        let node = numa.node_of_cpu(core);
-        let st = Arc::new(ThreadStats::new(core, node, ports.len()));
-        stats.push(st.clone());
+    for (i, ((&core, plan), st)) in cores.iter().zip(plans).zip(stats).enumerate() {
+        info!("poll thread {i}: core {core}, NUMA node {:?}, {} queues", st.numa_node, plan.rxqs.len());
         let cx = Ctx {
             index: i,
-            ports: port_table.clone(),
             mac: mac.clone(),
             stats: st,
-            weight_packets: cfg.weight_packets,
-            weight_bytes: cfg.weight_bytes,
-            burst: cfg.burst,
-            retry_cycles: cfg.rx_retry_us as u64 * cycles_per_sec() / 1_000_000,
+            burst,
+            retry_cycles: retry_us as u64 * cycles_per_sec() / 1_000_000,
             shutdown: shutdown.clone(),
+            mailbox: control.mailboxes[i].clone(),
         };
         let pinned = online.iter().find(|c| c.id == core).copied();
         if pinned.is_none() {
             log::warn!("poll core {core} is not in this process's CPU set; thread {i} runs unpinned");
         }
-        info!("poll thread {i}: core {core}, NUMA node {node:?}, {} queues", rxqs.len());
         let h = std::thread::Builder::new().name(format!("pmd{i}")).spawn(move || {
             if let Some(c) = pinned {
                 core_affinity::set_for_current(c);
             }
-            PollThread::new(cx, rxqs).run();
+            PollThread::new(cx, plan).run();
         })?;
         handles.push(h);
     }
 
-    let result = Control::new(cfg, &ports, stats, thread_queues, mac, signal_fd).map(|mut c| c.run());
+    control.run();
+    drop(control);
     shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in handles {
         let _ = h.join();
     }
-    result
+    Ok(())
 }

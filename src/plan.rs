@@ -1,0 +1,126 @@
+//! What a poll thread works from, and how the control thread hands it a new one.
+//!
+//! A `Plan` is immutable once published: the port table, each port's policy (port security,
+//! weights), the flow table and the thread's receive queues. The control thread builds a new
+//! plan for every change (a reload, a port added or removed, a queue moved) and posts it to
+//! each thread's `Mailbox`; the thread adopts it between two loop iterations, at a point where
+//! it holds no ring, and acknowledges it. Nothing in the data path ever waits for the control
+//! thread: checking the mailbox is one relaxed load per loop iteration, and the mailbox's mutex
+//! is only shared by the control thread and that one poll thread, and only taken on a change.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::flow_table::FlowTable;
+use crate::mac_table::Mac;
+use crate::port::Port;
+
+/// Per-port settings the data path applies, replaced as a whole on reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortPolicy {
+    /// Port security: frames whose source MAC is not listed are dropped. Empty allows any.
+    pub allowed_macs: Vec<Mac>,
+}
+
+impl PortPolicy {
+    #[inline]
+    pub fn allows(&self, src: &Mac) -> bool {
+        self.allowed_macs.is_empty() || self.allowed_macs.contains(src)
+    }
+}
+
+/// Every port by id (ids are reused only after every thread has let go of the old port).
+#[derive(Default)]
+pub struct PortTable {
+    pub by_id: Vec<Option<Arc<Port>>>,
+    pub policy: Vec<PortPolicy>,
+    /// The ports in `by_id`, densely, for flooding.
+    pub live: Vec<Arc<Port>>,
+}
+
+impl PortTable {
+    pub fn new(ports: &[(Arc<Port>, PortPolicy)]) -> PortTable {
+        let n = ports.iter().map(|(p, _)| p.id as usize + 1).max().unwrap_or(0);
+        let mut t = PortTable { by_id: vec![None; n], policy: vec![PortPolicy::default(); n], live: Vec::new() };
+        for (p, pol) in ports {
+            t.by_id[p.id as usize] = Some(p.clone());
+            t.policy[p.id as usize] = pol.clone();
+            t.live.push(p.clone());
+        }
+        t
+    }
+
+    #[inline]
+    pub fn get(&self, id: u16) -> Option<&Arc<Port>> {
+        self.by_id.get(id as usize).and_then(|p| p.as_ref())
+    }
+}
+
+/// A receive queue as the control plane assigns it: queue pair `qpair` of `port`, with the
+/// visit budget its weights give it.
+#[derive(Clone)]
+pub struct RxqSpec {
+    pub port: Arc<Port>,
+    pub qpair: usize,
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+}
+
+pub struct Plan {
+    pub ports: Arc<PortTable>,
+    pub flows: Arc<FlowTable>,
+    pub rxqs: Vec<RxqSpec>,
+}
+
+/// One poll thread's inbox. `posted` and `taken` count plans; the thread adopts a plan when
+/// `posted` moves past what it has, and stores the generation it adopted in `taken`.
+#[derive(Default)]
+pub struct Mailbox {
+    posted: AtomicU64,
+    taken: AtomicU64,
+    slot: Mutex<Option<Box<Plan>>>,
+}
+
+impl Mailbox {
+    /// Control side: replaces whatever plan is waiting. Returns its generation.
+    pub fn post(&self, plan: Plan) -> u64 {
+        let mut slot = self.slot.lock().unwrap();
+        *slot = Some(Box::new(plan));
+        self.posted.fetch_add(1, Ordering::Release) + 1
+    }
+
+    /// Poll-thread side: the newest plan, if one was posted since `have`.
+    #[inline]
+    pub fn check(&self, have: u64) -> Option<(u64, Box<Plan>)> {
+        if self.posted.load(Ordering::Relaxed) == have {
+            return None;
+        }
+        let generation = self.posted.load(Ordering::Acquire);
+        let plan = self.slot.lock().unwrap().take()?;
+        Some((generation, plan))
+    }
+
+    /// Poll-thread side: the thread no longer uses anything the plans before `generation` held.
+    pub fn ack(&self, generation: u64) {
+        self.taken.store(generation, Ordering::Release);
+    }
+
+    /// Control side: waits until the thread adopted plan `generation` (or a later one), or `timeout`.
+    pub fn wait(&self, generation: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        while self.taken.load(Ordering::Acquire) < generation {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        true
+    }
+}

@@ -41,6 +41,7 @@ pub fn try_wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
+#[derive(Clone)]
 pub struct PortSpec {
     pub name: String,
     pub mode: &'static str,
@@ -84,8 +85,8 @@ impl Switch {
         Switch::start_with(name, cores, ports, "")
     }
 
-    pub fn start_with(name: &str, cores: &[usize], ports: &[PortSpec], extra_switch: &str) -> Switch {
-        let dir = test_dir(name);
+    /// A configuration file's text: `[switch]` with `extra_switch` appended, then the ports.
+    pub fn config_text(dir: &Path, cores: &[usize], ports: &[PortSpec], extra_switch: &str) -> String {
         let mut cfg = format!(
             "[switch]\npoll_cores = {cores:?}\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n{extra_switch}\n",
             dir.display()
@@ -96,8 +97,18 @@ impl Switch {
                 p.name, p.name, p.mode, p.queues, p.mtu
             );
         }
+        cfg
+    }
+
+    pub fn start_with(name: &str, cores: &[usize], ports: &[PortSpec], extra_switch: &str) -> Switch {
+        let dir = test_dir(name);
+        Switch::start_config(dir.clone(), &Switch::config_text(&dir, cores, ports, extra_switch))
+    }
+
+    /// Starts pvswitchd on a configuration file with this text, written to `dir/pvswitch.toml`.
+    pub fn start_config(dir: PathBuf, text: &str) -> Switch {
         let conf = dir.join("pvswitch.toml");
-        std::fs::write(&conf, cfg).unwrap();
+        std::fs::write(&conf, text).unwrap();
         let log = std::fs::File::create(dir.join("pvswitchd.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
             .arg("--config")
@@ -116,10 +127,19 @@ impl Switch {
         self.dir.join(format!("{port}.sock")).display().to_string()
     }
 
+    /// Rewrites the configuration file (then `ctl("reload")` applies it).
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(self.dir.join("pvswitch.toml"), text).unwrap();
+    }
+
     pub fn try_ctl(&self, cmd: &str) -> Result<Value, String> {
+        self.try_ctl_args(cmd, &[])
+    }
+
+    pub fn try_ctl_args(&self, cmd: &str, args: &[&str]) -> Result<Value, String> {
         let mut s = UnixStream::connect(&self.ctl).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(json!({ "command": cmd }).to_string().as_bytes()).map_err(|e| e.to_string())?;
+        s.write_all(json!({ "command": cmd, "args": args }).to_string().as_bytes()).map_err(|e| e.to_string())?;
         s.write_all(b"\n").map_err(|e| e.to_string())?;
         let mut line = String::new();
         BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
@@ -445,4 +465,71 @@ pub fn mac_loop_vm(sw: &Switch, prefix: &str, ports: &[&str], mac_base: u8, serv
     let mut args: Vec<&str> = vec!["--forward-mode=mac"];
     args.extend(peers.iter().map(|s| s.as_str()));
     Testpmd::spawn(prefix, &vdevs, &args)
+}
+
+/// Two testpmd "VMs", each a virtio-user port io-forwarded to a pcap port:
+/// pcap(in) -> VM A -> pvswitchd -> VM B -> pcap(out).
+/// VM B starts first and announces its MAC with one broadcast frame per queue, so the switch
+/// learns it and A's traffic to it is known unicast (which waits for room in B's ring rather
+/// than being flooded best-effort).
+pub struct PcapVms {
+    pub a: Testpmd,
+    pub b: Testpmd,
+}
+
+pub fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
+    let q = queues;
+    let list = |key: &str, name: &dyn Fn(u16) -> String| -> String {
+        (0..q).map(|i| format!(",{key}={}/{}", dir.display(), name(i))).collect()
+    };
+    write_pcap(&dir.join("hello.pcap"), &[frame([0xff; 6], MAC_B, 64, 0xff, 0)]);
+    let qs = format!("--rxq={q}");
+    let qt = format!("--txq={q}");
+    let cores = format!("--nb-cores={q}");
+    let args = vec!["--forward-mode=io", qs.as_str(), qt.as_str(), cores.as_str()];
+    // Jumbo frames: VM A sends them from 10 KiB mbufs (pcap cannot scatter); VM B receives
+    // them in 2 KiB mbufs with scatter on its virtio port only, so it posts small MRG_RXBUF
+    // buffers and each frame spans several (num_buffers > 1).
+    let (mut args_a, mut args_b) = (args.clone(), args);
+    if jumbo {
+        args_a.extend(["--mbuf-size=10240", "--max-pkt-len=9018"]);
+        args_b.push("--max-pkt-len=9018");
+    }
+    let pid = std::process::id();
+    let b = Testpmd::spawn(
+        &format!("pvsb{pid}"),
+        &[
+            format!("net_virtio_user0,path={},queues={q},queue_size=1024", sw.sock("b")),
+            format!(
+                "net_pcap1{}{}",
+                list("rx_pcap", &|_| "hello.pcap".into()),
+                list("tx_pcap", &|i| format!("out{i}.pcap"))
+            ),
+        ],
+        &args_b,
+    );
+    let mut b = b;
+    if jumbo {
+        b.cmd("port stop all");
+        b.cmd("port config 0 rx_offload scatter on");
+        b.cmd("port start all");
+    }
+    sw.wait_running("b", q as usize);
+    b.cmd("start");
+    let learned = try_wait_for(|| sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
+    assert!(learned.is_some(), "the switch never learned VM B's MAC; VM B:\n{}\nswitch: {}", b.output(), sw.port("b"));
+    let a = Testpmd::spawn(
+        &format!("pvsa{pid}"),
+        &[
+            format!(
+                "net_pcap0{}{}",
+                list("rx_pcap", &|i| format!("in{i}.pcap")),
+                list("tx_pcap", &|i| format!("junk{i}.pcap"))
+            ),
+            format!("net_virtio_user1,path={},queues={q},queue_size=1024", sw.sock("a")),
+        ],
+        &args_a,
+    );
+    sw.wait_running("a", q as usize);
+    PcapVms { a, b }
 }

@@ -23,6 +23,8 @@
 
 mod action;
 mod key;
+mod parse;
+mod print;
 
 pub use action::{Action, Emit, EthHeader, MAX_TAGS, execute};
 pub use key::{
@@ -30,6 +32,7 @@ pub use key::{
     IP_PROTO_SCTP, IP_PROTO_TCP, IP_PROTO_UDP, VLAN_PCP_MASK, VLAN_PRESENT, VLAN_VID_MASK, WORDS, mac_to_u64,
     u64_to_mac,
 };
+pub use parse::{FlowError, parse_flow};
 
 /// The priority of a flow that does not give one (as OVS).
 pub const DEFAULT_PRIORITY: u16 = 32768;

@@ -1,0 +1,627 @@
+//! The flow key: the packet header fields a flow matches on, and their extraction from a frame.
+//!
+//! A [`FlowKey`] is four `u64` words, so applying a mask is four ANDs, comparing two keys is
+//! four compares and hashing is four multiply rounds. The same type serves as a key (field
+//! values) and as a mask (1 bits are the bits that must match). Every bit of the four words
+//! belongs to exactly one field:
+//!
+//! | word | bits 0..            | bits ..64                                            |
+//! |------|---------------------|------------------------------------------------------|
+//! | 0    | dl_dst (48)         | in_port (16)                                         |
+//! | 1    | dl_src (48)         | dl_type (16)                                         |
+//! | 2    | nw_src (32)         | nw_dst (32)                                          |
+//! | 3    | vlan_tci (16)       | nw_proto (8), nw_tos (8), tp_src (16), tp_dst (16)   |
+//!
+//! MAC addresses are stored as 48-bit big-endian numbers (first octet most significant).
+
+use std::fmt;
+
+/// Number of `u64` words in a [`FlowKey`].
+pub const WORDS: usize = 4;
+
+/// Ethertypes and IP protocols the extractor understands.
+pub const ETH_TYPE_IP: u16 = 0x0800;
+pub const ETH_TYPE_ARP: u16 = 0x0806;
+pub const ETH_TYPE_VLAN: u16 = 0x8100;
+pub const ETH_TYPE_VLAN_8021AD: u16 = 0x88a8;
+/// What OVS puts in `dl_type` for 802.3 frames whose type/length field is a length (< 0x600).
+pub const ETH_TYPE_NONE: u16 = 0x05ff;
+pub const IP_PROTO_ICMP: u8 = 1;
+pub const IP_PROTO_TCP: u8 = 6;
+pub const IP_PROTO_UDP: u8 = 17;
+pub const IP_PROTO_SCTP: u8 = 132;
+/// The "tag present" bit of `vlan_tci` (the CFI/DEI position, as OVS uses it).
+pub const VLAN_PRESENT: u16 = 0x1000;
+/// The VID bits of a TCI.
+pub const VLAN_VID_MASK: u16 = 0x0fff;
+/// The PCP bits of a TCI.
+pub const VLAN_PCP_MASK: u16 = 0xe000;
+
+/// One field of a [`FlowKey`], with its OVS name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    InPort,
+    DlDst,
+    DlSrc,
+    DlType,
+    VlanTci,
+    NwSrc,
+    NwDst,
+    NwProto,
+    NwTos,
+    TpSrc,
+    TpDst,
+}
+
+impl Field {
+    /// All fields, in declaration order (`Field::X as usize` indexes this array).
+    pub const ALL: [Field; 11] = [
+        Field::InPort,
+        Field::DlDst,
+        Field::DlSrc,
+        Field::DlType,
+        Field::VlanTci,
+        Field::NwSrc,
+        Field::NwDst,
+        Field::NwProto,
+        Field::NwTos,
+        Field::TpSrc,
+        Field::TpDst,
+    ];
+
+    /// (word, shift, width in bits).
+    const fn layout(self) -> (usize, u32, u32) {
+        match self {
+            Field::DlDst => (0, 0, 48),
+            Field::InPort => (0, 48, 16),
+            Field::DlSrc => (1, 0, 48),
+            Field::DlType => (1, 48, 16),
+            Field::NwSrc => (2, 0, 32),
+            Field::NwDst => (2, 32, 32),
+            Field::VlanTci => (3, 0, 16),
+            Field::NwProto => (3, 16, 8),
+            Field::NwTos => (3, 24, 8),
+            Field::TpSrc => (3, 32, 16),
+            Field::TpDst => (3, 48, 16),
+        }
+    }
+
+    /// Width of the field in bits.
+    pub const fn bits(self) -> u32 {
+        self.layout().2
+    }
+
+    /// The all-ones value of the field (its exact-match mask).
+    pub const fn max(self) -> u64 {
+        (1u64 << self.bits()) - 1
+    }
+
+    /// The field's name in ovs-ofctl syntax.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Field::InPort => "in_port",
+            Field::DlDst => "dl_dst",
+            Field::DlSrc => "dl_src",
+            Field::DlType => "dl_type",
+            Field::VlanTci => "vlan_tci",
+            Field::NwSrc => "nw_src",
+            Field::NwDst => "nw_dst",
+            Field::NwProto => "nw_proto",
+            Field::NwTos => "nw_tos",
+            Field::TpSrc => "tp_src",
+            Field::TpDst => "tp_dst",
+        }
+    }
+}
+
+/// A MAC address as the 48-bit big-endian number a [`FlowKey`] stores.
+#[inline]
+pub const fn mac_to_u64(mac: &[u8; 6]) -> u64 {
+    u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
+}
+
+/// The inverse of [`mac_to_u64`] (bits above 48 are ignored).
+#[inline]
+pub const fn u64_to_mac(v: u64) -> [u8; 6] {
+    let b = v.to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+/// Packet header fields, or a mask over them. See the module docs for the layout.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    w: [u64; WORDS],
+}
+
+const K1: u64 = 0x9E37_79B9_7F4A_7C15;
+const K2: u64 = 0xD6E8_FEB8_6659_FD93;
+
+#[inline]
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+#[inline]
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl FlowKey {
+    /// The mask that matches every bit of every field.
+    pub const EXACT: FlowKey = FlowKey { w: [u64::MAX; WORDS] };
+
+    /// A key from its raw words (see the module docs for the layout).
+    pub const fn from_words(w: [u64; WORDS]) -> FlowKey {
+        FlowKey { w }
+    }
+
+    /// The raw words.
+    pub const fn words(&self) -> &[u64; WORDS] {
+        &self.w
+    }
+
+    /// The value of `f` (right-aligned).
+    #[inline]
+    pub const fn get(&self, f: Field) -> u64 {
+        let (w, s, _) = f.layout();
+        (self.w[w] >> s) & f.max()
+    }
+
+    /// Sets `f` to `v`, truncated to the field's width.
+    #[inline]
+    pub fn set(&mut self, f: Field, v: u64) {
+        let (w, s, _) = f.layout();
+        self.w[w] = (self.w[w] & !(f.max() << s)) | ((v & f.max()) << s);
+    }
+
+    /// Builder form of [`FlowKey::set`].
+    #[inline]
+    pub fn with(mut self, f: Field, v: u64) -> FlowKey {
+        self.set(f, v);
+        self
+    }
+
+    /// Word-wise AND: this key with `mask` applied.
+    #[inline]
+    pub fn and(&self, mask: &FlowKey) -> FlowKey {
+        FlowKey { w: std::array::from_fn(|i| self.w[i] & mask.w[i]) }
+    }
+
+    /// True if every bit is 0 (as a mask: matches everything).
+    #[inline]
+    pub fn is_zero(&self) -> bool {
+        self.w.iter().all(|&w| w == 0)
+    }
+
+    /// Hash of the key with `mask` applied; equal to `self.and(mask).hash()`.
+    #[inline]
+    pub fn hash_masked(&self, mask: &FlowKey) -> u64 {
+        let mut h = 0x243F_6A88_85A3_08D3u64;
+        for i in 0..WORDS {
+            h = (h ^ (self.w[i] & mask.w[i])).wrapping_mul(K1).rotate_left(29);
+        }
+        h ^= h >> 32;
+        h = h.wrapping_mul(K2);
+        h ^ (h >> 29)
+    }
+
+    /// Hash of the whole key (multiply-rotate per word, xorshift-multiply finish).
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        self.hash_masked(&FlowKey::EXACT)
+    }
+
+    pub fn in_port(&self) -> u16 {
+        self.get(Field::InPort) as u16
+    }
+    pub fn dl_dst(&self) -> [u8; 6] {
+        u64_to_mac(self.get(Field::DlDst))
+    }
+    pub fn dl_src(&self) -> [u8; 6] {
+        u64_to_mac(self.get(Field::DlSrc))
+    }
+    /// The ethertype after the VLAN tag, if any.
+    pub fn dl_type(&self) -> u16 {
+        self.get(Field::DlType) as u16
+    }
+    /// 0 for an untagged frame, else VID | PCP << 13 | [`VLAN_PRESENT`].
+    pub fn vlan_tci(&self) -> u16 {
+        self.get(Field::VlanTci) as u16
+    }
+    /// The VLAN id, if the frame has a tag.
+    pub fn vlan_vid(&self) -> Option<u16> {
+        let t = self.vlan_tci();
+        (t & VLAN_PRESENT != 0).then_some(t & VLAN_VID_MASK)
+    }
+    /// The VLAN priority, if the frame has a tag.
+    pub fn vlan_pcp(&self) -> Option<u8> {
+        let t = self.vlan_tci();
+        (t & VLAN_PRESENT != 0).then_some((t >> 13) as u8)
+    }
+    /// IPv4 source, or the ARP sender protocol address.
+    pub fn nw_src(&self) -> u32 {
+        self.get(Field::NwSrc) as u32
+    }
+    /// IPv4 destination, or the ARP target protocol address.
+    pub fn nw_dst(&self) -> u32 {
+        self.get(Field::NwDst) as u32
+    }
+    /// IP protocol, or the low 8 bits of the ARP opcode.
+    pub fn nw_proto(&self) -> u8 {
+        self.get(Field::NwProto) as u8
+    }
+    /// The DSCP bits of the IP TOS byte (TOS & 0xfc).
+    pub fn nw_tos(&self) -> u8 {
+        self.get(Field::NwTos) as u8
+    }
+    /// TCP/UDP/SCTP source port, or the ICMP type.
+    pub fn tp_src(&self) -> u16 {
+        self.get(Field::TpSrc) as u16
+    }
+    /// TCP/UDP/SCTP destination port, or the ICMP code.
+    pub fn tp_dst(&self) -> u16 {
+        self.get(Field::TpDst) as u16
+    }
+
+    /// Extracts the key of a frame received on `in_port` from its first bytes (any length;
+    /// never panics). Fields the frame does not have, or that are cut off, stay 0.
+    ///
+    /// - One VLAN tag (TPID 0x8100 or 0x88a8) is parsed into `vlan_tci` (with
+    ///   [`VLAN_PRESENT`] set) and `dl_type` is the ethertype after it. A tag cut off before
+    ///   the inner ethertype is not parsed: `dl_type` is then the TPID.
+    /// - A type/length field below 0x600 (802.3 length) gives `dl_type` [`ETH_TYPE_NONE`], as
+    ///   OVS (LLC/SNAP is not decoded).
+    /// - IPv4 needs version 4, IHL >= 5 and total length >= IHL*4, else no `nw_*` field is set.
+    ///   Options are skipped. Non-first fragments keep `nw_*` but get `tp_*` 0.
+    /// - TCP/UDP/SCTP ports need only the 4 port bytes to be present; ICMP type/code the first 2.
+    /// - ARP (Ethernet/IPv4 only) sets `nw_src`/`nw_dst` to SPA/TPA and `nw_proto` to the opcode
+    ///   if it is <= 0xff (as OVS).
+    pub fn extract(in_port: u16, frame: &[u8]) -> FlowKey {
+        let mut k = FlowKey::default();
+        k.set(Field::InPort, in_port as u64);
+        if let Some(d) = frame.get(0..6) {
+            k.set(Field::DlDst, mac_to_u64(d.try_into().unwrap()));
+        }
+        if let Some(s) = frame.get(6..12) {
+            k.set(Field::DlSrc, mac_to_u64(s.try_into().unwrap()));
+        }
+        let Some(mut ty) = be16(frame, 12) else { return k };
+        let mut off = 14;
+        if (ty == ETH_TYPE_VLAN || ty == ETH_TYPE_VLAN_8021AD)
+            && let (Some(tci), Some(inner)) = (be16(frame, 14), be16(frame, 16))
+        {
+            k.set(Field::VlanTci, (tci | VLAN_PRESENT) as u64);
+            ty = inner;
+            off = 18;
+        }
+        if ty < 0x600 {
+            ty = ETH_TYPE_NONE;
+        }
+        k.set(Field::DlType, ty as u64);
+        let l3 = &frame[off..];
+        match ty {
+            ETH_TYPE_IP => k.extract_ipv4(l3),
+            ETH_TYPE_ARP => k.extract_arp(l3),
+            _ => {}
+        }
+        k
+    }
+
+    fn extract_ipv4(&mut self, ip: &[u8]) {
+        if ip.len() < 20 || ip[0] >> 4 != 4 {
+            return;
+        }
+        let hlen = (ip[0] & 0x0f) as usize * 4;
+        let total = be16(ip, 2).unwrap_or(0) as usize;
+        if hlen < 20 || total < hlen {
+            return;
+        }
+        let proto = ip[9];
+        self.set(Field::NwTos, (ip[1] & 0xfc) as u64);
+        self.set(Field::NwProto, proto as u64);
+        self.set(Field::NwSrc, be32(ip, 12).unwrap_or(0) as u64);
+        self.set(Field::NwDst, be32(ip, 16).unwrap_or(0) as u64);
+        let frag_offset = be16(ip, 6).unwrap_or(0) & 0x1fff;
+        if frag_offset != 0 {
+            return;
+        }
+        let Some(l4) = ip.get(hlen..) else { return };
+        match proto {
+            IP_PROTO_TCP | IP_PROTO_UDP | IP_PROTO_SCTP => {
+                if let (Some(s), Some(d)) = (be16(l4, 0), be16(l4, 2)) {
+                    self.set(Field::TpSrc, s as u64);
+                    self.set(Field::TpDst, d as u64);
+                }
+            }
+            IP_PROTO_ICMP if l4.len() >= 2 => {
+                self.set(Field::TpSrc, l4[0] as u64);
+                self.set(Field::TpDst, l4[1] as u64);
+            }
+            _ => {}
+        }
+    }
+
+    fn extract_arp(&mut self, arp: &[u8]) {
+        if arp.len() < 28 || be16(arp, 0) != Some(1) || be16(arp, 2) != Some(ETH_TYPE_IP) || arp[4] != 6 || arp[5] != 4
+        {
+            return;
+        }
+        let op = be16(arp, 6).unwrap_or(0);
+        if op <= 0xff {
+            self.set(Field::NwProto, op as u64);
+        }
+        self.set(Field::NwSrc, be32(arp, 14).unwrap_or(0) as u64);
+        self.set(Field::NwDst, be32(arp, 24).unwrap_or(0) as u64);
+    }
+}
+
+impl fmt::Debug for FlowKey {
+    /// All fields, e.g. `FlowKey { in_port=1, dl_dst=.., .., tp_dst=80 }`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mac = |m: [u8; 6]| format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+        let ip = |a: u32| std::net::Ipv4Addr::from(a).to_string();
+        write!(
+            f,
+            "FlowKey {{ in_port={}, dl_dst={}, dl_src={}, dl_type=0x{:04x}, vlan_tci=0x{:04x}, nw_src={}, nw_dst={}, \
+             nw_proto={}, nw_tos={}, tp_src={}, tp_dst={} }}",
+            self.in_port(),
+            mac(self.dl_dst()),
+            mac(self.dl_src()),
+            self.dl_type(),
+            self.vlan_tci(),
+            ip(self.nw_src()),
+            ip(self.nw_dst()),
+            self.nw_proto(),
+            self.nw_tos(),
+            self.tp_src(),
+            self.tp_dst()
+        )
+    }
+}
+
+/// Frame builders shared by the tests of this module and its siblings.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// Tiny deterministic PRNG (xorshift64*).
+    pub struct Rng(pub u64);
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        /// Uniform-ish in 0..n.
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        pub fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+            v[self.below(v.len() as u64) as usize]
+        }
+    }
+
+    pub const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
+    pub const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+
+    /// Ethernet header with an optional 802.1Q tag and the given ethertype.
+    pub fn eth(vlan: Option<u16>, ty: u16) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&DST);
+        f.extend_from_slice(&SRC);
+        if let Some(tci) = vlan {
+            f.extend_from_slice(&0x8100u16.to_be_bytes());
+            f.extend_from_slice(&tci.to_be_bytes());
+        }
+        f.extend_from_slice(&ty.to_be_bytes());
+        f
+    }
+
+    /// An IPv4 header (IHL from `options`, which must be a multiple of 4 bytes) plus `l4`.
+    pub fn ipv4(tos: u8, proto: u8, src: [u8; 4], dst: [u8; 4], frag: u16, options: &[u8], l4: &[u8]) -> Vec<u8> {
+        let hl = 20 + options.len();
+        let mut h = vec![0x40 | (hl / 4) as u8, tos];
+        h.extend_from_slice(&((hl + l4.len()) as u16).to_be_bytes());
+        h.extend_from_slice(&[0, 1]);
+        h.extend_from_slice(&frag.to_be_bytes());
+        h.extend_from_slice(&[64, proto, 0, 0]);
+        h.extend_from_slice(&src);
+        h.extend_from_slice(&dst);
+        h.extend_from_slice(options);
+        h.extend_from_slice(l4);
+        h
+    }
+
+    /// A TCP/UDP-style L4 header start: source and destination port plus padding.
+    pub fn ports(s: u16, d: u16) -> Vec<u8> {
+        let mut v = s.to_be_bytes().to_vec();
+        v.extend_from_slice(&d.to_be_bytes());
+        v.extend_from_slice(&[0; 16]);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn layout_covers_every_bit_once() {
+        let mut seen = [0u64; WORDS];
+        for f in Field::ALL {
+            let m = FlowKey::default().with(f, u64::MAX);
+            for (s, w) in seen.iter_mut().zip(m.words()) {
+                assert_eq!(*s & w, 0, "{f:?} overlaps");
+                *s |= w;
+            }
+            assert_eq!(m.get(f), f.max());
+            assert_eq!(Field::ALL[f as usize], f);
+        }
+        assert_eq!(seen, [u64::MAX; WORDS]);
+    }
+
+    #[test]
+    fn set_get_truncates() {
+        let mut k = FlowKey::default();
+        k.set(Field::NwProto, 0x1234);
+        assert_eq!(k.nw_proto(), 0x34);
+        k.set(Field::TpSrc, 80);
+        k.set(Field::TpDst, 443);
+        k.set(Field::NwProto, 6);
+        assert_eq!((k.tp_src(), k.tp_dst(), k.nw_proto()), (80, 443, 6));
+        let mac = [1, 2, 3, 4, 5, 6];
+        assert_eq!(u64_to_mac(mac_to_u64(&mac)), mac);
+        assert_eq!(mac_to_u64(&[0xff, 0, 0, 0, 0, 0]), 0xff00_0000_0000);
+    }
+
+    #[test]
+    fn tcp_over_vlan() {
+        let mut f = eth(Some(0x6000 | 100), ETH_TYPE_IP);
+        f.extend(ipv4(0xb9, 6, [10, 0, 0, 1], [10, 0, 0, 2], 0x4000, &[], &ports(1234, 80)));
+        let k = FlowKey::extract(7, &f);
+        assert_eq!(k.in_port(), 7);
+        assert_eq!(k.dl_dst(), DST);
+        assert_eq!(k.dl_src(), SRC);
+        assert_eq!(k.dl_type(), ETH_TYPE_IP);
+        assert_eq!(k.vlan_tci(), 0x7000 | 100);
+        assert_eq!((k.vlan_vid(), k.vlan_pcp()), (Some(100), Some(3)));
+        assert_eq!(k.nw_src(), 0x0a00_0001);
+        assert_eq!(k.nw_dst(), 0x0a00_0002);
+        assert_eq!(k.nw_tos(), 0xb8);
+        assert_eq!(k.nw_proto(), 6);
+        assert_eq!((k.tp_src(), k.tp_dst()), (1234, 80));
+    }
+
+    #[test]
+    fn udp_with_options_and_8021ad() {
+        let mut f = eth(None, ETH_TYPE_VLAN_8021AD);
+        f.truncate(12);
+        f.extend_from_slice(&[0x88, 0xa8, 0x00, 0x05, 0x08, 0x00]);
+        f.extend(ipv4(0, 17, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[1, 1, 1, 0, 1, 1, 1, 0], &ports(53, 5353)));
+        let k = FlowKey::extract(0, &f);
+        assert_eq!(k.vlan_tci(), VLAN_PRESENT | 5);
+        assert_eq!((k.nw_proto(), k.tp_src(), k.tp_dst()), (17, 53, 5353));
+        assert_eq!(k.vlan_vid(), Some(5));
+    }
+
+    #[test]
+    fn icmp_sctp_and_fragments() {
+        let mut f = eth(None, ETH_TYPE_IP);
+        f.extend(ipv4(0, 1, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &[8, 0, 0, 0]));
+        let k = FlowKey::extract(0, &f);
+        assert_eq!((k.nw_proto(), k.tp_src(), k.tp_dst()), (1, 8, 0));
+        assert_eq!(k.vlan_tci(), 0);
+        assert_eq!(k.vlan_vid(), None);
+
+        let mut f = eth(None, ETH_TYPE_IP);
+        f.extend(ipv4(0, 132, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
+        assert_eq!(FlowKey::extract(0, &f).tp_dst(), 10);
+
+        // A non-first fragment: nw fields yes, ports no.
+        let mut f = eth(None, ETH_TYPE_IP);
+        f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0x2000 | 185, &[], &ports(9, 10)));
+        let k = FlowKey::extract(0, &f);
+        assert_eq!((k.nw_proto(), k.nw_src(), k.tp_src(), k.tp_dst()), (6, 0x0101_0101, 0, 0));
+        // The first fragment (MF set, offset 0) has ports.
+        let mut f = eth(None, ETH_TYPE_IP);
+        f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0x2000, &[], &ports(9, 10)));
+        assert_eq!(FlowKey::extract(0, &f).tp_src(), 9);
+    }
+
+    #[test]
+    fn malformed_ipv4_sets_no_nw_fields() {
+        for bad in [0x45u8 ^ 0x10, 0x44] {
+            let mut f = eth(None, ETH_TYPE_IP);
+            let mut ip = ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10));
+            ip[0] = bad;
+            f.extend(ip);
+            let k = FlowKey::extract(0, &f);
+            assert_eq!((k.dl_type(), k.nw_src(), k.nw_proto(), k.tp_src()), (ETH_TYPE_IP, 0, 0, 0));
+        }
+        // Ports cut off: nw fields yes, ports no.
+        let mut f = eth(None, ETH_TYPE_IP);
+        f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
+        let k = FlowKey::extract(0, &f[..14 + 20 + 3]);
+        assert_eq!((k.nw_proto(), k.tp_src()), (6, 0));
+    }
+
+    #[test]
+    fn arp() {
+        let mut f = eth(Some(3), ETH_TYPE_ARP);
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+        f.extend_from_slice(&SRC);
+        f.extend_from_slice(&[10, 0, 0, 1]);
+        f.extend_from_slice(&DST);
+        f.extend_from_slice(&[10, 0, 0, 2]);
+        let k = FlowKey::extract(1, &f);
+        assert_eq!((k.dl_type(), k.nw_proto(), k.nw_src(), k.nw_dst()), (ETH_TYPE_ARP, 2, 0x0a00_0001, 0x0a00_0002));
+        assert_eq!(k.vlan_vid(), Some(3));
+        f[18 + 6] = 1; // opcode 0x0102: too big for nw_proto
+        assert_eq!(FlowKey::extract(1, &f).nw_proto(), 0);
+        f[18 + 4] = 8; // hlen 8: not Ethernet/IPv4 ARP
+        assert_eq!(FlowKey::extract(1, &f).nw_src(), 0);
+    }
+
+    #[test]
+    fn short_frames() {
+        let mut f = eth(Some(5), ETH_TYPE_IP);
+        f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
+        for n in 0..f.len() {
+            let k = FlowKey::extract(3, &f[..n]);
+            assert_eq!(k.in_port(), 3);
+            assert_eq!(k.dl_dst(), if n >= 6 { DST } else { [0; 6] });
+            if n < 18 {
+                // The tag is not parsed without its inner ethertype; dl_type is then the TPID.
+                assert_eq!(k.vlan_tci(), 0);
+                assert_eq!(k.dl_type(), if n >= 14 { ETH_TYPE_VLAN } else { 0 });
+            }
+        }
+        // 802.3 length field.
+        let f = eth(None, 60);
+        assert_eq!(FlowKey::extract(0, &f).dl_type(), ETH_TYPE_NONE);
+    }
+
+    #[test]
+    fn fuzz_never_panics() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut buf = [0u8; 80];
+        for i in 0..200_000 {
+            let n = rng.below(81) as usize;
+            for b in buf.iter_mut() {
+                *b = rng.next() as u8;
+            }
+            // Bias towards interesting headers so the deep paths run too.
+            if i % 2 == 0 {
+                let tys = [0x8100u16, 0x88a8, 0x0800, 0x0806];
+                buf[12..14].copy_from_slice(&rng.pick(&tys).to_be_bytes());
+                buf[16..18].copy_from_slice(&rng.pick(&tys).to_be_bytes());
+                let ihl = rng.pick(&[0x45u8, 0x46, 0x4f, 0x44]);
+                buf[14] = ihl;
+                buf[18] = ihl;
+                buf[14 + 9] = rng.pick(&[1, 6, 17, 132]);
+                buf[18 + 9] = rng.pick(&[1, 6, 17, 132]);
+            }
+            let k = FlowKey::extract(i as u16, &buf[..n]);
+            assert_eq!(k.in_port(), i as u16);
+            if k.vlan_tci() != 0 {
+                assert!(k.vlan_tci() & VLAN_PRESENT != 0);
+            }
+        }
+    }
+
+    #[test]
+    fn hashing() {
+        let a = FlowKey::default().with(Field::NwDst, 0x0a00_0001).with(Field::TpDst, 80);
+        let b = a.with(Field::TpSrc, 5555);
+        let m = FlowKey::default().with(Field::NwDst, u64::MAX).with(Field::TpDst, u64::MAX);
+        assert_eq!(a.hash_masked(&m), b.hash_masked(&m));
+        assert_eq!(a.hash_masked(&m), b.and(&m).hash());
+        assert_ne!(a.hash(), b.hash());
+        // Distinct small keys spread over the low bits.
+        let mut buckets = [0u32; 64];
+        for i in 0..6400u64 {
+            buckets[(FlowKey::default().with(Field::TpDst, i).hash() & 63) as usize] += 1;
+        }
+        assert!(buckets.iter().all(|&n| (50..150).contains(&n)), "{buckets:?}");
+    }
+}

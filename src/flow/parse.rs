@@ -1,0 +1,595 @@
+//! Parsing flows in `ovs-ofctl add-flow` syntax (see ovs-fields(7) and ovs-ofctl(8)).
+//!
+//! `[field[=value]]... actions=action[,action]...`: match fields are separated by commas
+//! and/or white space; `actions=` comes last and takes the rest of the string. A field's value
+//! may also follow a `:` (`in_port:vm1`), as OVS accepts. Field names are case-sensitive;
+//! action keywords and reserved ports (`NORMAL`, `FLOOD`, `ALL`, `IN_PORT`, `drop`) are not.
+//!
+//! Match fields: `priority`, `in_port`, `dl_src`, `dl_dst`, `dl_type`, `dl_vlan`,
+//! `dl_vlan_pcp`, `vlan_tci`, `nw_src`, `nw_dst`, `nw_proto`, `nw_tos`, `tp_src`, `tp_dst`
+//! and the shorthands `ip`, `arp`, `icmp`, `tcp`, `udp`, `sctp`. A field may be given twice
+//! only with agreeing values. OVS's prerequisites are enforced once the whole match is read,
+//! so their order does not matter (`tp_dst=80,tcp` is fine).
+//!
+//! Actions: `output:PORT`, `PORT`, `in_port`, `flood`, `all`, `normal`, `drop` (alone),
+//! `mod_vlan_vid:VID`, `mod_vlan_pcp:PCP`, `strip_vlan`, `push_vlan:TPID`, `mod_dl_src:MAC`,
+//! `mod_dl_dst:MAC`. An empty list, like `drop`, parses to no actions. A keyword wins over a
+//! port of the same name.
+
+use std::fmt;
+
+use super::action::Action;
+use super::key::{
+    ETH_TYPE_ARP, ETH_TYPE_IP, ETH_TYPE_VLAN, ETH_TYPE_VLAN_8021AD, Field, IP_PROTO_ICMP, IP_PROTO_SCTP, IP_PROTO_TCP,
+    IP_PROTO_UDP, VLAN_PRESENT, mac_to_u64,
+};
+use super::{DEFAULT_PRIORITY, Flow, Match};
+
+/// Why a flow string did not parse, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowError {
+    /// Byte offset into the parsed string where the problem starts.
+    pub offset: usize,
+    pub message: String,
+}
+
+impl fmt::Display for FlowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FlowError {}
+
+fn err<T>(offset: usize, message: impl Into<String>) -> Result<T, FlowError> {
+    Err(FlowError { offset, message: message.into() })
+}
+
+fn is_sep(b: u8) -> bool {
+    matches!(b, b',' | b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// Splits `s` (which starts at byte `base` of the whole string) into separator-delimited
+/// tokens, each with its offset in the whole string.
+fn tokens(s: &str, base: usize) -> impl Iterator<Item = (usize, &str)> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < b.len() && is_sep(b[i]) {
+            i += 1;
+        }
+        if i == b.len() {
+            return None;
+        }
+        let start = i;
+        while i < b.len() && !is_sep(b[i]) {
+            i += 1;
+        }
+        Some((base + start, &s[start..i]))
+    })
+}
+
+/// A decimal or `0x` hexadecimal number no larger than `max`.
+pub(crate) fn parse_uint(v: &str, max: u64) -> Option<u64> {
+    let (digits, radix) = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(h) => (h, 16),
+        None => (v, 10),
+    };
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok().filter(|&n| n <= max)
+}
+
+/// `aa:bb:cc:dd:ee:ff` (1 or 2 hex digits per octet).
+pub(crate) fn parse_mac(v: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = v.split(':');
+    for octet in mac.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *octet = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Dotted-quad IPv4 address.
+fn parse_ipv4(v: &str) -> Option<u32> {
+    let mut a = 0u32;
+    let mut parts = v.split('.');
+    for _ in 0..4 {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 3 || !p.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        a = a << 8 | p.parse::<u8>().ok()? as u32;
+    }
+    parts.next().is_none().then_some(a)
+}
+
+/// `value` or `value/mask`, each parsed by `one`; a missing mask is `all`.
+fn masked<T>(v: &str, all: T, one: impl Fn(&str) -> Option<T>) -> Option<(T, T)> {
+    match v.split_once('/') {
+        Some((a, m)) => Some((one(a)?, one(m)?)),
+        None => Some((one(v)?, all)),
+    }
+}
+
+/// The match under construction, and where each field was set.
+struct Builder<'a> {
+    m: Match,
+    priority: Option<u16>,
+    /// For each field, the first token that constrained it: (offset, text).
+    src: [Option<(usize, &'a str)>; 11],
+}
+
+impl<'a> Builder<'a> {
+    /// ANDs `(value, mask)` into field `f`, rejecting bits that disagree with earlier tokens.
+    fn set(&mut self, f: Field, value: u64, mask: u64, at: usize, tok: &'a str) -> Result<(), FlowError> {
+        let old_mask = self.m.mask.get(f);
+        let old = self.m.key.get(f);
+        let value = value & mask;
+        if (old ^ value) & old_mask & mask != 0 {
+            let (_, earlier) = self.src[f as usize].unwrap_or((0, "?"));
+            return err(at, format!("\"{tok}\" conflicts with earlier \"{earlier}\": both set {}", f.name()));
+        }
+        self.m.key.set(f, old | value);
+        self.m.mask.set(f, old_mask | mask);
+        if mask != 0 && self.src[f as usize].is_none() {
+            self.src[f as usize] = Some((at, tok));
+        }
+        Ok(())
+    }
+
+    /// One match token at byte `at`.
+    fn field(&mut self, at: usize, tok: &'a str, port: &dyn Fn(&str) -> Option<u16>) -> Result<(), FlowError> {
+        let (name, value) = match tok.find(['=', ':']) {
+            Some(p) => (&tok[..p], Some((at + p + 1, &tok[p + 1..]))),
+            None => (tok, None),
+        };
+        let proto = |name| match name {
+            "ip" => Some((ETH_TYPE_IP, None)),
+            "arp" => Some((ETH_TYPE_ARP, None)),
+            "icmp" => Some((ETH_TYPE_IP, Some(IP_PROTO_ICMP))),
+            "tcp" => Some((ETH_TYPE_IP, Some(IP_PROTO_TCP))),
+            "udp" => Some((ETH_TYPE_IP, Some(IP_PROTO_UDP))),
+            "sctp" => Some((ETH_TYPE_IP, Some(IP_PROTO_SCTP))),
+            _ => None,
+        };
+        if let Some((ty, nw_proto)) = proto(name) {
+            if value.is_some() {
+                return err(at, format!("{name}: takes no value (it is short for a dl_type/nw_proto match)"));
+            }
+            self.set(Field::DlType, ty as u64, 0xffff, at, tok)?;
+            if let Some(p) = nw_proto {
+                self.set(Field::NwProto, p as u64, 0xff, at, tok)?;
+            }
+            return Ok(());
+        }
+        const FIELDS: &str = "priority, in_port, dl_src, dl_dst, dl_type, dl_vlan, dl_vlan_pcp, vlan_tci, nw_src, \
+                              nw_dst, nw_proto, nw_tos, tp_src, tp_dst, ip, arp, icmp, tcp, udp, sctp";
+        let known = FIELDS.split(", ").any(|f| f == name);
+        if !known {
+            return err(at, format!("unknown field \"{name}\" (valid: {FIELDS}, then actions=...)"));
+        }
+        let Some((vat, v)) = value else {
+            return err(at, format!("{name}: expected {name}=VALUE"));
+        };
+        let bad = |what: &str| err(vat, format!("{name}: expected {what}, found \"{v}\""));
+        match name {
+            "priority" => {
+                let Some(p) = parse_uint(v, 0xffff) else { return bad("a number 0..65535") };
+                if let Some(old) = self.priority.filter(|&old| old != p as u16) {
+                    return err(at, format!("priority: given twice ({old} and {p})"));
+                }
+                self.priority = Some(p as u16);
+            }
+            "in_port" => {
+                if v.is_empty() {
+                    return bad("a port name");
+                }
+                let Some(p) = port(v) else { return err(vat, format!("in_port: unknown port \"{v}\"")) };
+                self.set(Field::InPort, p as u64, 0xffff, at, tok)?;
+            }
+            "dl_src" | "dl_dst" => {
+                let Some((a, m)) = masked(v, [0xff; 6], parse_mac) else {
+                    return bad("an Ethernet address (aa:bb:cc:dd:ee:ff), optionally with /mask");
+                };
+                let f = if name == "dl_src" { Field::DlSrc } else { Field::DlDst };
+                self.set(f, mac_to_u64(&a), mac_to_u64(&m), at, tok)?;
+            }
+            "dl_type" => {
+                let Some(t) = parse_uint(v, 0xffff) else { return bad("an ethertype 0..0xffff (e.g. 0x0800)") };
+                self.set(Field::DlType, t, 0xffff, at, tok)?;
+            }
+            "dl_vlan" => match parse_uint(v, 0xffff) {
+                Some(0xffff) => self.set(Field::VlanTci, 0, 0xffff, at, tok)?,
+                Some(vid) if vid <= 0xfff => self.set(Field::VlanTci, vid | VLAN_PRESENT as u64, 0x1fff, at, tok)?,
+                _ => return bad("a VLAN id 0..4095, or 0xffff for frames without a VLAN tag"),
+            },
+            "dl_vlan_pcp" => {
+                let Some(pcp) = parse_uint(v, 7) else { return bad("a VLAN priority 0..7") };
+                self.set(Field::VlanTci, pcp << 13 | VLAN_PRESENT as u64, 0xf000, at, tok)?;
+            }
+            "vlan_tci" => {
+                let Some((t, m)) = masked(v, 0xffff, |x| parse_uint(x, 0xffff)) else {
+                    return bad("a 16-bit TCI, optionally with /mask (e.g. 0x1005/0x1fff)");
+                };
+                self.set(Field::VlanTci, t, m, at, tok)?;
+            }
+            "nw_src" | "nw_dst" => {
+                let addr = |x: &str| {
+                    let (a, m) = x.split_once('/').unwrap_or((x, "32"));
+                    let mask = if m.contains('.') {
+                        parse_ipv4(m)?
+                    } else {
+                        let len = m.parse::<u8>().ok().filter(|&l| l <= 32 && m.bytes().all(|c| c.is_ascii_digit()))?;
+                        (!0u64 << (32 - len)) as u32
+                    };
+                    Some((parse_ipv4(a)?, mask))
+                };
+                let Some((a, m)) = addr(v) else {
+                    return bad("an IPv4 address, CIDR (10.0.0.0/24) or address/mask");
+                };
+                let f = if name == "nw_src" { Field::NwSrc } else { Field::NwDst };
+                self.set(f, a as u64, m as u64, at, tok)?;
+            }
+            "nw_proto" => {
+                let Some(p) = parse_uint(v, 0xff) else { return bad("a protocol number 0..255") };
+                self.set(Field::NwProto, p, 0xff, at, tok)?;
+            }
+            "nw_tos" => {
+                let Some(t) = parse_uint(v, 0xff) else { return bad("a TOS value 0..255") };
+                self.set(Field::NwTos, t, 0xfc, at, tok)?;
+            }
+            "tp_src" | "tp_dst" => {
+                let Some((p, m)) = masked(v, 0xffff, |x| parse_uint(x, 0xffff)) else {
+                    return bad("a port number 0..65535, optionally with /mask (e.g. 0x1000/0xf000)");
+                };
+                let f = if name == "tp_src" { Field::TpSrc } else { Field::TpDst };
+                self.set(f, p, m, at, tok)?;
+            }
+            _ => unreachable!("{name} is in FIELDS"),
+        }
+        Ok(())
+    }
+
+    /// OVS's prerequisites; reports the earliest offending token.
+    fn check_prerequisites(&self) -> Result<(), FlowError> {
+        let exact = |f: Field| (self.m.mask.get(f) == f.max()).then(|| self.m.key.get(f));
+        let dl_type = exact(Field::DlType).map(|t| t as u16);
+        let nw_proto = exact(Field::NwProto).map(|p| p as u8);
+        let ip = dl_type == Some(ETH_TYPE_IP);
+        let arp = dl_type == Some(ETH_TYPE_ARP);
+        let mut first: Option<(usize, String)> = None;
+        for f in Field::ALL {
+            let Some((at, _)) = self.src[f as usize] else { continue };
+            let name = f.name();
+            let need = match f {
+                Field::NwSrc | Field::NwDst | Field::NwProto if !(ip || arp) => {
+                    format!("{name}: requires ip or arp (dl_type=0x0800 or 0x0806), e.g. \"ip,{name}=...\"")
+                }
+                Field::NwTos if !ip => "nw_tos: requires ip (dl_type=0x0800), e.g. \"ip,nw_tos=...\"".into(),
+                Field::TpSrc | Field::TpDst
+                    if !ip
+                        || !matches!(nw_proto, Some(IP_PROTO_TCP | IP_PROTO_UDP | IP_PROTO_SCTP | IP_PROTO_ICMP)) =>
+                {
+                    format!(
+                        "{name}: requires ip with nw_proto tcp (6), udp (17), sctp (132) or icmp (1, where \
+                         tp_src/tp_dst are the ICMP type/code), e.g. \"tcp,{name}=...\""
+                    )
+                }
+                _ => continue,
+            };
+            if first.as_ref().is_none_or(|(o, _)| at < *o) {
+                first = Some((at, need));
+            }
+        }
+        match first {
+            Some((at, msg)) => err(at, msg),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `in_port`, `flood`, `all`, `normal` in any case.
+fn reserved_port(name: &str) -> Option<Action> {
+    match name.to_ascii_lowercase().as_str() {
+        "in_port" => Some(Action::InPort),
+        "flood" => Some(Action::Flood),
+        "all" => Some(Action::All),
+        "normal" => Some(Action::Normal),
+        _ => None,
+    }
+}
+
+const ACTIONS: &str = "output:PORT, PORT, in_port, flood, all, normal, drop, mod_vlan_vid:VID, mod_vlan_pcp:PCP, \
+                       strip_vlan, push_vlan:TPID, mod_dl_src:MAC, mod_dl_dst:MAC";
+
+/// The action list `s`, which starts at byte `base` of the flow string.
+fn parse_actions(s: &str, base: usize, port: &dyn Fn(&str) -> Option<u16>) -> Result<Vec<Action>, FlowError> {
+    let mut actions = Vec::new();
+    let mut drop_at = None;
+    for (at, tok) in tokens(s, base) {
+        let (name, value) = match tok.split_once(':') {
+            Some((n, v)) => (n, Some((at + n.len() + 1, v))),
+            None => (tok, None),
+        };
+        let lname = name.to_ascii_lowercase();
+        let a = match (lname.as_str(), value) {
+            ("drop", None) => {
+                drop_at.get_or_insert(at);
+                continue;
+            }
+            ("strip_vlan", None) => Action::StripVlan,
+            (n, None) if reserved_port(n).is_some() => reserved_port(n).unwrap(),
+            ("output", Some((vat, v))) => match reserved_port(v) {
+                Some(a) => a,
+                None => Action::Output(
+                    port(v)
+                        .ok_or_else(|| FlowError { offset: vat, message: format!("output: unknown port \"{v}\"") })?,
+                ),
+            },
+            (n @ ("mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst"), Some((vat, v))) => {
+                let bad =
+                    |what: &str| FlowError { offset: vat, message: format!("{n}: expected {what}, found \"{v}\"") };
+                match n {
+                    "mod_vlan_vid" => {
+                        Action::SetVlanVid(parse_uint(v, 0xfff).ok_or_else(|| bad("a VLAN id 0..4095"))? as u16)
+                    }
+                    "mod_vlan_pcp" => {
+                        Action::SetVlanPcp(parse_uint(v, 7).ok_or_else(|| bad("a VLAN priority 0..7"))? as u8)
+                    }
+                    "push_vlan" => match parse_uint(v, 0xffff).map(|t| t as u16) {
+                        Some(t @ (ETH_TYPE_VLAN | ETH_TYPE_VLAN_8021AD)) => Action::PushVlan(t),
+                        _ => return Err(bad("a VLAN TPID, 0x8100 or 0x88a8")),
+                    },
+                    "mod_dl_src" => Action::SetDlSrc(parse_mac(v).ok_or_else(|| bad("an Ethernet address"))?),
+                    _ => Action::SetDlDst(parse_mac(v).ok_or_else(|| bad("an Ethernet address"))?),
+                }
+            }
+            ("output" | "mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst", None) => {
+                return err(at, format!("{name}: expected {name}:VALUE"));
+            }
+            (n @ ("drop" | "strip_vlan" | "in_port" | "flood" | "all" | "normal"), Some(_)) => {
+                return err(at, format!("{n}: takes no argument"));
+            }
+            (_, None) => match port(tok) {
+                Some(p) => Action::Output(p),
+                None => return err(at, format!("unknown action or port \"{tok}\" (actions: {ACTIONS})")),
+            },
+            (_, Some(_)) => {
+                return err(at, format!("unknown action \"{name}\" (actions: {ACTIONS})"));
+            }
+        };
+        actions.push(a);
+    }
+    if let Some(at) = drop_at
+        && !actions.is_empty()
+    {
+        err(at, "drop: must be the only action")?;
+    }
+    Ok(actions)
+}
+
+/// Parses one flow in ovs-ofctl syntax. `port` resolves port names (for `in_port=` and
+/// outputs); an unknown name is an error naming it. See the module docs for the syntax.
+pub fn parse_flow(s: &str, port: &dyn Fn(&str) -> Option<u16>) -> Result<Flow, FlowError> {
+    let mut b = Builder { m: Match::default(), priority: None, src: [None; 11] };
+    for (at, tok) in tokens(s, 0) {
+        if let Some(rest) = tok.strip_prefix("actions=") {
+            b.check_prerequisites()?;
+            let base = at + "actions=".len();
+            debug_assert!(s[base..].starts_with(rest));
+            let actions = parse_actions(&s[base..], base, port)?;
+            return Ok(Flow { priority: b.priority.unwrap_or(DEFAULT_PRIORITY), m: b.m, actions });
+        }
+        b.field(at, tok, port)?;
+    }
+    err(s.len(), "missing actions=... at the end of the flow (e.g. actions=normal or actions=drop)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::key::{FlowKey, IP_PROTO_TCP};
+    use super::*;
+
+    fn port(s: &str) -> Option<u16> {
+        match s {
+            "vm1" => Some(1),
+            "vm2" => Some(2),
+            "uplink" => Some(0),
+            _ => None,
+        }
+    }
+
+    fn parse(s: &str) -> Result<Flow, FlowError> {
+        parse_flow(s, &port)
+    }
+
+    /// The error for `s`, checking that its offset points at `at` (a substring of `s`).
+    fn error(s: &str, at: &str) -> String {
+        let e = parse(s).expect_err(s);
+        let want = if at.is_empty() { s.len() } else { s.find(at).unwrap_or_else(|| panic!("{at} not in {s}")) };
+        assert_eq!(e.offset, want, "{s}: {e}");
+        e.message
+    }
+
+    #[test]
+    fn fields() {
+        let f = parse("priority=100,tcp,in_port=vm1,nw_dst=10.0.0.0/24 tp_dst=80, actions=output:vm2").unwrap();
+        assert_eq!(f.priority, 100);
+        let (k, m) = (f.m.key, f.m.mask);
+        assert_eq!((k.in_port(), k.dl_type(), k.nw_proto(), k.tp_dst()), (1, ETH_TYPE_IP, IP_PROTO_TCP, 80));
+        assert_eq!((k.nw_dst(), m.nw_dst()), (0x0a00_0000, 0xffff_ff00));
+        assert_eq!(m.nw_src(), 0);
+        assert_eq!(f.actions, vec![Action::Output(2)]);
+
+        let f = parse("dl_src=02:00:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff/01:00:00:00:00:00,actions=drop").unwrap();
+        assert_eq!(f.priority, DEFAULT_PRIORITY);
+        assert_eq!(f.m.key.dl_dst(), [1, 0, 0, 0, 0, 0]);
+        assert_eq!(f.m.mask.dl_src(), [0xff; 6]);
+        assert!(f.actions.is_empty());
+
+        let f = parse("dl_vlan=10 actions=normal").unwrap();
+        assert_eq!((f.m.key.vlan_tci(), f.m.mask.vlan_tci()), (0x100a, 0x1fff));
+        let f = parse("dl_vlan=0xffff actions=normal").unwrap();
+        assert_eq!((f.m.key.vlan_tci(), f.m.mask.vlan_tci()), (0, 0xffff));
+        let f = parse("dl_vlan_pcp=3,dl_vlan=10 actions=normal").unwrap();
+        assert_eq!((f.m.key.vlan_tci(), f.m.mask.vlan_tci()), (0x700a, 0xffff));
+        let f = parse("ip,nw_tos=0xff,nw_src=1.2.3.4/255.255.0.0 actions=normal").unwrap();
+        assert_eq!((f.m.key.nw_tos(), f.m.mask.nw_tos()), (0xfc, 0xfc));
+        assert_eq!((f.m.key.nw_src(), f.m.mask.nw_src()), (0x0102_0000, 0xffff_0000));
+        let f = parse("udp,tp_src=0x1234/0xf000 in_port:uplink actions=normal").unwrap();
+        assert_eq!((f.m.key.tp_src(), f.m.mask.tp_src(), f.m.key.in_port()), (0x1000, 0xf000, 0));
+        // Order of prerequisites does not matter; repeating an agreeing value is fine.
+        let f = parse("tp_dst=80,nw_proto=6,ip,tcp,priority=5,priority=5 actions=drop").unwrap();
+        assert_eq!(f.priority, 5);
+        // dl_type in decimal; an empty match.
+        assert_eq!(parse("dl_type=2054,nw_proto=1 actions=drop").unwrap().m.key.dl_type(), ETH_TYPE_ARP);
+        assert_eq!(parse("actions=drop").unwrap().m, Match::default());
+        assert_eq!(parse("  actions=drop").unwrap().m.mask, FlowKey::default());
+    }
+
+    #[test]
+    fn actions() {
+        let all = parse(
+            "actions=output:vm1,vm2,IN_PORT,Flood,all,NORMAL,output:normal,mod_vlan_vid:4095,mod_vlan_pcp:7,\
+             strip_vlan,push_vlan:0x88a8,mod_dl_src:02:00:00:00:00:01 mod_dl_dst:2:0:0:0:0:2",
+        )
+        .unwrap();
+        assert_eq!(
+            all.actions,
+            vec![
+                Action::Output(1),
+                Action::Output(2),
+                Action::InPort,
+                Action::Flood,
+                Action::All,
+                Action::Normal,
+                Action::Normal,
+                Action::SetVlanVid(4095),
+                Action::SetVlanPcp(7),
+                Action::StripVlan,
+                Action::PushVlan(0x88a8),
+                Action::SetDlSrc([2, 0, 0, 0, 0, 1]),
+                Action::SetDlDst([2, 0, 0, 0, 0, 2]),
+            ]
+        );
+        assert!(parse("actions=").unwrap().actions.is_empty());
+        assert!(parse("actions=DROP").unwrap().actions.is_empty());
+    }
+
+    #[test]
+    fn value_errors() {
+        let m = error("ip,nw_dst=10.0.0.300 actions=drop", "10.0.0.300");
+        assert_eq!(m, r#"nw_dst: expected an IPv4 address, CIDR (10.0.0.0/24) or address/mask, found "10.0.0.300""#);
+        for (s, at, frag) in [
+            ("ip,nw_src=10.0.0.0/33 actions=drop", "10.0.0.0/33", "nw_src: expected an IPv4"),
+            ("ip,nw_src=10.0.0 actions=drop", "10.0.0 ", "nw_src: expected an IPv4"),
+            ("ip,nw_src=10.0.0.1/ actions=drop", "10.0.0.1/", "nw_src: expected an IPv4"),
+            ("priority=65536 actions=drop", "65536", "priority: expected a number 0..65535"),
+            ("priority=-1 actions=drop", "-1", "priority: expected"),
+            ("in_port=vm9 actions=drop", "vm9", r#"in_port: unknown port "vm9""#),
+            ("dl_src=02:00:00:00:00 actions=drop", "02:", "dl_src: expected an Ethernet address"),
+            ("dl_dst=02:00:00:00:00:001 actions=drop", "02:", "dl_dst: expected an Ethernet address"),
+            ("dl_dst=02:00:00:00:00:01/x actions=drop", "02:", "dl_dst: expected an Ethernet address"),
+            ("dl_type=0x10000 actions=drop", "0x10000", "dl_type: expected an ethertype"),
+            ("dl_type=ip actions=drop", "ip ", "dl_type: expected an ethertype"),
+            ("dl_vlan=4096 actions=drop", "4096", "dl_vlan: expected a VLAN id 0..4095, or 0xffff"),
+            ("dl_vlan_pcp=8 actions=drop", "8 ", "dl_vlan_pcp: expected a VLAN priority 0..7"),
+            ("vlan_tci=0x1000/ actions=drop", "0x1000/", "vlan_tci: expected a 16-bit TCI"),
+            ("ip,nw_proto=256 actions=drop", "256", "nw_proto: expected a protocol number 0..255"),
+            ("ip,nw_tos=x actions=drop", "x ", "nw_tos: expected a TOS value 0..255"),
+            ("tcp,tp_dst=0x1000/0x10000 actions=drop", "0x1000/", "tp_dst: expected a port number 0..65535"),
+            ("tcp,tp_src= actions=drop", " actions", "tp_src: expected a port number"),
+            ("tcp=1 actions=drop", "tcp", "tcp: takes no value"),
+            ("nw_dst actions=drop", "nw_dst", "nw_dst: expected nw_dst=VALUE"),
+            ("nw_dest=1.2.3.4 actions=drop", "nw_dest", r#"unknown field "nw_dest" (valid: priority, in_port,"#),
+            ("priority=1,priority=2 actions=drop", "priority=2", "priority: given twice (1 and 2)"),
+            ("in_port=vm1", "", "missing actions="),
+            ("", "", "missing actions="),
+        ] {
+            let m = error(s, at);
+            assert!(m.starts_with(frag), "{s}: {m}");
+        }
+    }
+
+    #[test]
+    fn conflicts() {
+        let m = error("tcp,udp actions=drop", "udp");
+        assert_eq!(m, r#""udp" conflicts with earlier "tcp": both set nw_proto"#);
+        let m = error("ip,dl_type=0x0806 actions=drop", "dl_type");
+        assert_eq!(m, r#""dl_type=0x0806" conflicts with earlier "ip": both set dl_type"#);
+        error("dl_vlan=0xffff,dl_vlan_pcp=1 actions=drop", "dl_vlan_pcp");
+        error("dl_vlan=1,dl_vlan=2 actions=drop", "dl_vlan=2");
+        error("ip,nw_dst=10.0.0.0/8,nw_dst=11.0.0.1 actions=drop", "nw_dst=11");
+        // Overlapping but compatible masks combine.
+        let f = parse("ip,nw_dst=10.0.0.0/8,nw_dst=10.1.0.0/16 actions=drop").unwrap();
+        assert_eq!((f.m.key.nw_dst(), f.m.mask.nw_dst()), (0x0a01_0000, 0xffff_0000));
+    }
+
+    #[test]
+    fn prerequisites() {
+        for (s, at, frag) in [
+            ("nw_dst=10.0.0.1 actions=drop", "nw_dst", "nw_dst: requires ip or arp"),
+            ("dl_type=0x86dd,nw_proto=6 actions=drop", "nw_proto", "nw_proto: requires ip or arp"),
+            ("arp,nw_tos=4 actions=drop", "nw_tos", "nw_tos: requires ip (dl_type=0x0800)"),
+            ("ip,tp_dst=80 actions=drop", "tp_dst", "tp_dst: requires ip with nw_proto tcp (6), udp (17)"),
+            ("arp,nw_proto=6,tp_src=80 actions=drop", "tp_src", "tp_src: requires ip with nw_proto"),
+            ("ip,nw_proto=47,tp_src=80 actions=drop", "tp_src", "tp_src: requires"),
+            // The earliest offending field is reported.
+            ("tp_dst=1,nw_src=1.1.1.1 actions=drop", "tp_dst", "tp_dst: requires"),
+        ] {
+            let m = error(s, at);
+            assert!(m.starts_with(frag), "{s}: {m}");
+        }
+        for ok in [
+            "arp,nw_src=10.0.0.1,nw_proto=1 actions=drop",
+            "icmp,tp_src=8 actions=drop",
+            "sctp,tp_dst=9 actions=drop",
+            "udp,nw_tos=8 actions=drop",
+            "ip,nw_dst=1.2.3.4/0,tp_dst=0/0 actions=drop",
+            "nw_dst=0.0.0.0/0 actions=drop",
+        ] {
+            parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn action_errors() {
+        for (s, at, frag) in [
+            ("actions=output:vm9", "vm9", r#"output: unknown port "vm9""#),
+            ("actions=vm9", "vm9", r#"unknown action or port "vm9" (actions: output:PORT,"#),
+            ("actions=set_field:1->x", "set_field", r#"unknown action "set_field""#),
+            ("actions=output", "output", "output: expected output:VALUE"),
+            ("actions=normal:1", "normal", "normal: takes no argument"),
+            ("actions=mod_vlan_vid:4096", "4096", "mod_vlan_vid: expected a VLAN id 0..4095"),
+            ("actions=mod_vlan_pcp:8", "8", "mod_vlan_pcp: expected a VLAN priority 0..7"),
+            ("actions=push_vlan:0x0800", "0x0800", "push_vlan: expected a VLAN TPID, 0x8100 or 0x88a8"),
+            ("actions=mod_dl_src:1:2:3", "1:2:3", "mod_dl_src: expected an Ethernet address"),
+            ("actions=output:vm1,drop", "drop", "drop: must be the only action"),
+            ("actions=drop,vm1", "drop", "drop: must be the only action"),
+        ] {
+            let m = error(s, at);
+            assert!(m.starts_with(frag), "{s}: {m}");
+        }
+    }
+
+    #[test]
+    fn never_panics_on_garbage() {
+        use super::super::key::testutil::Rng;
+        let alphabet =
+            ["ip", "tcp", ",", " ", "=", ":", "/", "actions=", "nw_dst", "tp_dst", "0x", "1", "é", "vm1", "."];
+        let mut rng = Rng(3);
+        for _ in 0..20_000 {
+            let s: String = (0..rng.below(12)).map(|_| rng.pick(&alphabet)).collect();
+            if let Err(e) = parse(&s) {
+                assert!(e.offset <= s.len(), "{s:?}: {e:?}");
+                assert!(s.is_char_boundary(e.offset));
+            }
+        }
+    }
+}

@@ -178,7 +178,13 @@ impl Config {
 
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| cx.err(e.span(), e.message().trim().to_string()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let mut msg = e.message().trim().to_string();
+            if msg.starts_with("unknown field `flows`") {
+                msg.push_str(" (in TOML, top-level keys such as `flows` must come before the first [table])");
+            }
+            cx.err(e.span(), msg)
+        })?;
         let sw = raw.switch.unwrap_or(RawSwitch {
             poll_cores: None,
             control_socket: None,
@@ -308,6 +314,21 @@ impl Config {
                 allowed_macs,
             });
         }
+        // Flows name ports; check each against the port names, at its place in the file.
+        let mut flows = Vec::new();
+        for f in raw.flows {
+            // The span covers the quotes (one, or three for a multi-line string).
+            let span = f.span();
+            let quote =
+                if text[span.start..].starts_with("\"\"\"") || text[span.start..].starts_with("'''") { 3 } else { 1 };
+            let offset = span.start + quote;
+            let text = f.into_inner();
+            let id = |name: &str| ports.iter().position(|p: &PortConfig| p.name == name).map(|i| i as u16);
+            if let Err(e) = crate::flow::parse_flow(&text, &id) {
+                return Err(cx.err(Some(offset + e.offset..offset + e.offset), format!("flow: {}", e.message)));
+            }
+            flows.push(FlowSource { text, offset });
+        }
         Ok(Config {
             poll_cores,
             control_socket: sw.control_socket.map(|s| resolve(&s)).unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into()),
@@ -317,15 +338,7 @@ impl Config {
             burst,
             rx_retry_us,
             ports,
-            flows: raw
-                .flows
-                .into_iter()
-                .map(|f| {
-                    // The span covers the quotes; the text starts one character in.
-                    let offset = f.span().start + 1;
-                    FlowSource { text: f.into_inner(), offset }
-                })
-                .collect(),
+            flows,
         })
     }
 }
@@ -399,5 +412,66 @@ mod tests {
         assert!(e.message.contains("twice"));
         let e = err("[[port]]\nname = \"a\"\n");
         assert!(e.message.contains("missing field"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use super::*;
+
+    const PORTS: &str = "[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"/s1\"\n\
+                         [[port]]\nname = \"vm2\"\ntype = \"vhost-user\"\nsocket = \"/s2\"\n";
+
+    fn err(flows: &str) -> ConfigError {
+        Config::parse("t.toml", &format!("flows = [\n{flows}\n]\n{PORTS}")).unwrap_err()
+    }
+
+    #[test]
+    fn good_flows_parse() {
+        let c = Config::parse(
+            "t.toml",
+            &format!("flows = [\n  \"priority=100,in_port=vm1,ip,nw_dst=10.0.0.0/24,actions=output:vm2\",\n  \"actions=normal\",\n]\n{PORTS}"),
+        )
+        .unwrap();
+        assert_eq!(c.flows.len(), 2);
+    }
+
+    #[test]
+    fn flow_errors_point_into_the_string() {
+        // Line 2 is the first flow line; the string starts at column 4 (after two spaces and the quote).
+        let e = err("  \"in_port=vm9,actions=drop\"");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("vm9"), "{e}");
+        assert!(e.col >= 4 && e.col <= 12, "{e}");
+        let e = err("  \"in_port=vm1,actions=output:nowhere\"");
+        assert!(e.message.contains("nowhere"), "{e}");
+        assert!(e.col > 20, "{e}");
+        let e = err("  \"tp_dst=80,actions=drop\"");
+        assert!(e.message.contains("tp_dst"), "{e}");
+        let e = err("  \"priority=70000,actions=drop\"");
+        assert!(e.message.contains("priority"), "{e}");
+        let e = err("  \"ip,nw_dst=10.0.0.300,actions=drop\"");
+        assert!(e.message.contains("nw_dst"), "{e}");
+        let e = err("  \"in_port=vm1\"");
+        assert!(e.message.contains("actions"), "{e}");
+        let e = err("  \"dl_vlan=5000,actions=drop\"");
+        assert!(e.message.contains("dl_vlan"), "{e}");
+    }
+
+    #[test]
+    fn port_security_and_weights() {
+        let c = Config::parse(
+            "t.toml",
+            "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nallowed_macs = [\"02:00:00:00:00:01\"]\nweight_packets = 64\n",
+        )
+        .unwrap();
+        assert_eq!(c.ports[0].allowed_macs, vec![[2, 0, 0, 0, 0, 1]]);
+        assert_eq!((c.ports[0].weight_packets, c.ports[0].weight_bytes), (64, DEFAULT_WEIGHT_BYTES));
+        let e = Config::parse(
+            "t.toml",
+            "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nallowed_macs = [\"02:00:00:00:00\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.col), (5, 17), "{e}");
     }
 }

@@ -200,7 +200,7 @@ impl Control {
         epoll_add(epoll, fault_fd, TOK_MEM_FAULT << 32);
         let nthreads = threads.len();
         let ids = |name: &str| cfg.ports.iter().position(|p| p.name == name).map(|i| i as u16);
-        let flows = FlowTable::build(&cfg, &ids, nthreads, None).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let flows = FlowTable::build(&cfg, &ids, nthreads, None).map_err(std::io::Error::other)?;
         let flows = Arc::new(flows);
         let mut c = Control {
             epoll,

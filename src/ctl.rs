@@ -25,12 +25,26 @@ pub fn handle(c: &mut Control, req: &[u8]) -> String {
         "stats" => stats(c),
         "fdb" => fdb(c),
         "version" => json!({"version": env!("CARGO_PKG_VERSION")}),
+        "flows" => crate::ctl_flows::flows(c),
+        "trace" => {
+            let args: Vec<String> = v
+                .get("args")
+                .and_then(|a| a.as_array())
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            match crate::ctl_flows::trace(c, &args) {
+                Ok(r) => r,
+                Err(e) => return error_reply(&e),
+            }
+        }
         "reload" => match c.reload() {
             Ok(summary) => json!({"summary": summary}),
             Err(e) => return error_reply(&format!("reload rejected, running configuration unchanged: {e}")),
         },
         other => {
-            return error_reply(&format!("unknown command \"{other}\" (try ports, stats, fdb, reload, version)"));
+            return error_reply(&format!(
+                "unknown command \"{other}\" (try ports, stats, fdb, flows, trace, reload, version)"
+            ));
         }
     };
     json!({"ok": true, "result": result}).to_string()

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod control;
 pub mod ctl;
+pub mod ctl_flows;
 pub mod flow;
 pub mod flow_table;
 pub mod guest_mem;

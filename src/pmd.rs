@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
+use crate::flow::{Emc, Emit, EthHeader, FlowKey, execute};
+use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::mac_table::MacTable;
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::port::Port;
@@ -42,6 +44,7 @@ pub struct Ctx {
 struct Env<'a> {
     cx: &'a Ctx,
     ports: &'a PortTable,
+    flows: &'a FlowTable,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,8 @@ enum Out {
     Drop,
     Port(u16),
     Flood,
+    /// Run flow `.0`'s action list.
+    Actions(u32),
 }
 
 struct Frame {
@@ -78,6 +83,8 @@ pub struct PollThread {
     rxqs: Vec<Rxq>,
     frames: Vec<Frame>,
     rx: RxScratch,
+    /// Exact-match cache in front of the flow table's classifier.
+    emc: Box<Emc>,
 }
 
 impl PollThread {
@@ -92,6 +99,7 @@ impl PollThread {
                 .map(|_| Frame { head: 0, segs: Segs::default(), data_off: 0, len: 0, out: Out::Drop })
                 .collect(),
             rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: Vec::new() },
+            emc: Box::new(Emc::default()),
         };
         t.adopt(Box::new(plan));
         t
@@ -112,6 +120,9 @@ impl PollThread {
             .collect();
         self.rx.stalled.clear();
         self.rx.stalled.resize(plan.ports.by_id.len(), false);
+        if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
+            self.emc.clear();
+        }
         self.plan = plan;
     }
 
@@ -125,10 +136,10 @@ impl PollThread {
                 self.generation = generation;
                 self.cx.mailbox.ack(generation);
             }
-            let env = Env { cx: &self.cx, ports: &self.plan.ports };
+            let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows };
             let mut got = 0;
             for rxq in self.rxqs.iter_mut() {
-                got += visit(&env, &mut self.frames, &mut self.rx, rxq);
+                got += visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq);
             }
             let t1 = cycles();
             bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
@@ -149,7 +160,7 @@ fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingErr
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
-fn visit(env: &Env, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
+fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
     let cx = env.cx;
     let Rxq { spec, blocked_since } = rxq;
     let (port, qpair) = (&spec.port, spec.qpair);
@@ -200,7 +211,7 @@ fn visit(env: &Env, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> 
         }
         let mut bytes = 0u64;
         for f in &mut frames[..got] {
-            classify(env, port, policy, pc, f, hdr_len);
+            classify(env, emc, port, policy, pc, f, hdr_len);
             bytes += f.len as u64;
         }
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since);
@@ -234,16 +245,25 @@ fn visit(env: &Env, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> 
     total
 }
 
-/// Decides where a frame goes: MAC learning on the source, lookup on the destination,
-/// flooding for broadcast, multicast and unknown unicast.
+/// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the
+/// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
+/// one: the exact-match cache, then the classifier, then the flow's actions.
 #[inline]
-fn classify(env: &Env, in_port: &Port, policy: &PortPolicy, pc: &PortCounters, f: &mut Frame, hdr_len: u32) {
-    let cx = env.cx;
+fn classify(
+    env: &Env,
+    emc: &mut Emc,
+    in_port: &Port,
+    policy: &PortPolicy,
+    pc: &PortCounters,
+    f: &mut Frame,
+    hdr_len: u32,
+) {
     f.data_off = hdr_len;
     f.len = f.segs.len().saturating_sub(hdr_len);
     f.out = Out::Drop;
-    let mut eth = [0u8; 12];
-    if f.len < 14 || f.segs.read_at(hdr_len, &mut eth) < 12 {
+    let mut eth = [0u8; 64];
+    let want = if env.flows.is_normal() { 12 } else { (f.len as usize).min(64) };
+    if f.len < 14 || f.segs.read_at(hdr_len, &mut eth[..want]) < want {
         pc.drop(Drop::Runt, 1);
         return;
     }
@@ -257,18 +277,47 @@ fn classify(env: &Env, in_port: &Port, policy: &PortPolicy, pc: &PortCounters, f
         pc.drop(Drop::PortSecurity, 1);
         return;
     }
-    if src[0] & 1 == 0 {
-        cx.mac.learn(&src, in_port.id);
+    if env.flows.is_normal() {
+        f.out = normal(env, in_port.id, &dst, &src);
+        return;
     }
-    f.out = if dst[0] & 1 != 0 {
-        Out::Flood
-    } else {
-        match cx.mac.lookup(&dst) {
-            Some(p) if p == in_port.id => Out::Drop,
-            Some(p) if env.ports.get(p).is_some() => Out::Port(p),
-            _ => Out::Flood,
+    let key = FlowKey::extract(in_port.id, &eth[..want]);
+    let i = env.flows.classify(emc, &key);
+    env.flows.count(env.cx.index, i, f.len);
+    if i == NO_MATCH {
+        pc.drop(Drop::NoMatch, 1);
+        return;
+    }
+    f.out = match env.flows.verdict(i) {
+        Verdict::Normal => normal(env, in_port.id, &dst, &src),
+        // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
+        Verdict::Output(p) if p == in_port.id => Out::Drop,
+        Verdict::Output(p) => Out::Port(p),
+        Verdict::InPort => Out::Port(in_port.id),
+        Verdict::Flood => Out::Flood,
+        Verdict::Drop => {
+            pc.drop(Drop::FlowDrop, 1);
+            Out::Drop
         }
+        Verdict::Actions => Out::Actions(i),
     };
+}
+
+/// The NORMAL action: learn the source, forward to where the destination was learned, flood
+/// broadcast, multicast and unknown unicast.
+#[inline]
+fn normal(env: &Env, in_port: u16, dst: &[u8; 6], src: &[u8; 6]) -> Out {
+    if src[0] & 1 == 0 {
+        env.cx.mac.learn(src, in_port);
+    }
+    if dst[0] & 1 != 0 {
+        return Out::Flood;
+    }
+    match env.cx.mac.lookup(dst) {
+        Some(p) if p == in_port => Out::Drop,
+        Some(p) if env.ports.get(p).is_some() => Out::Port(p),
+        _ => Out::Flood,
+    }
 }
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -289,13 +338,13 @@ impl<'a> Open<'a> {
         guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
     }
 
-    fn write(&mut self, f: &Frame, rx: &mut RxScratch) -> Result<(), Drop> {
+    fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
         let Vring { active, broken, hdr_len, mrg_rxbuf } = &mut *self.guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
-        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, rx) {
+        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, rx) {
             Ok(()) => {
                 self.packets += 1;
-                self.bytes += f.len as u64;
+                self.bytes += (f.len - e.skip + e.prefix.len() as u32) as u64;
                 Ok(())
             }
             Err(WriteError::Drop(why)) => Err(why),
@@ -338,7 +387,7 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
                     open = Open::new(env, p);
                 }
                 let pc = &cx.stats.ports[p as usize];
-                match open.as_mut().map(|o| o.write(f, rx)) {
+                match open.as_mut().map(|o| o.write(f, AS_IS, rx)) {
                     None => pc.drop(Drop::PortDown, 1),
                     Some(Ok(())) => rx.stalled[p as usize] = false,
                     Some(Err(Drop::RxRingFull)) if !rx.stalled[p as usize] => {
@@ -357,6 +406,10 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
                     Some(Err(why)) => pc.drop(why, 1),
                 }
             }
+            Out::Actions(fi) => {
+                o_close(open.take(), env);
+                run_actions(env, f, fi, in_port, rx);
+            }
             Out::Flood => {
                 o_close(open.take(), env);
                 // A run of consecutive flooded frames goes to each port as one batch. Best
@@ -366,7 +419,7 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
                         for f in &frames[i..i + run] {
-                            if let Err(why) = o.write(f, rx) {
+                            if let Err(why) = o.write(f, AS_IS, rx) {
                                 pc.drop(why, 1);
                             }
                         }
@@ -382,6 +435,54 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
     o_close(open, env);
     *blocked_since = None;
     frames.len()
+}
+
+/// Runs a flow's action list on one frame: each output sends the frame as the header
+/// rewrites before it left it. Best effort, like flooding: a full or absent port misses it.
+fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) {
+    let mut raw = [0u8; 22];
+    let n = f.segs.read_at(f.data_off, &mut raw[..(f.len as usize).min(22)]);
+    let Some((hdr, covered)) = EthHeader::parse(&raw[..n]) else { return };
+    execute(env.flows.actions(fi), &hdr, |emit, h| {
+        let mut buf = [0u8; 20];
+        let len = h.write(&mut buf);
+        let shape = Shape { prefix: &buf[..len], skip: covered as u32 };
+        match emit {
+            Emit::Port(p) if p != in_port => send_one(env, p, f, shape, rx, true),
+            Emit::Port(_) => {}
+            Emit::InPort => send_one(env, in_port, f, shape, rx, true),
+            Emit::Flood | Emit::All => {
+                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                    send_one(env, dp.id, f, shape, rx, false);
+                }
+            }
+            Emit::Normal => match normal(env, in_port, &h.dst, &h.src) {
+                Out::Port(p) => send_one(env, p, f, shape, rx, true),
+                Out::Flood => {
+                    for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                        send_one(env, dp.id, f, shape, rx, false);
+                    }
+                }
+                _ => {}
+            },
+        }
+    });
+}
+
+/// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an
+/// explicit output, not a flood, which reaches whoever is up).
+fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, rx: &mut RxScratch, named: bool) {
+    let pc = &env.cx.stats.ports[p as usize];
+    match Open::new(env, p) {
+        Some(mut o) => {
+            if let Err(why) = o.write(f, shape, rx) {
+                pc.drop(why, 1);
+            }
+            o.close(pc);
+        }
+        None if named => pc.drop(Drop::PortDown, 1),
+        None => {}
+    }
 }
 
 fn o_close(open: Option<Open>, env: &Env) {
@@ -402,6 +503,16 @@ impl From<RingError> for WriteError {
     }
 }
 
+/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, or
+/// nothing) followed by the sender's frame from byte `skip` on.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    prefix: &'a [u8],
+    skip: u32,
+}
+
+const AS_IS: Shape = Shape { prefix: &[], skip: 0 };
+
 /// Copies one frame into the guest's receive buffers: the virtio-net header, then the frame,
 /// spread over several buffers when MRG_RXBUF allows (num_buffers says how many).
 #[inline]
@@ -410,32 +521,38 @@ fn write_frame(
     hdr_len: u32,
     mrg: bool,
     f: &Frame,
+    e: Shape,
     rx: &mut RxScratch,
 ) -> Result<(), WriteError> {
-    let need = hdr_len + f.len;
+    let pre = e.prefix.len() as u32;
+    let (body_off, body_len) = (f.data_off + e.skip, f.len - e.skip);
+    let need = hdr_len + pre + body_len;
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
     }
     ring.prefetch_ahead(true);
     let head = ring.pop(&mut rx.first, true)?;
     let first_room = rx.first.len();
-    if first_room < hdr_len || (!mrg && first_room < need) {
+    if first_room < hdr_len + pre || (!mrg && first_room < need) {
         ring.push_used(head, 0);
         return Err(WriteError::Drop(Drop::RxBufferTooSmall));
     }
-    let mut copied = (first_room - hdr_len).min(f.len);
-    rx.first.copy_from(hdr_len, &f.segs, f.data_off, copied);
-    ring.push_used(head, hdr_len + copied);
+    if pre > 0 {
+        rx.first.write_at(hdr_len, e.prefix);
+    }
+    let mut copied = (first_room - hdr_len - pre).min(body_len);
+    rx.first.copy_from(hdr_len + pre, &f.segs, body_off, copied);
+    ring.push_used(head, hdr_len + pre + copied);
     let mut nbufs: u16 = 1;
-    while copied < f.len {
+    while copied < body_len {
         if ring.avail()? == 0 {
             ring.unpop(nbufs);
             ring.unpush(nbufs);
             return Err(WriteError::Drop(Drop::RxRingFull));
         }
         let h = ring.pop(&mut rx.more, true)?;
-        let c = rx.more.len().min(f.len - copied);
-        rx.more.copy_from(0, &f.segs, f.data_off + copied, c);
+        let c = rx.more.len().min(body_len - copied);
+        rx.more.copy_from(0, &f.segs, body_off + copied, c);
         ring.push_used(h, c);
         copied += c;
         nbufs += 1;

@@ -155,7 +155,7 @@ impl Control {
         let ids = |name: &str| -> Option<u16> {
             updated.iter().chain(&added).find(|(_, p)| p.name == name).map(|(id, _)| *id)
         };
-        let flows = FlowTable::build(&new, &ids, self.threads.len(), Some(&self.flows)).map_err(|e| e.to_string())?;
+        let flows = FlowTable::build(&new, &ids, self.threads.len(), Some(&self.flows))?;
 
         let mut notes = Vec::new();
         if new.poll_cores != self.cfg.poll_cores {

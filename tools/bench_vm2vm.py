@@ -111,12 +111,13 @@ def wait_socket(path, timeout=20):
     raise RuntimeError(f"no socket {path}")
 
 
-def start_pvswitch(d):
+def start_pvswitch(d, extra=""):
     conf = os.path.join(d, "pvswitch.toml")
     with open(conf, "w") as f:
         f.write(f'[switch]\npoll_cores = [1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n')
         for n in "ab":
             f.write(f'[[port]]\nname = "{n}"\ntype = "vhost-user"\nsocket = "{n}.sock"\n')
+        f.write(extra)
     log = open(os.path.join(d, "pvswitchd.log"), "w")
     p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
     wait_socket(os.path.join(d, "ctl.sock"))
@@ -134,9 +135,12 @@ def start_ceiling(d):
     return t.close
 
 
-def measure(kind, size, seconds, warmup=2.0):
+def measure(kind, size, seconds, warmup=2.0, extra=""):
+    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` is
+    appended to pvswitchd's configuration file."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
-    stop = (start_pvswitch if kind == "pvswitch" else start_ceiling)(d)
+    stop = (lambda d: start_pvswitch(d, extra)) if kind == "pvswitch" else start_ceiling
+    stop = stop(d)
     try:
         gen = Testpmd(
             "benchgen",

@@ -179,6 +179,28 @@ fn print_human(command: &str, r: &Value) {
             }
         }
         "reload" => println!("reloaded: {}", r["summary"].as_str().unwrap_or("")),
+        "flows" => {
+            if r["normal_only"] == json!(true) {
+                println!("no flows: every frame takes actions=NORMAL (MAC learning)");
+            }
+            for f in r["flows"].as_array().into_iter().flatten() {
+                println!(
+                    " duration={:.3}s, n_packets={}, n_bytes={}, {}",
+                    f["duration_secs"].as_f64().unwrap_or(0.0),
+                    f["n_packets"],
+                    f["n_bytes"],
+                    f["flow"].as_str().unwrap_or("")
+                );
+            }
+            if r["missed_packets"].as_u64().unwrap_or(0) > 0 {
+                println!(" (no flow matched: n_packets={}, n_bytes={})", r["missed_packets"], r["missed_bytes"]);
+            }
+        }
+        "trace" => {
+            for s in r["steps"].as_array().into_iter().flatten() {
+                println!("{}", s.as_str().unwrap_or(""));
+            }
+        }
         _ => println!("{}", serde_json::to_string_pretty(r).unwrap()),
     }
 }

@@ -1,0 +1,160 @@
+//! Control commands about the flow table: `flows` (dump with counters, as `ovs-ofctl
+//! dump-flows`) and `trace` (which flow a described frame hits and where it would go, as
+//! `ofproto/trace`). Both read the table the poll threads use; neither touches the data path.
+
+use serde_json::{Value, json};
+
+use crate::control::Control;
+use crate::flow::{Emit, EthHeader, Field, FlowKey, Match, execute, parse_flow};
+use crate::flow_table::{NO_MATCH, Verdict};
+
+fn fmt_mac(m: &[u8; 6]) -> String {
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+fn port_name(c: &Control, id: u16) -> String {
+    c.port(id as usize).map_or_else(|| format!("#{id}"), |pc| pc.port.name().to_string())
+}
+
+pub fn flows(c: &Control) -> Value {
+    let name = |id: u16| port_name(c, id);
+    let t = &c.flows;
+    let age = t.age_secs();
+    let mut out = Vec::new();
+    for (i, e) in t.entries().iter().enumerate() {
+        let (packets, bytes) = t.totals(i);
+        out.push(json!({
+            "priority": e.flow.priority,
+            "match": e.flow.m.to_ovs_string(&name),
+            "actions": e.flow.actions.iter().map(|a| a.to_ovs_string(&name)).collect::<Vec<_>>(),
+            "flow": e.flow.to_ovs_string(&name),
+            "n_packets": packets,
+            "n_bytes": bytes,
+            "duration_secs": age,
+        }));
+    }
+    let (mp, mb) = t.missed();
+    json!({ "normal_only": t.is_normal(), "flows": out, "missed_packets": mp, "missed_bytes": mb })
+}
+
+/// Where a NORMAL action sends a frame to `dst` from `in_port`, by the learned MACs.
+fn normal_outputs(c: &Control, in_port: u16, dst: &[u8; 6]) -> (String, Vec<u16>) {
+    let others = || c.ports.iter().flatten().map(|p| p.port.id).filter(|&p| p != in_port).collect::<Vec<_>>();
+    if dst[0] & 1 != 0 {
+        return ("broadcast/multicast: flood".into(), others());
+    }
+    match c.mac.lookup(dst) {
+        Some(p) if p == in_port => (format!("{} was learned on the input port: drop", fmt_mac(dst)), vec![]),
+        Some(p) => (format!("{} learned on {}", fmt_mac(dst), port_name(c, p)), vec![p]),
+        None => (format!("{} not learned: flood", fmt_mac(dst)), others()),
+    }
+}
+
+/// The frame header a key describes (addresses, VLAN tag, ethertype), for running actions.
+fn header_of(key: &FlowKey) -> EthHeader {
+    let mut raw = [0u8; 18];
+    raw[0..6].copy_from_slice(&key.dl_dst());
+    raw[6..12].copy_from_slice(&key.dl_src());
+    let mut n = 12;
+    if let Some(vid) = key.vlan_vid() {
+        let tci = vid | (key.vlan_pcp().unwrap_or(0) as u16) << 13;
+        raw[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+        raw[14..16].copy_from_slice(&tci.to_be_bytes());
+        n = 16;
+    }
+    raw[n..n + 2].copy_from_slice(&key.dl_type().to_be_bytes());
+    EthHeader::parse(&raw[..n + 2]).map(|(h, _)| h).unwrap_or_default()
+}
+
+fn describe_header(h: &EthHeader, orig: &EthHeader) -> String {
+    if h == orig {
+        return String::new();
+    }
+    let mut parts = Vec::new();
+    if h.dst != orig.dst {
+        parts.push(format!("dl_dst={}", fmt_mac(&h.dst)));
+    }
+    if h.src != orig.src {
+        parts.push(format!("dl_src={}", fmt_mac(&h.src)));
+    }
+    let tags: Vec<String> = h.tags[..h.ntags as usize]
+        .iter()
+        .map(|(tpid, tci)| format!("0x{tpid:04x}:vid={},pcp={}", tci & 0xfff, tci >> 13))
+        .collect();
+    parts.push(if tags.is_empty() { "untagged".into() } else { format!("vlan {}", tags.join(" ")) });
+    format!(" ({})", parts.join(", "))
+}
+
+/// `trace in_port=vm1,dl_dst=...,tcp,tp_dst=80`: the fields not given are zero.
+pub fn trace(c: &Control, args: &[String]) -> Result<Value, String> {
+    let spec = args.join(",");
+    if spec.is_empty() {
+        return Err("trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip".into());
+    }
+    let ids = |n: &str| c.ports.iter().flatten().find(|p| p.port.name() == n).map(|p| p.port.id);
+    let f = parse_flow(&format!("{spec},actions=drop"), &ids).map_err(|e| format!("trace: {}", e.message))?;
+    if f.m.mask.get(Field::InPort) == 0 {
+        return Err("trace: expected in_port=PORT in the frame description".into());
+    }
+    let key = f.m.key;
+    let in_port = key.in_port();
+    let name = |id: u16| port_name(c, id);
+    let mut steps = Vec::new();
+    steps.push(format!("frame: {}", Match::exact(key).to_ovs_string(&name)));
+    let pc = c.port(in_port as usize).ok_or("trace: no such port")?;
+    let src = key.dl_src();
+    if !pc.cfg.allowed_macs.is_empty() && !pc.cfg.allowed_macs.contains(&src) {
+        steps.push(format!("port security: {} may not send from {}: drop", pc.port.name(), fmt_mac(&src)));
+        return Ok(json!({ "flow": Value::Null, "outputs": [], "steps": steps }));
+    }
+    let t = &c.flows;
+    let mut outputs: Vec<String> = Vec::new();
+    let mut flow_text = Value::Null;
+    let dst = key.dl_dst();
+    let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, dst: &[u8; 6], extra: &str| {
+        let (why, ports) = normal_outputs(c, in_port, dst);
+        steps.push(format!("normal: {why}"));
+        outputs.extend(ports.into_iter().map(|p| format!("{}{extra}", name(p))));
+    };
+    if t.is_normal() {
+        steps.push("no flows configured: actions=normal".into());
+        push_normal(&mut steps, &mut outputs, &dst, "");
+    } else {
+        let i = t.lookup(&key);
+        if i == NO_MATCH {
+            steps.push("no flow matches: drop (no_match)".into());
+        } else {
+            let e = &t.entries()[i as usize];
+            let text = e.flow.to_ovs_string(&name);
+            steps.push(format!("flow: {text}"));
+            flow_text = json!(text);
+            match e.verdict {
+                Verdict::Drop => steps.push("actions drop the frame".into()),
+                _ => {
+                    let orig = header_of(&key);
+                    let others = |p: u16| c.ports.iter().flatten().map(|x| x.port.id).filter(move |&x| x != p);
+                    execute(&e.flow.actions, &orig, |emit, h| {
+                        let extra = describe_header(h, &orig);
+                        match emit {
+                            Emit::Port(p) if p == in_port => {
+                                steps.push(format!("output:{} skipped: input port", name(p)))
+                            }
+                            Emit::Port(p) => outputs.push(format!("{}{extra}", name(p))),
+                            Emit::InPort => outputs.push(format!("{}{extra}", name(in_port))),
+                            Emit::Flood | Emit::All => {
+                                outputs.extend(others(in_port).map(|p| format!("{}{extra}", name(p))))
+                            }
+                            Emit::Normal => push_normal(&mut steps, &mut outputs, &h.dst, &extra),
+                        }
+                    });
+                }
+            }
+        }
+    }
+    steps.push(if outputs.is_empty() {
+        "result: dropped".into()
+    } else {
+        format!("result: output to {}", outputs.join(", "))
+    });
+    Ok(json!({ "flow": flow_text, "outputs": outputs, "steps": steps }))
+}

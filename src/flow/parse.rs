@@ -170,6 +170,9 @@ impl<'a> Builder<'a> {
         }
         const FIELDS: &str = "priority, in_port, dl_src, dl_dst, dl_type, dl_vlan, dl_vlan_pcp, vlan_tci, nw_src, \
                               nw_dst, nw_proto, nw_tos, tp_src, tp_dst, ip, arp, icmp, tcp, udp, sctp";
+        if name == "actions" {
+            return err(at, "expected actions=... (no space before the =)");
+        }
         let known = FIELDS.split(", ").any(|f| f == name);
         if !known {
             return err(at, format!("unknown field \"{name}\" (valid: {FIELDS}, then actions=...)"));
@@ -308,70 +311,68 @@ fn reserved_port(name: &str) -> Option<Action> {
 const ACTIONS: &str = "output:PORT, PORT, in_port, flood, all, normal, drop, mod_vlan_vid:VID, mod_vlan_pcp:PCP, \
                        strip_vlan, push_vlan:TPID, mod_dl_src:MAC, mod_dl_dst:MAC";
 
+/// One action token `tok` at byte `at`; `None` for `drop`.
+fn parse_action(at: usize, tok: &str, port: &dyn Fn(&str) -> Option<u16>) -> Result<Option<Action>, FlowError> {
+    let Some((name, v)) = tok.split_once(':') else {
+        let lower = tok.to_ascii_lowercase();
+        return match lower.as_str() {
+            "drop" => Ok(None),
+            "strip_vlan" => Ok(Some(Action::StripVlan)),
+            "output" | "mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst" => {
+                err(at, format!("{tok}: expected {tok}:VALUE"))
+            }
+            _ => match reserved_port(tok).or_else(|| port(tok).map(Action::Output)) {
+                Some(a) => Ok(Some(a)),
+                None => err(at, format!("unknown action or port \"{tok}\" (actions: {ACTIONS})")),
+            },
+        };
+    };
+    let vat = at + name.len() + 1;
+    let bad = |what: &str| err(vat, format!("{name}: expected {what}, found \"{v}\""));
+    let a = match name.to_ascii_lowercase().as_str() {
+        "output" => match reserved_port(v).or_else(|| port(v).map(Action::Output)) {
+            Some(a) => a,
+            None => return err(vat, format!("output: unknown port \"{v}\"")),
+        },
+        "mod_vlan_vid" => match parse_uint(v, 0xfff) {
+            Some(vid) => Action::SetVlanVid(vid as u16),
+            None => return bad("a VLAN id 0..4095"),
+        },
+        "mod_vlan_pcp" => match parse_uint(v, 7) {
+            Some(pcp) => Action::SetVlanPcp(pcp as u8),
+            None => return bad("a VLAN priority 0..7"),
+        },
+        "push_vlan" => match parse_uint(v, 0xffff).map(|t| t as u16) {
+            Some(t @ (ETH_TYPE_VLAN | ETH_TYPE_VLAN_8021AD)) => Action::PushVlan(t),
+            _ => return bad("a VLAN TPID, 0x8100 or 0x88a8"),
+        },
+        "mod_dl_src" | "mod_dl_dst" => match parse_mac(v) {
+            Some(mac) if name.eq_ignore_ascii_case("mod_dl_src") => Action::SetDlSrc(mac),
+            Some(mac) => Action::SetDlDst(mac),
+            None => return bad("an Ethernet address (aa:bb:cc:dd:ee:ff)"),
+        },
+        "drop" | "strip_vlan" | "in_port" | "flood" | "all" | "normal" => {
+            return err(at, format!("{name}: takes no argument"));
+        }
+        _ => return err(at, format!("unknown action \"{name}\" (actions: {ACTIONS})")),
+    };
+    Ok(Some(a))
+}
+
 /// The action list `s`, which starts at byte `base` of the flow string.
 fn parse_actions(s: &str, base: usize, port: &dyn Fn(&str) -> Option<u16>) -> Result<Vec<Action>, FlowError> {
     let mut actions = Vec::new();
     let mut drop_at = None;
     for (at, tok) in tokens(s, base) {
-        let (name, value) = match tok.split_once(':') {
-            Some((n, v)) => (n, Some((at + n.len() + 1, v))),
-            None => (tok, None),
-        };
-        let lname = name.to_ascii_lowercase();
-        let a = match (lname.as_str(), value) {
-            ("drop", None) => {
-                drop_at.get_or_insert(at);
-                continue;
-            }
-            ("strip_vlan", None) => Action::StripVlan,
-            (n, None) if reserved_port(n).is_some() => reserved_port(n).unwrap(),
-            ("output", Some((vat, v))) => match reserved_port(v) {
-                Some(a) => a,
-                None => Action::Output(
-                    port(v)
-                        .ok_or_else(|| FlowError { offset: vat, message: format!("output: unknown port \"{v}\"") })?,
-                ),
-            },
-            (n @ ("mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst"), Some((vat, v))) => {
-                let bad =
-                    |what: &str| FlowError { offset: vat, message: format!("{n}: expected {what}, found \"{v}\"") };
-                match n {
-                    "mod_vlan_vid" => {
-                        Action::SetVlanVid(parse_uint(v, 0xfff).ok_or_else(|| bad("a VLAN id 0..4095"))? as u16)
-                    }
-                    "mod_vlan_pcp" => {
-                        Action::SetVlanPcp(parse_uint(v, 7).ok_or_else(|| bad("a VLAN priority 0..7"))? as u8)
-                    }
-                    "push_vlan" => match parse_uint(v, 0xffff).map(|t| t as u16) {
-                        Some(t @ (ETH_TYPE_VLAN | ETH_TYPE_VLAN_8021AD)) => Action::PushVlan(t),
-                        _ => return Err(bad("a VLAN TPID, 0x8100 or 0x88a8")),
-                    },
-                    "mod_dl_src" => Action::SetDlSrc(parse_mac(v).ok_or_else(|| bad("an Ethernet address"))?),
-                    _ => Action::SetDlDst(parse_mac(v).ok_or_else(|| bad("an Ethernet address"))?),
-                }
-            }
-            ("output" | "mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst", None) => {
-                return err(at, format!("{name}: expected {name}:VALUE"));
-            }
-            (n @ ("drop" | "strip_vlan" | "in_port" | "flood" | "all" | "normal"), Some(_)) => {
-                return err(at, format!("{n}: takes no argument"));
-            }
-            (_, None) => match port(tok) {
-                Some(p) => Action::Output(p),
-                None => return err(at, format!("unknown action or port \"{tok}\" (actions: {ACTIONS})")),
-            },
-            (_, Some(_)) => {
-                return err(at, format!("unknown action \"{name}\" (actions: {ACTIONS})"));
-            }
-        };
-        actions.push(a);
+        match parse_action(at, tok, port)? {
+            Some(a) => actions.push(a),
+            None => drop_at = drop_at.or(Some(at)),
+        }
     }
-    if let Some(at) = drop_at
-        && !actions.is_empty()
-    {
-        err(at, "drop: must be the only action")?;
+    match drop_at {
+        Some(at) if !actions.is_empty() => err(at, "drop: must be the only action"),
+        _ => Ok(actions),
     }
-    Ok(actions)
 }
 
 /// Parses one flow in ovs-ofctl syntax. `port` resolves port names (for `in_port=` and
@@ -480,6 +481,16 @@ mod tests {
         );
         assert!(parse("actions=").unwrap().actions.is_empty());
         assert!(parse("actions=DROP").unwrap().actions.is_empty());
+        let f = parse("actions=MOD_DL_SRC:2:0:0:0:0:1,Mod_Dl_Dst:2:0:0:0:0:2,OUTPUT:uplink,output:IN_PORT").unwrap();
+        assert_eq!(
+            f.actions,
+            vec![
+                Action::SetDlSrc([2, 0, 0, 0, 0, 1]),
+                Action::SetDlDst([2, 0, 0, 0, 0, 2]),
+                Action::Output(0),
+                Action::InPort
+            ]
+        );
     }
 
     #[test]
@@ -510,6 +521,7 @@ mod tests {
             ("nw_dest=1.2.3.4 actions=drop", "nw_dest", r#"unknown field "nw_dest" (valid: priority, in_port,"#),
             ("priority=1,priority=2 actions=drop", "priority=2", "priority: given twice (1 and 2)"),
             ("in_port=vm1", "", "missing actions="),
+            ("in_port=vm1 actions = drop", "actions", "expected actions=... (no space"),
             ("", "", "missing actions="),
         ] {
             let m = error(s, at);
@@ -572,6 +584,9 @@ mod tests {
             ("actions=mod_dl_src:1:2:3", "1:2:3", "mod_dl_src: expected an Ethernet address"),
             ("actions=output:vm1,drop", "drop", "drop: must be the only action"),
             ("actions=drop,vm1", "drop", "drop: must be the only action"),
+            ("actions=Mod_Dl_Dst:1:2:3:4:5:6:7", "1:2", "Mod_Dl_Dst: expected an Ethernet address"),
+            ("actions=strip_vlan:1", "strip_vlan", "strip_vlan: takes no argument"),
+            ("actions=mod_dl_dst", "mod_dl_dst", "mod_dl_dst: expected mod_dl_dst:VALUE"),
         ] {
             let m = error(s, at);
             assert!(m.starts_with(frag), "{s}: {m}");

@@ -13,9 +13,10 @@ use std::fmt::Write;
 use std::net::Ipv4Addr;
 
 use super::action::Action;
-use super::key::{ETH_TYPE_ARP, ETH_TYPE_IP, Field, VLAN_PRESENT, u64_to_mac};
+use super::key::{ETH_TYPE_ARP, ETH_TYPE_IP, Field, VLAN_PRESENT, mac_to_u64, u64_to_mac};
 use super::{Flow, Match};
 
+/// `aa:bb:cc:dd:ee:ff` for a MAC in [`FlowKey`](super::FlowKey) form.
 fn mac(v: u64) -> String {
     let m = u64_to_mac(v);
     format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
@@ -35,8 +36,8 @@ impl Action {
             Action::SetVlanPcp(p) => format!("mod_vlan_pcp:{p}"),
             Action::StripVlan => "strip_vlan".into(),
             Action::PushVlan(t) => format!("push_vlan:0x{t:04x}"),
-            Action::SetDlSrc(m) => format!("mod_dl_src:{}", mac(super::key::mac_to_u64(&m))),
-            Action::SetDlDst(m) => format!("mod_dl_dst:{}", mac(super::key::mac_to_u64(&m))),
+            Action::SetDlSrc(m) => format!("mod_dl_src:{}", mac(mac_to_u64(&m))),
+            Action::SetDlDst(m) => format!("mod_dl_dst:{}", mac(mac_to_u64(&m))),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
-use crate::flow::{Emc, Emit, EthHeader, FlowKey, execute};
+use crate::flow::{Action, Emc, Emit, EthHeader, FlowKey, execute};
 use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::mac_table::MacTable;
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
@@ -49,7 +49,10 @@ struct Env<'a> {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Out {
-    Drop,
+    /// Goes nowhere, and that is no drop (its destination is the port it came from).
+    Nowhere,
+    /// Dropped, counted for this reason once the frame is consumed.
+    Drop(Drop),
     Port(u16),
     Flood,
     /// Run flow `.0`'s action list.
@@ -64,7 +67,12 @@ struct Frame {
     /// Ethernet frame length.
     len: u32,
     out: Out,
+    /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
+    /// there is no flow table.
+    flow: u32,
 }
+
+const UNCLASSIFIED: u32 = NO_MATCH - 1;
 
 /// Receive-side scratch: segments of the buffers being filled, and per-port state.
 struct RxScratch {
@@ -96,7 +104,14 @@ impl PollThread {
             generation: 0,
             rxqs: Vec::new(),
             frames: (0..burst)
-                .map(|_| Frame { head: 0, segs: Segs::default(), data_off: 0, len: 0, out: Out::Drop })
+                .map(|_| Frame {
+                    head: 0,
+                    segs: Segs::default(),
+                    data_off: 0,
+                    len: 0,
+                    out: Out::Nowhere,
+                    flow: UNCLASSIFIED,
+                })
                 .collect(),
             rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: Vec::new() },
             emc: Box::new(Emc::default()),
@@ -211,7 +226,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         }
         let mut bytes = 0u64;
         for f in &mut frames[..got] {
-            classify(env, emc, port, policy, pc, f, hdr_len);
+            classify(env, emc, port, policy, f, hdr_len);
             bytes += f.len as u64;
         }
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since);
@@ -226,6 +241,12 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         bump(&pc.rx_bytes, bytes);
         for f in &frames[..got] {
             ring.push_used(f.head, 0);
+            if let Out::Drop(why) = f.out {
+                pc.drop(why, 1);
+            }
+            if f.flow != UNCLASSIFIED {
+                env.flows.count(cx.index, f.flow, f.len);
+            }
         }
         if ring.publish() && ring.notify() {
             bump(&pc.interrupts, 1);
@@ -249,32 +270,25 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
 /// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
 /// one: the exact-match cache, then the classifier, then the flow's actions.
 #[inline]
-fn classify(
-    env: &Env,
-    emc: &mut Emc,
-    in_port: &Port,
-    policy: &PortPolicy,
-    pc: &PortCounters,
-    f: &mut Frame,
-    hdr_len: u32,
-) {
+fn classify(env: &Env, emc: &mut Emc, in_port: &Port, policy: &PortPolicy, f: &mut Frame, hdr_len: u32) {
     f.data_off = hdr_len;
     f.len = f.segs.len().saturating_sub(hdr_len);
-    f.out = Out::Drop;
+    f.out = Out::Nowhere;
+    f.flow = UNCLASSIFIED;
     let mut eth = [0u8; 64];
     let want = if env.flows.is_normal() { 12 } else { (f.len as usize).min(64) };
     if f.len < 14 || f.segs.read_at(hdr_len, &mut eth[..want]) < want {
-        pc.drop(Drop::Runt, 1);
+        f.out = Out::Drop(Drop::Runt);
         return;
     }
     if f.len > in_port.max_frame() {
-        pc.drop(Drop::Mtu, 1);
+        f.out = Out::Drop(Drop::Mtu);
         return;
     }
     let dst: [u8; 6] = eth[0..6].try_into().unwrap();
     let src: [u8; 6] = eth[6..12].try_into().unwrap();
     if !policy.allows(&src) {
-        pc.drop(Drop::PortSecurity, 1);
+        f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
     if env.flows.is_normal() {
@@ -283,22 +297,19 @@ fn classify(
     }
     let key = FlowKey::extract(in_port.id, &eth[..want]);
     let i = env.flows.classify(emc, &key);
-    env.flows.count(env.cx.index, i, f.len);
+    f.flow = i;
     if i == NO_MATCH {
-        pc.drop(Drop::NoMatch, 1);
+        f.out = Out::Drop(Drop::NoMatch);
         return;
     }
     f.out = match env.flows.verdict(i) {
         Verdict::Normal => normal(env, in_port.id, &dst, &src),
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
-        Verdict::Output(p) if p == in_port.id => Out::Drop,
+        Verdict::Output(p) if p == in_port.id => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
         Verdict::InPort => Out::Port(in_port.id),
         Verdict::Flood => Out::Flood,
-        Verdict::Drop => {
-            pc.drop(Drop::FlowDrop, 1);
-            Out::Drop
-        }
+        Verdict::Drop => Out::Drop(Drop::FlowDrop),
         Verdict::Actions => Out::Actions(i),
     };
 }
@@ -314,7 +325,7 @@ fn normal(env: &Env, in_port: u16, dst: &[u8; 6], src: &[u8; 6]) -> Out {
         return Out::Flood;
     }
     match env.cx.mac.lookup(dst) {
-        Some(p) if p == in_port => Out::Drop,
+        Some(p) if p == in_port => Out::Nowhere,
         Some(p) if env.ports.get(p).is_some() => Out::Port(p),
         _ => Out::Flood,
     }
@@ -336,6 +347,12 @@ impl<'a> Open<'a> {
         let (vq_index, vq) = port.rx_queue_for(env.cx.index)?;
         let guard = vq.lock();
         guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
+    }
+
+    /// Whether the guest has at least one receive buffer free.
+    fn has_room(&mut self) -> bool {
+        let Vring { active, broken, .. } = &mut *self.guard;
+        matches!(active.as_mut().filter(|_| broken.is_none()).map(|r| r.avail()), Some(Ok(n)) if n > 0)
     }
 
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
@@ -380,7 +397,7 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
     while i < frames.len() {
         let f = &frames[i];
         match f.out {
-            Out::Drop => {}
+            Out::Nowhere | Out::Drop(_) => {}
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
                     o_close(open.take(), env);
@@ -391,16 +408,10 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
                     None => pc.drop(Drop::PortDown, 1),
                     Some(Ok(())) => rx.stalled[p as usize] = false,
                     Some(Err(Drop::RxRingFull)) if !rx.stalled[p as usize] => {
-                        let now = cycles();
-                        let since = *blocked_since.get_or_insert(now);
-                        if now.wrapping_sub(since) < cx.retry_cycles {
+                        if keep_waiting(cx, rx, p, blocked_since) {
                             o_close(open, env);
                             return i;
                         }
-                        // Waited long enough: this guest is slow. Drop toward it (without
-                        // blocking again) until it has room.
-                        rx.stalled[p as usize] = true;
-                        *blocked_since = None;
                         pc.drop(Drop::RxRingFull, 1);
                     }
                     Some(Err(why)) => pc.drop(why, 1),
@@ -408,6 +419,14 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
             }
             Out::Actions(fi) => {
                 o_close(open.take(), env);
+                // Backpressure as for a single output, checked before any copy goes out so a
+                // retried frame is never sent twice: wait while a port it names is full.
+                if let Some(p) = full_output(env, fi, in_port)
+                    && !rx.stalled[p as usize]
+                    && keep_waiting(cx, rx, p, blocked_since)
+                {
+                    return i;
+                }
                 run_actions(env, f, fi, in_port, rx);
             }
             Out::Flood => {
@@ -435,6 +454,37 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
     o_close(open, env);
     *blocked_since = None;
     frames.len()
+}
+
+/// Whether a frame whose destination `p` is full should wait (stay in the sender's ring) or,
+/// having waited `retry_cycles` already, be dropped toward `p`, which is then marked stalled:
+/// frames to it drop without waiting until it takes one again.
+fn keep_waiting(cx: &Ctx, rx: &mut RxScratch, p: u16, blocked_since: &mut Option<u64>) -> bool {
+    let now = cycles();
+    let since = *blocked_since.get_or_insert(now);
+    if now.wrapping_sub(since) < cx.retry_cycles {
+        return true;
+    }
+    rx.stalled[p as usize] = true;
+    *blocked_since = None;
+    false
+}
+
+/// The first port a flow's actions name explicitly (output:PORT, in_port) whose guest RX ring
+/// has no free buffer.
+fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
+    let mut full = None;
+    for a in env.flows.actions(fi) {
+        let p = match *a {
+            Action::Output(p) if p != in_port => p,
+            Action::InPort => in_port,
+            _ => continue,
+        };
+        if full.is_none() && Open::new(env, p).is_some_and(|mut o| !o.has_room()) {
+            full = Some(p);
+        }
+    }
+    full
 }
 
 /// Runs a flow's action list on one frame: each output sends the frame as the header
@@ -475,8 +525,9 @@ fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, rx: &mut RxScratch, name
     let pc = &env.cx.stats.ports[p as usize];
     match Open::new(env, p) {
         Some(mut o) => {
-            if let Err(why) = o.write(f, shape, rx) {
-                pc.drop(why, 1);
+            match o.write(f, shape, rx) {
+                Ok(()) => rx.stalled[p as usize] = false,
+                Err(why) => pc.drop(why, 1),
             }
             o.close(pc);
         }

@@ -78,7 +78,7 @@ fn bad_reload_is_rejected_and_changes_nothing() {
 }
 
 /// 64-byte frames from VM A to VM B through pvswitchd while the file is reloaded again and
-/// again, adding and removing another port (and, when the flow table exists, changing flows):
+/// again, adding and removing another port and replacing the flow table:
 /// every frame arrives, in order, and nothing is dropped.
 #[test]
 fn reload_under_traffic_loses_nothing() {
@@ -94,7 +94,9 @@ fn reload_under_traffic_loses_nothing() {
     vm_a.cmd("set burst tx delay 100 retry 100000");
     vm_a.cmd("start");
     let total = count as u64;
-    let configs = [base(&dir, &[PortSpec::server("c")], ""), base(&dir, &[], "")];
+    // Alternately: a third port and a flow table that forwards with NORMAL, or neither.
+    let flows = "flows = [\"priority=10,in_port=a,actions=normal\", \"priority=10,in_port=b,actions=normal\", \"priority=5,actions=drop\"]\n";
+    let configs = [format!("{flows}{}", base(&dir, &[PortSpec::server("c")], "")), base(&dir, &[], "")];
     let mut during = 0;
     let mut reloads = 0;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);

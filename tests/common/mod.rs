@@ -478,6 +478,12 @@ pub struct PcapVms {
 }
 
 pub fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
+    pcap_vms_opts(dir, sw, queues, jumbo, true)
+}
+
+/// As `pcap_vms`; `learn` waits until the switch learned VM B's MAC from its hello (only
+/// meaningful when forwarding is NORMAL).
+pub fn pcap_vms_opts(dir: &Path, sw: &Switch, queues: u16, jumbo: bool, learn: bool) -> PcapVms {
     let q = queues;
     let list = |key: &str, name: &dyn Fn(u16) -> String| -> String {
         (0..q).map(|i| format!(",{key}={}/{}", dir.display(), name(i))).collect()
@@ -516,8 +522,17 @@ pub fn pcap_vms(dir: &Path, sw: &Switch, queues: u16, jumbo: bool) -> PcapVms {
     }
     sw.wait_running("b", q as usize);
     b.cmd("start");
-    let learned = try_wait_for(|| sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
-    assert!(learned.is_some(), "the switch never learned VM B's MAC; VM B:\n{}\nswitch: {}", b.output(), sw.port("b"));
+    if learn {
+        let learned = try_wait_for(|| sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
+        assert!(
+            learned.is_some(),
+            "the switch never learned VM B's MAC; VM B:\n{}\nswitch: {}",
+            b.output(),
+            sw.port("b")
+        );
+    } else {
+        wait_for("VM B's hello", || (sw.counter("b", "rx_packets") >= queues as u64).then_some(()));
+    }
     let a = Testpmd::spawn(
         &format!("pvsa{pid}"),
         &[

@@ -1,0 +1,158 @@
+//! The flow table with real frontends: frames steered, rewritten and dropped by flows exactly as
+//! configured, per-flow counters exact, `flows` and `trace` through the control socket.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+const MAC_C: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+
+/// An IPv4/UDP frame to `tp_dst`, stream 2, sequence `seq` in the payload.
+fn udp_frame(dst: [u8; 6], src: [u8; 6], tp_dst: u16, seq: u32) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let payload = 8 + 18;
+    let total = (20 + payload) as u16;
+    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+    f.extend_from_slice(&4000u16.to_be_bytes());
+    f.extend_from_slice(&tp_dst.to_be_bytes());
+    f.extend_from_slice(&(payload as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 2]);
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.resize(14 + total as usize, 0xab);
+    f
+}
+
+fn with_vlan(f: &[u8], vid: u16) -> Vec<u8> {
+    let mut out = f[..12].to_vec();
+    out.extend_from_slice(&[0x81, 0x00, (vid >> 8) as u8, vid as u8]);
+    out.extend_from_slice(&f[12..]);
+    out
+}
+
+fn flows_config(dir: &std::path::Path, flows: &[&str]) -> String {
+    let list: String = flows.iter().map(|f| format!("  \"{f}\",\n")).collect();
+    format!(
+        "flows = [\n{list}]\n{}",
+        Switch::config_text(
+            dir,
+            &[1],
+            &[PortSpec::server("a"), PortSpec::server("b"), PortSpec::server("c")],
+            "rx_retry_us = 60000000"
+        )
+    )
+}
+
+fn flow_named<'a>(dump: &'a Value, text: &str) -> &'a Value {
+    dump["flows"].as_array().unwrap().iter().find(|f| f["flow"].as_str().unwrap().contains(text)).unwrap()
+}
+
+#[test]
+fn flows_steer_rewrite_drop_and_count_exactly() {
+    let _g = serial();
+    check_prerequisites();
+    let dir = test_dir("flows");
+    let sw = Switch::start_config(
+        dir.clone(),
+        &flows_config(
+            &dir,
+            &[
+                "priority=300,in_port=a,udp,tp_dst=53,actions=output:b",
+                "priority=200,in_port=a,dl_dst=02:00:00:00:00:0c,actions=drop",
+                "priority=100,in_port=a,actions=mod_vlan_vid:42,output:b",
+            ],
+        ),
+    );
+    let n = 3000u32;
+    let mut sent = Vec::new();
+    let mut expect = Vec::new();
+    for i in 0..n {
+        let f = match i % 3 {
+            0 => frame(MAC_B, MAC_A, 64, 0, i),
+            1 => frame(MAC_C, MAC_A, 64, 1, i),
+            _ => udp_frame(MAC_B, MAC_A, 53, i),
+        };
+        match i % 3 {
+            0 => expect.push(with_vlan(&f, 42)),
+            1 => {}
+            _ => expect.push(f.clone()),
+        }
+        sent.push(f);
+    }
+    write_pcap(&dir.join("in0.pcap"), &sent);
+    let PcapVms { a: mut vm_a, b: vm_b } = pcap_vms_opts(&dir, &sw, 1, false, false);
+    vm_a.cmd("set fwd io retry");
+    vm_a.cmd("set burst tx delay 100 retry 100000");
+    vm_a.cmd("start");
+    let want = expect.len() as u64;
+    let done = try_wait_for(|| (sw.counter("b", "tx_packets") == want).then_some(()));
+    assert!(done.is_some(), "a {}\nb {}\nflows {}", sw.port("a"), sw.port("b"), sw.ctl("flows"));
+    vm_a.quit();
+    vm_b.quit();
+    let got = read_pcap(&dir.join("out0.pcap"));
+    assert_eq!(got.len(), expect.len());
+    for (i, (g, e)) in got.iter().zip(&expect).enumerate() {
+        assert!(g == e, "frame {i} differs: got {:02x?}, expected {:02x?}", &g[..20], &e[..20]);
+    }
+
+    let dump = sw.ctl("flows");
+    let per = |t: &str| flow_named(&dump, t)["n_packets"].as_u64().unwrap();
+    assert_eq!(per("tp_dst=53"), n as u64 / 3, "{dump}");
+    assert_eq!(per("actions=drop"), n as u64 / 3, "{dump}");
+    assert_eq!(per("mod_vlan_vid:42"), n as u64 / 3, "{dump}");
+    assert_eq!(flow_named(&dump, "mod_vlan_vid:42")["n_bytes"].as_u64(), Some(64 * n as u64 / 3));
+    let a = sw.port("a");
+    assert_eq!(a["rx_packets"].as_u64(), Some(n as u64), "{a}");
+    assert_eq!(a["drops"]["flow_drop"].as_u64(), Some(n as u64 / 3), "{a}");
+    let b = sw.port("b");
+    // B's hello matched no flow.
+    assert_eq!(b["drops"]["no_match"].as_u64(), Some(1), "{b}");
+    let expect_bytes: u64 = expect.iter().map(|f| f.len() as u64).sum();
+    assert_eq!(b["tx_bytes"].as_u64(), Some(expect_bytes), "{b}");
+    assert_eq!(dump["missed_packets"].as_u64(), Some(1));
+}
+
+#[test]
+fn trace_shows_the_flow_and_the_outputs() {
+    let _g = serial();
+    let dir = test_dir("trace");
+    let sw = Switch::start_config(
+        dir.clone(),
+        &flows_config(
+            &dir,
+            &[
+                "priority=300,in_port=a,tcp,tp_dst=80,actions=output:b,mod_vlan_vid:7,output:c",
+                "priority=100,in_port=a,actions=normal",
+                "priority=50,actions=drop",
+            ],
+        ),
+    );
+    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80"]).unwrap();
+    assert!(t["flow"].as_str().unwrap().contains("tp_dst=80"), "{t}");
+    let outs: Vec<&str> = t["outputs"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+    assert_eq!(outs.len(), 2, "{t}");
+    assert_eq!(outs[0], "b");
+    assert!(outs[1].starts_with("c (") && outs[1].contains("vid=7"), "{t}");
+
+    // NORMAL with nothing learned floods to the other ports.
+    let t = sw.try_ctl_args("trace", &["in_port=a,dl_dst=02:00:00:00:00:99"]).unwrap();
+    assert_eq!(t["outputs"], serde_json::json!(["b", "c"]), "{t}");
+    let t = sw.try_ctl_args("trace", &["in_port=b,ip"]).unwrap();
+    assert!(t["flow"].as_str().unwrap().contains("priority=50"), "{t}");
+    assert_eq!(t["outputs"].as_array().unwrap().len(), 0);
+
+    for bad in ["", "in_port=zz", "tcp,tp_dst=80", "in_port=a,bogus=1"] {
+        let e = sw.try_ctl_args("trace", &[bad]).unwrap_err();
+        assert!(e.contains("trace"), "{bad}: {e}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "flows"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("n_packets=0, n_bytes=0, priority=300,tcp,in_port=a,tp_dst=80 actions="), "{text}");
+}

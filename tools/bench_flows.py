@@ -8,7 +8,9 @@ at higher priorities that the traffic never matches, so a lookup that misses the
 cache must consult every filler's subtable before it settles on the carrier. The table reports
 each size's median Mpps and its median ratio to the 1-flow case over alternating repetitions.
 
-Usage: tools/bench_flows.py [--reps 5] [--seconds 4] [--flows 1,100,10000] [--size 64]
+"0 flows" (if listed) is the switch with no flow table, which skips classification.
+
+Usage: tools/bench_flows.py [--reps 5] [--seconds 4] [--flows 1,100,10000,0] [--size 64]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
 """
 
@@ -22,6 +24,8 @@ from bench_vm2vm import measure  # noqa: E402
 
 
 def flows(n):
+    if n == 0:
+        return ""  # no flow table at all: NORMAL without classification
     out = ["priority=100,ip,actions=normal"]
     i = 0
     while len(out) < n:
@@ -46,7 +50,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--flows", default="1,100,10000")
+    ap.add_argument("--flows", default="1,100,10000,0")
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()

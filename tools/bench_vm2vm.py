@@ -114,10 +114,10 @@ def wait_socket(path, timeout=20):
 def start_pvswitch(d, extra=""):
     conf = os.path.join(d, "pvswitch.toml")
     with open(conf, "w") as f:
+        f.write(extra)  # top-level keys (flows) come before the first table
         f.write(f'[switch]\npoll_cores = [1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n')
         for n in "ab":
             f.write(f'[[port]]\nname = "{n}"\ntype = "vhost-user"\nsocket = "{n}.sock"\n')
-        f.write(extra)
     log = open(os.path.join(d, "pvswitchd.log"), "w")
     p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
     wait_socket(os.path.join(d, "ctl.sock"))
@@ -136,8 +136,8 @@ def start_ceiling(d):
 
 
 def measure(kind, size, seconds, warmup=2.0, extra=""):
-    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` is
-    appended to pvswitchd's configuration file."""
+    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` goes at
+    the top of pvswitchd's configuration file."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
     stop = (lambda d: start_pvswitch(d, extra)) if kind == "pvswitch" else start_ceiling
     stop = stop(d)

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         }
     };
     if check_only {
-        println!("{}: ok ({} ports)", config.display(), cfg.ports.len());
+        println!("{}: ok ({} ports, {} flows)", config.display(), cfg.ports.len(), cfg.flows.len());
         return ExitCode::SUCCESS;
     }
     match run(cfg, config) {

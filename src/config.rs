@@ -53,6 +53,7 @@ struct RawSwitch {
     weight_bytes: Option<Spanned<u32>>,
     burst: Option<Spanned<u32>>,
     rx_retry_us: Option<Spanned<u32>>,
+    metrics_listen: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +121,8 @@ pub struct Config {
     pub burst: u32,
     /// How long frames may wait for room in a full guest RX ring before being dropped.
     pub rx_retry_us: u32,
+    /// Where the Prometheus endpoint listens, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub ports: Vec<PortConfig>,
     pub flows: Vec<FlowSource>,
 }
@@ -194,6 +197,7 @@ impl Config {
             weight_bytes: None,
             burst: None,
             rx_retry_us: None,
+            metrics_listen: None,
         });
         let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let poll_cores = match sw.poll_cores {
@@ -239,6 +243,18 @@ impl Config {
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
         let burst = range(sw.burst, "burst", 1, MAX_BURST, MAX_BURST)?;
         let rx_retry_us = range(sw.rx_retry_us, "rx_retry_us", 0, 60_000_000, DEFAULT_RX_RETRY_US)?;
+        let metrics_listen = match sw.metrics_listen {
+            None => None,
+            Some(m) => Some(m.get_ref().parse().map_err(|_| {
+                cx.err(
+                    Some(m.span()),
+                    format!(
+                        "metrics_listen: expected ADDRESS:PORT such as \"127.0.0.1:9464\", found \"{}\"",
+                        m.get_ref()
+                    ),
+                )
+            })?),
+        };
 
         if raw.port.len() > MAX_PORTS {
             return Err(cx.err(None, format!("{} ports: at most {MAX_PORTS}", raw.port.len())));
@@ -337,6 +353,7 @@ impl Config {
             weight_bytes,
             burst,
             rx_retry_us,
+            metrics_listen,
             ports,
             flows,
         })

@@ -20,6 +20,7 @@ use crate::flow_table::FlowTable;
 use crate::mac_table::MacTable;
 use crate::plan::Mailbox;
 use crate::port::Port;
+use crate::stats::RxqStats;
 use crate::stats::ThreadStats;
 use crate::vhost_port::PortBackend;
 
@@ -29,6 +30,8 @@ const TOK_CTL_LISTEN: u64 = 3;
 const TOK_CTL_CLIENT: u64 = 4;
 const TOK_SIGNAL: u64 = 5;
 const TOK_MEM_FAULT: u64 = 6;
+const TOK_METRICS_LISTEN: u64 = 7;
+const TOK_METRICS_CLIENT: u64 = 8;
 
 /// Largest control request accepted.
 pub const MAX_CTL_REQUEST: usize = 64 * 1024;
@@ -57,6 +60,11 @@ pub struct PortCtl {
 }
 
 impl PortCtl {
+    /// The NUMA node of the guest memory holding the port's rings (None until connected).
+    pub fn numa_node(&self) -> Option<usize> {
+        self.conn.as_ref().and_then(|c| c.backend.lock().unwrap().numa_node())
+    }
+
     pub fn state(&self) -> &'static str {
         match (&self.conn, self.port.cfg.mode) {
             (Some(_), _) => "connected",
@@ -83,11 +91,16 @@ pub struct Control {
     /// Each poll thread's receive queues as (port id, queue pair).
     pub thread_queues: Vec<Vec<(u16, usize)>>,
     pub flows: Arc<FlowTable>,
+    /// Counters of every receive queue, by (port id, queue pair); they follow the queue.
+    pub rxq_stats: HashMap<(u16, usize), Arc<RxqStats>>,
+    /// Once-a-second samples for rates, and the baseline `stats --clear` set.
+    pub samples: crate::ctl_stats::Samples,
     pub mac: Arc<MacTable>,
     ctl_listener: UnixListener,
     clients: HashMap<u64, CtlClient>,
     next_client: u64,
     signal_fd: RawFd,
+    metrics: Option<crate::metrics_http::MetricsServer>,
     /// Written by the SIGBUS handler when a guest's memory file shrank under us.
     fault_fd: RawFd,
     pub started: Instant,
@@ -198,6 +211,15 @@ impl Control {
         }
         crate::mem_fault::install(fault_fd)?;
         epoll_add(epoll, fault_fd, TOK_MEM_FAULT << 32);
+        let metrics = match cfg.metrics_listen {
+            Some(addr) => {
+                let m = crate::metrics_http::MetricsServer::bind(addr)?;
+                epoll_add(epoll, m.listener.as_raw_fd(), TOK_METRICS_LISTEN << 32);
+                info!("metrics: http://{addr}/metrics");
+                Some(m)
+            }
+            None => None,
+        };
         let nthreads = threads.len();
         let ids = |name: &str| cfg.ports.iter().position(|p| p.name == name).map(|i| i as u16);
         let flows = FlowTable::build(&cfg, &ids, nthreads, None).map_err(std::io::Error::other)?;
@@ -211,11 +233,14 @@ impl Control {
             mailboxes: (0..nthreads).map(|_| Arc::new(Mailbox::default())).collect(),
             thread_queues: vec![Vec::new(); nthreads],
             flows,
+            rxq_stats: HashMap::new(),
+            samples: Default::default(),
             mac,
             ctl_listener,
             clients: HashMap::new(),
             next_client: 0,
             signal_fd,
+            metrics,
             fault_fd,
             started: Instant::now(),
         };
@@ -235,6 +260,10 @@ impl Control {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
             let timeout = self.reconnect_due();
+            let timeout = match self.samples.due_in() {
+                Some(d) if timeout < 0 || (d.as_millis() as i32) < timeout => d.as_millis() as i32,
+                _ => timeout,
+            };
             // SAFETY: events buffer is valid for its length.
             let n = unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), events.len() as i32, timeout) };
             if n < 0 {
@@ -245,6 +274,9 @@ impl Control {
                 warn!("epoll_wait: {e}");
                 return;
             }
+            if self.samples.due_in() == Some(Duration::ZERO) {
+                crate::ctl_stats::sample(self);
+            }
             for ev in &events[..n as usize] {
                 let (kind, id) = (ev.u64 >> 32, ev.u64 & 0xffff_ffff);
                 match kind {
@@ -252,6 +284,8 @@ impl Control {
                     TOK_PORT_CONN => self.serve_vhost(id as usize),
                     TOK_CTL_LISTEN => self.accept_ctl(),
                     TOK_CTL_CLIENT => self.serve_ctl(id),
+                    TOK_METRICS_LISTEN => self.accept_metrics(),
+                    TOK_METRICS_CLIENT => self.serve_metrics(id),
                     TOK_MEM_FAULT => self.memory_fault(),
                     TOK_SIGNAL if self.take_signal() => return,
                     _ => {}
@@ -405,6 +439,28 @@ impl Control {
         self.mac.flush_port(pc.port.id);
         if pc.port.cfg.mode == SocketMode::Client {
             pc.retry_at = Some(Instant::now() + pc.backoff);
+        }
+    }
+
+    fn accept_metrics(&mut self) {
+        let Some(m) = self.metrics.as_mut() else { return };
+        for (id, fd) in m.accept() {
+            epoll_add(self.epoll, fd, (TOK_METRICS_CLIENT << 32) | id);
+        }
+    }
+
+    fn serve_metrics(&mut self, id: u64) {
+        let Some(fd) = self.metrics.as_ref().and_then(|m| m.fd(id)) else { return };
+        let ev = self.metrics.as_mut().unwrap().read(id);
+        let ev = match ev {
+            crate::metrics_http::Event::Wants => {
+                let body = crate::ctl_stats::metrics(self);
+                self.metrics.as_mut().unwrap().respond(id, &body)
+            }
+            e => e,
+        };
+        if let crate::metrics_http::Event::Done = ev {
+            epoll_del(self.epoll, fd);
         }
     }
 

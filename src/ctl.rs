@@ -5,8 +5,17 @@
 use serde_json::{Value, json};
 
 use crate::control::Control;
-use crate::stats::{DROP_REASONS, PortTotals};
+use crate::ctl_stats::drops_json;
+use crate::stats::PortTotals;
 use crate::vhost_port::feature_names;
+
+/// The request's "args" strings (absent: none).
+fn args(v: &Value) -> Vec<String> {
+    v.get("args")
+        .and_then(|a| a.as_array())
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
 
 pub fn error_reply(msg: &str) -> String {
     json!({"ok": false, "error": msg}).to_string()
@@ -22,40 +31,27 @@ pub fn handle(c: &mut Control, req: &[u8]) -> String {
     };
     let result = match cmd {
         "ports" => ports(c),
-        "stats" => stats(c),
+        "stats" if args(&v).iter().any(|a| a == "--clear") => crate::ctl_stats::clear(c),
+        "stats" => crate::ctl_stats::stats(c),
+        "rxq" => crate::ctl_stats::rxq(c),
         "fdb" => fdb(c),
         "version" => json!({"version": env!("CARGO_PKG_VERSION")}),
         "flows" => crate::ctl_flows::flows(c),
-        "trace" => {
-            let args: Vec<String> = v
-                .get("args")
-                .and_then(|a| a.as_array())
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-                .unwrap_or_default();
-            match crate::ctl_flows::trace(c, &args) {
-                Ok(r) => r,
-                Err(e) => return error_reply(&e),
-            }
-        }
+        "trace" => match crate::ctl_flows::trace(c, &args(&v)) {
+            Ok(r) => r,
+            Err(e) => return error_reply(&e),
+        },
         "reload" => match c.reload() {
             Ok(summary) => json!({"summary": summary}),
             Err(e) => return error_reply(&format!("reload rejected, running configuration unchanged: {e}")),
         },
         other => {
             return error_reply(&format!(
-                "unknown command \"{other}\" (try ports, stats, fdb, flows, trace, reload, version)"
+                "unknown command \"{other}\" (try ports, stats, rxq, fdb, flows, trace, reload, version)"
             ));
         }
     };
     json!({"ok": true, "result": result}).to_string()
-}
-
-fn drops_json(t: &PortTotals) -> Value {
-    let mut m = serde_json::Map::new();
-    for (name, n) in DROP_REASONS.iter().zip(t.drops) {
-        m.insert(name.to_string(), json!(n));
-    }
-    Value::Object(m)
 }
 
 fn ports(c: &Control) -> Value {
@@ -78,6 +74,10 @@ fn ports(c: &Control) -> Value {
             let broken = lock.lock().broken.map(|e| e.as_str());
             let (size, enabled, running) = vr.get(i).copied().unwrap_or((0, false, false));
             let owner = c.thread_queues.iter().position(|q| q.contains(&(p.id, i / 2)));
+            let qs = if i % 2 == 1 { c.rxq_stats.get(&(p.id, i / 2)) } else { None };
+            let counter = |f: fn(&crate::stats::RxqStats) -> &std::sync::atomic::AtomicU64| {
+                qs.map(|s| f(s).load(std::sync::atomic::Ordering::Relaxed))
+            };
             queues.push(json!({
                 "index": i,
                 "kind": if i % 2 == 0 { "guest_rx" } else { "guest_tx" },
@@ -86,6 +86,8 @@ fn ports(c: &Control) -> Value {
                 "running": running,
                 "error": broken,
                 "poll_thread": if i % 2 == 1 { owner.map(|o| json!(o)) } else { None },
+                "rx_packets": counter(|s| &s.packets),
+                "rx_bytes": counter(|s| &s.bytes),
             }));
         }
         out.push(json!({
@@ -100,6 +102,7 @@ fn ports(c: &Control) -> Value {
             "last_error": pc.last_error,
             "features": feature_names(features),
             "memory_regions": regions,
+            "numa_node": pc.numa_node(),
             "queue_pairs": p.queue_pairs(),
             "mtu": pc.cfg.mtu,
             "weight_packets": pc.cfg.weight_packets,
@@ -112,43 +115,10 @@ fn ports(c: &Control) -> Value {
             "interrupts": t.interrupts,
             "rx_bursts": t.rx_bursts,
             "tx_batches": t.tx_batches,
-            "drops": drops_json(&t),
+            "drops": drops_json(&t.drops),
         }));
     }
     Value::Array(out)
-}
-
-fn stats(c: &Control) -> Value {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut out = Vec::new();
-    for (i, th) in c.threads.iter().enumerate() {
-        let mut t = PortTotals::default();
-        for pcnt in th.ports.iter() {
-            t.add(pcnt);
-        }
-        let busy = th.busy_cycles.load(Relaxed);
-        let idle = th.idle_cycles.load(Relaxed);
-        out.push(json!({
-            "thread": i,
-            "core": th.core,
-            "numa_node": th.numa_node,
-            "queues": c.thread_queues[i].iter().filter_map(|(p, q)| Some(format!("{}:{}", c.port(*p as usize)?.port.name(), q))).collect::<Vec<_>>(),
-            "iterations": th.iterations.load(Relaxed),
-            "busy_cycles": busy,
-            "idle_cycles": idle,
-            "busy_pct": if busy + idle > 0 { 100.0 * busy as f64 / (busy + idle) as f64 } else { 0.0 },
-            "rx_packets": t.rx_packets,
-            "rx_bytes": t.rx_bytes,
-            "tx_packets": t.tx_packets,
-            "tx_bytes": t.tx_bytes,
-            "cycles_per_packet": busy.checked_div(t.rx_packets).unwrap_or(0),
-            "avg_rx_burst": if t.rx_bursts > 0 { t.rx_packets as f64 / t.rx_bursts as f64 } else { 0.0 },
-            "avg_tx_batch": if t.tx_batches > 0 { t.tx_packets as f64 / t.tx_batches as f64 } else { 0.0 },
-            "interrupts": t.interrupts,
-            "drops": drops_json(&t),
-        }));
-    }
-    json!({"uptime_secs": c.started.elapsed().as_secs(), "threads": out})
 }
 
 fn fdb(c: &Control) -> Value {

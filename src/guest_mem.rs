@@ -166,6 +166,29 @@ impl GuestMem {
         })
     }
 
+    /// The NUMA node holding the page at the frontend's virtual address `uva` (a ring's
+    /// address), as the kernel reports it; None where it cannot tell (no NUMA support).
+    pub fn numa_node_of(&self, uva: u64) -> Option<usize> {
+        let host = self.translate_user(uva, 1)?;
+        let mut node: libc::c_int = -1;
+        const MPOL_F_NODE: libc::c_ulong = 1;
+        const MPOL_F_ADDR: libc::c_ulong = 2;
+        // SAFETY: get_mempolicy writes one int to `node`; `host` lies inside one of our live
+        // mappings (translate_user checked it), and the kernel only looks the page up (it
+        // faults it in like a read if it was never touched, which a ring always has been).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_get_mempolicy,
+                &mut node as *mut libc::c_int,
+                std::ptr::null_mut::<libc::c_ulong>(),
+                0 as libc::c_ulong,
+                host as *mut libc::c_void,
+                MPOL_F_NODE | MPOL_F_ADDR,
+            )
+        };
+        (r == 0 && node >= 0).then_some(node as usize)
+    }
+
     pub fn region_count(&self) -> usize {
         self.regions.len()
     }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::flow_table::FlowTable;
 use crate::mac_table::Mac;
 use crate::port::Port;
+use crate::stats::RxqStats;
 
 /// Per-port settings the data path applies, replaced as a whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,6 +66,7 @@ pub struct RxqSpec {
     pub qpair: usize,
     pub weight_packets: u32,
     pub weight_bytes: u32,
+    pub stats: Arc<RxqStats>,
 }
 
 pub struct Plan {

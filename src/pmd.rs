@@ -189,6 +189,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
     let hdr_len = *hdr_len;
     let (Some(ring), None) = (active.as_mut(), *broken) else { return 0 };
     let pc = &cx.stats.ports[port.id as usize];
+    let t0 = cycles();
     let policy = &env.ports.policy[port.id as usize];
     let mut pk_left = spec.weight_packets;
     let mut bytes_left = spec.weight_bytes as i64;
@@ -237,6 +238,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         }
         let got = consumed;
         bump(&pc.rx_bursts, (got > 0) as u64);
+        bump(&spec.stats.bursts, (got > 0) as u64);
         bump(&pc.rx_packets, got as u64);
         bump(&pc.rx_bytes, bytes);
         for f in &frames[..got] {
@@ -262,6 +264,13 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         if blocked_since.is_some() {
             break;
         }
+    }
+    let qs = &spec.stats;
+    bump(&qs.visits, 1);
+    if total > 0 {
+        bump(&qs.packets, total as u64);
+        bump(&qs.bytes, (spec.weight_bytes as i64 - bytes_left) as u64);
+        bump(&qs.cycles, cycles().wrapping_sub(t0));
     }
     total
 }

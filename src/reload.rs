@@ -62,6 +62,7 @@ impl Control {
         self.ports[i] = Some(pc);
         // New queues go to the poll thread with the fewest (round robin from a fresh start).
         for q in 0..port.queue_pairs() {
+            self.rxq_stats.insert((id, q), Default::default());
             let t = (0..self.thread_queues.len()).min_by_key(|&t| self.thread_queues[t].len()).unwrap_or(0);
             self.thread_queues[t].push((id, q));
         }
@@ -78,6 +79,7 @@ impl Control {
             let _ = std::fs::remove_file(&pc.port.cfg.socket);
         }
         self.mac.flush_port(id);
+        self.rxq_stats.retain(|(p, _), _| *p != id);
         for th in &self.threads {
             th.ports[id as usize].reset();
         }
@@ -107,6 +109,7 @@ impl Control {
                             qpair,
                             weight_packets: pc.cfg.weight_packets,
                             weight_bytes: pc.cfg.weight_bytes,
+                            stats: self.rxq_stats.get(&(id, qpair))?.clone(),
                         })
                     })
                     .collect(),

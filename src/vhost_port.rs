@@ -106,6 +106,13 @@ impl PortBackend {
         self.mem.as_ref().is_some_and(|m| m.contains_host(addr))
     }
 
+    /// The NUMA node of the memory holding the port's first configured ring.
+    pub fn numa_node(&self) -> Option<usize> {
+        let mem = self.mem.as_ref()?;
+        let (desc, _, _) = self.vrings.iter().find_map(|v| v.addrs)?;
+        mem.numa_node_of(desc)
+    }
+
     pub fn mem_regions(&self) -> usize {
         self.mem.as_ref().map_or(0, |m| m.region_count())
     }

@@ -62,6 +62,23 @@ fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
             assert_eq!(v.as_u64(), Some(0), "{} drop {k}", p["name"]);
         }
     }
+    // The poll thread's own counters, and each receive queue's, agree with the ports'.
+    let st = sw.ctl("stats");
+    let th = &st["threads"][0];
+    assert_eq!(th["rx_packets"].as_u64(), Some(total + hellos), "{th}");
+    assert_eq!(th["tx_packets"].as_u64(), Some(total), "{th}");
+    assert_eq!(th["tx_bytes"].as_u64(), Some(total * frame_len as u64), "{th}");
+    let rxq = sw.ctl("rxq");
+    let from_a: u64 =
+        rxq.as_array().unwrap().iter().filter(|q| q["port"] == "a").map(|q| q["packets"].as_u64().unwrap()).sum();
+    assert_eq!(from_a, total, "{rxq}");
+    let per_queue: u64 = a["queues"].as_array().unwrap().iter().filter_map(|q| q["rx_packets"].as_u64()).sum();
+    assert_eq!(per_queue, total, "{a}");
+    // stats --clear restarts what stats shows; ports keep their totals.
+    sw.try_ctl_args("stats", &["--clear"]).unwrap();
+    let th = sw.ctl("stats")["threads"][0].clone();
+    assert_eq!((th["rx_packets"].as_u64(), th["tx_packets"].as_u64()), (Some(0), Some(0)), "{th}");
+    assert_eq!(sw.counter("a", "rx_packets"), total);
 }
 
 #[test]

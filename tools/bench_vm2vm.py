@@ -111,15 +111,15 @@ def wait_socket(path, timeout=20):
     raise RuntimeError(f"no socket {path}")
 
 
-def start_pvswitch(d, extra=""):
+def start_pvswitch(d, extra="", binary=None, switch_extra=""):
     conf = os.path.join(d, "pvswitch.toml")
     with open(conf, "w") as f:
         f.write(extra)  # top-level keys (flows) come before the first table
-        f.write(f'[switch]\npoll_cores = [1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n')
+        f.write(f'[switch]\npoll_cores = [1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n{switch_extra}')
         for n in "ab":
             f.write(f'[[port]]\nname = "{n}"\ntype = "vhost-user"\nsocket = "{n}.sock"\n')
     log = open(os.path.join(d, "pvswitchd.log"), "w")
-    p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
+    p = subprocess.Popen([binary or PVSWITCHD, "--config", conf], stdout=log, stderr=log)
     wait_socket(os.path.join(d, "ctl.sock"))
     return lambda: (p.send_signal(signal.SIGTERM), p.wait())
 
@@ -135,11 +135,12 @@ def start_ceiling(d):
     return t.close
 
 
-def measure(kind, size, seconds, warmup=2.0, extra=""):
+def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra=""):
     """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` goes at
-    the top of pvswitchd's configuration file."""
+    the top of pvswitchd's configuration file, `binary` replaces target/release/pvswitchd, and
+    `during(dir)` runs (in a thread) while the window is measured."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
-    stop = (lambda d: start_pvswitch(d, extra)) if kind == "pvswitch" else start_ceiling
+    stop = (lambda d: start_pvswitch(d, extra, binary, switch_extra)) if kind == "pvswitch" else start_ceiling
     stop = stop(d)
     try:
         gen = Testpmd(
@@ -153,9 +154,16 @@ def measure(kind, size, seconds, warmup=2.0, extra=""):
         try:
             gen.cmd("start")
             time.sleep(warmup)
+            done = threading.Event()
+            side = threading.Thread(target=during, args=(d, done)) if during else None
+            if side:
+                side.start()
             r0, t0 = gen.rx_packets(), time.time()
             time.sleep(seconds)
             r1, t1 = gen.rx_packets(), time.time()
+            done.set()
+            if side:
+                side.join()
             return (r1 - r0) / (t1 - t0)
         finally:
             gen.close()

@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 const USAGE: &str = "usage: pvswitchctl [--control PATH] [--json] [--watch SECONDS] COMMAND
 commands:
   ports     each port: connection state, negotiated features, queues, rx/tx/drop counters
-  stats     each poll thread: core, NUMA node, queues, cycles, packets, drops
+  stats     each poll thread: core, NUMA node, queues, busy/idle cycles, frames, rates over the
+            last second, burst sizes, cycles per frame, interrupts, drops by reason
+            (stats --clear restarts what stats shows; ports and Prometheus keep totals)
+  rxq       each receive queue: its poll thread and its share of that thread's busy cycles
   fdb       learned MAC addresses
   flows     the flow table with per-flow packet and byte counters (ovs-ofctl dump-flows style)
   trace F   which flow a frame with fields F (in_port=vm1,dl_dst=...,tcp,...) hits, and what happens
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
         match a.as_str() {
             "--control" => control = args.next().unwrap_or_default(),
             "--json" => as_json = true,
+            "--clear" => rest.push(a.clone()),
             "--watch" => watch = args.next().and_then(|s| s.parse().ok()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -143,8 +147,16 @@ fn print_human(command: &str, r: &Value) {
                 }
             }
         }
+        "stats" if r["cleared"] == json!(true) => println!("counters cleared"),
         "stats" => {
-            println!("uptime {} s", r["uptime_secs"]);
+            println!(
+                "uptime {} s{}",
+                r["uptime_secs"],
+                match r["cleared_secs_ago"].as_f64() {
+                    Some(s) => format!(", counters cleared {s:.0} s ago"),
+                    None => String::new(),
+                }
+            );
             for t in r["threads"].as_array().into_iter().flatten() {
                 println!("poll thread {} on core {} (NUMA node {}):", t["thread"], t["core"], t["numa_node"]);
                 let qs: Vec<&str> = t["queues"].as_array().into_iter().flatten().filter_map(|q| q.as_str()).collect();
@@ -157,20 +169,52 @@ fn print_human(command: &str, r: &Value) {
                     t["idle_cycles"]
                 );
                 println!(
-                    "  rx {} pkts {} bytes  tx {} pkts {} bytes  {} cycles/pkt  interrupts {}",
-                    t["rx_packets"],
-                    t["rx_bytes"],
-                    t["tx_packets"],
-                    t["tx_bytes"],
-                    t["cycles_per_packet"],
-                    t["interrupts"]
+                    "  rx {} frames {} bytes  tx {} frames {} bytes  interrupts {}",
+                    t["rx_packets"], t["rx_bytes"], t["tx_packets"], t["tx_bytes"], t["interrupts"]
                 );
                 println!(
-                    "  avg burst taken {:.1}  avg batch delivered {:.1}",
+                    "  {:.0} cycles/frame  avg burst taken {:.1}  avg batch delivered {:.1}",
+                    t["cycles_per_packet"].as_f64().unwrap_or(0.0),
                     t["avg_rx_burst"].as_f64().unwrap_or(0.0),
                     t["avg_tx_batch"].as_f64().unwrap_or(0.0)
                 );
+                let l = &t["last_interval"];
+                if l.is_object() {
+                    println!(
+                        "  last {:.1} s: rx {:.0} frames/s  tx {:.0} frames/s  busy {:.1}%  {:.0} cycles/frame",
+                        l["seconds"].as_f64().unwrap_or(0.0),
+                        l["rx_pps"].as_f64().unwrap_or(0.0),
+                        l["tx_pps"].as_f64().unwrap_or(0.0),
+                        l["busy_pct"].as_f64().unwrap_or(0.0),
+                        l["cycles_per_packet"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 println!("  drops: {}", drops_str(&t["drops"]));
+            }
+        }
+        "rxq" => {
+            for q in r.as_array().into_iter().flatten() {
+                let l = &q["last_interval"];
+                println!(
+                    "thread {} core {}  {}:{}  numa {}  {} frames  busy share {:.1}% overall{}",
+                    q["thread"],
+                    q["core"],
+                    q["port"].as_str().unwrap_or("?"),
+                    q["queue"],
+                    q["numa_node"],
+                    q["packets"],
+                    q["busy_share_pct"].as_f64().unwrap_or(0.0),
+                    if l.is_object() {
+                        format!(
+                            ", {:.1}% last {:.1} s ({:.0} frames/s)",
+                            l["busy_share_pct"].as_f64().unwrap_or(0.0),
+                            l["seconds"].as_f64().unwrap_or(0.0),
+                            l["pps"].as_f64().unwrap_or(0.0)
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
             }
         }
         "fdb" => {

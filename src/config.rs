@@ -54,6 +54,9 @@ struct RawSwitch {
     burst: Option<Spanned<u32>>,
     rx_retry_us: Option<Spanned<u32>>,
     metrics_listen: Option<Spanned<String>>,
+    poll_mode: Option<Spanned<String>>,
+    idle_before_sleep_us: Option<Spanned<u32>>,
+    core_poll_mode: Option<Spanned<HashMap<String, String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,6 +74,22 @@ struct RawPort {
     weight_bytes: Option<Spanned<u32>>,
     #[serde(default)]
     allowed_macs: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollMode {
+    Busy,
+    Adaptive,
+}
+
+pub const DEFAULT_IDLE_BEFORE_SLEEP_US: u32 = 1000;
+
+impl Config {
+    /// How long the poll thread on `core` polls without frames before it sleeps (None: never).
+    pub fn sleep_after_us(&self, core: usize) -> Option<u32> {
+        let mode = self.core_poll_mode.get(&core).copied().unwrap_or(self.poll_mode);
+        (mode == PollMode::Adaptive).then_some(self.idle_before_sleep_us)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +142,12 @@ pub struct Config {
     pub rx_retry_us: u32,
     /// Where the Prometheus endpoint listens, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Busy polling, or adaptive (sleep on guest kicks when idle), globally...
+    pub poll_mode: PollMode,
+    /// ... and per poll core.
+    pub core_poll_mode: HashMap<usize, PollMode>,
+    /// Adaptive mode: a thread sleeps after this long without frames on any of its queues.
+    pub idle_before_sleep_us: u32,
     pub ports: Vec<PortConfig>,
     pub flows: Vec<FlowSource>,
 }
@@ -198,6 +223,9 @@ impl Config {
             burst: None,
             rx_retry_us: None,
             metrics_listen: None,
+            poll_mode: None,
+            idle_before_sleep_us: None,
+            core_poll_mode: None,
         });
         let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let poll_cores = match sw.poll_cores {
@@ -243,6 +271,42 @@ impl Config {
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
         let burst = range(sw.burst, "burst", 1, MAX_BURST, MAX_BURST)?;
         let rx_retry_us = range(sw.rx_retry_us, "rx_retry_us", 0, 60_000_000, DEFAULT_RX_RETRY_US)?;
+        let mode = |s: &Spanned<String>| match s.get_ref().as_str() {
+            "busy" => Ok(PollMode::Busy),
+            "adaptive" => Ok(PollMode::Adaptive),
+            other => {
+                Err(cx.err(Some(s.span()), format!("poll_mode: expected \"busy\" or \"adaptive\", found \"{other}\"")))
+            }
+        };
+        let poll_mode = match &sw.poll_mode {
+            Some(m) => mode(m)?,
+            None => PollMode::Busy,
+        };
+        let mut core_poll_mode = HashMap::new();
+        if let Some(m) = &sw.core_poll_mode {
+            for (k, v) in m.get_ref() {
+                let bad = || {
+                    cx.err(
+                        Some(m.span()),
+                        format!(
+                            "core_poll_mode: \"{k}\" = \"{v}\": expected a poll core id = \"busy\" or \"adaptive\""
+                        ),
+                    )
+                };
+                let core: usize = k.parse().map_err(|_| bad())?;
+                if !poll_cores.contains(&core) {
+                    return Err(cx.err(Some(m.span()), format!("core_poll_mode: CPU {core} is not in poll_cores")));
+                }
+                let pm = match v.as_str() {
+                    "busy" => PollMode::Busy,
+                    "adaptive" => PollMode::Adaptive,
+                    _ => return Err(bad()),
+                };
+                core_poll_mode.insert(core, pm);
+            }
+        }
+        let idle_before_sleep_us =
+            range(sw.idle_before_sleep_us, "idle_before_sleep_us", 1, 10_000_000, DEFAULT_IDLE_BEFORE_SLEEP_US)?;
         let metrics_listen = match sw.metrics_listen {
             None => None,
             Some(m) => Some(m.get_ref().parse().map_err(|_| {
@@ -354,6 +418,9 @@ impl Config {
             burst,
             rx_retry_us,
             metrics_listen,
+            poll_mode,
+            core_poll_mode,
+            idle_before_sleep_us,
             ports,
             flows,
         })

@@ -415,6 +415,14 @@ impl Control {
             Some(r) => r,
             None => conn.handler.handle_request(),
         };
+        // A ring of this port may have started or stopped: wake the poll threads that own
+        // its queues, in case they sleep (adaptive polling) and must watch a new kick fd.
+        for (t, qs) in self.thread_queues.iter().enumerate() {
+            if qs.iter().any(|&(p, _)| p as usize == i) {
+                self.mailboxes[t].wake();
+            }
+        }
+        let Some(pc) = self.ports.get_mut(i).and_then(|p| p.as_mut()) else { return };
         if let Err(e) = res {
             let msg = match e {
                 vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage => {

@@ -134,6 +134,18 @@ fn queue_names(c: &Control, i: usize) -> Vec<String> {
     c.thread_queues[i].iter().filter_map(|(p, q)| Some(format!("{}:{}", c.port(*p as usize)?.port.name(), q))).collect()
 }
 
+/// Control wake-up latencies as [{"below_us": 2^i, "count": n}] (the last bucket is open).
+fn wake_hist(th: &ThreadStats) -> Value {
+    let n = th.wake_latency_us.len();
+    Value::Array(
+        th.wake_latency_us
+            .iter()
+            .enumerate()
+            .map(|(i, c)| json!({ "below_us": if i + 1 < n { json!(1u64 << i) } else { Value::Null }, "count": c.load(Relaxed) }))
+            .collect(),
+    )
+}
+
 pub fn stats(c: &Control) -> Value {
     let hz = crate::stats::cycles_per_sec();
     let mut out = Vec::new();
@@ -174,6 +186,16 @@ pub fn stats(c: &Control) -> Value {
             "interrupts": p.interrupts,
             "drops": drops_json(&p.drops),
             "last_interval": last,
+            "poll_mode": if c.cfg.sleep_after_us(th.core).is_some() { "adaptive" } else { "busy" },
+            "sleeps": th.sleeps.load(Relaxed),
+            "sleeping": th.sleeping.load(Relaxed) == 1,
+            "asleep_secs": th.asleep_cycles.load(Relaxed) as f64 / hz as f64,
+            "wakeups": {
+                "kick": th.wakeups_kick.load(Relaxed),
+                "control": th.wakeups_control.load(Relaxed),
+                "timeout": th.wakeups_timeout.load(Relaxed),
+            },
+            "wake_latency_us": wake_hist(th),
         }));
     }
     json!({
@@ -248,6 +270,29 @@ pub fn metrics(c: &Control) -> String {
         ("pvswitch_pmd_rx_packets_total", "Frames the thread took from guests.", |t| t.ports.rx_packets),
         ("pvswitch_pmd_tx_packets_total", "Frames the thread delivered to guests.", |t| t.ports.tx_packets),
     ] {
+        head(&mut m, name, "counter", help);
+        for (i, t) in threads.iter().enumerate() {
+            let _ = writeln!(m, "{name}{{thread=\"{i}\",core=\"{}\"}} {}", c.threads[i].core, get(t));
+        }
+    }
+    for (name, help, get) in [
+        (
+            "pvswitch_pmd_sleeps_total",
+            "Times the thread went to sleep (adaptive polling).",
+            (|t: &ThreadStats| t.sleeps.load(Relaxed)) as fn(&ThreadStats) -> u64,
+        ),
+        ("pvswitch_pmd_asleep_cycles_total", "TSC cycles the thread slept.", |t| t.asleep_cycles.load(Relaxed)),
+        ("pvswitch_pmd_wakeups_kick_total", "Wake-ups by a guest's kick.", |t| t.wakeups_kick.load(Relaxed)),
+        ("pvswitch_pmd_wakeups_control_total", "Wake-ups by the control thread.", |t| t.wakeups_control.load(Relaxed)),
+    ] {
+        head(&mut m, name, "counter", help);
+        for (i, t) in c.threads.iter().enumerate() {
+            let _ = writeln!(m, "{name}{{thread=\"{i}\",core=\"{}\"}} {}", t.core, get(t));
+        }
+    }
+    for (name, help, get) in
+        [("pvswitch_pmd_dummy", "", (|_: &ThreadTotals| 0) as fn(&ThreadTotals) -> u64)].into_iter().filter(|_| false)
+    {
         head(&mut m, name, "counter", help);
         for (i, t) in threads.iter().enumerate() {
             let _ = writeln!(m, "{name}{{thread=\"{i}\",core=\"{}\"}} {}", c.threads[i].core, get(t));

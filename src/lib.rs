@@ -9,6 +9,7 @@ pub mod ctl_stats;
 pub mod flow;
 pub mod flow_table;
 pub mod guest_mem;
+pub mod idle;
 pub mod mac_table;
 pub mod mem_fault;
 pub mod metrics_http;

@@ -8,6 +8,8 @@
 //! thread: checking the mailbox is one relaxed load per loop iteration, and the mailbox's mutex
 //! is only shared by the control thread and that one poll thread, and only taken on a change.
 
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,20 +78,63 @@ pub struct Plan {
 }
 
 /// One poll thread's inbox. `posted` and `taken` count plans; the thread adopts a plan when
-/// `posted` moves past what it has, and stores the generation it adopted in `taken`.
-#[derive(Default)]
+/// `posted` moves past what it has, and stores the generation it adopted in `taken`. `wake`
+/// is an eventfd a sleeping thread (adaptive polling) also waits on, so a plan, or shutdown,
+/// reaches it at once.
 pub struct Mailbox {
     posted: AtomicU64,
     taken: AtomicU64,
     slot: Mutex<Option<Box<Plan>>>,
+    wake: File,
+    /// TSC when the last wake-up was written (for the wake-up latency histogram).
+    pub woken_at: AtomicU64,
+}
+
+impl Default for Mailbox {
+    fn default() -> Mailbox {
+        // SAFETY: eventfd takes no pointers; the result is checked and owned by a File.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh fd nobody else owns.
+        let wake = unsafe { File::from_raw_fd(fd) };
+        Mailbox {
+            posted: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            slot: Mutex::new(None),
+            wake,
+            woken_at: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Mailbox {
-    /// Control side: replaces whatever plan is waiting. Returns its generation.
+    /// Control side: replaces whatever plan is waiting, and wakes the thread if it sleeps.
+    /// Returns the plan's generation.
     pub fn post(&self, plan: Plan) -> u64 {
         let mut slot = self.slot.lock().unwrap();
         *slot = Some(Box::new(plan));
-        self.posted.fetch_add(1, Ordering::Release) + 1
+        let generation = self.posted.fetch_add(1, Ordering::Release) + 1;
+        drop(slot);
+        self.wake();
+        generation
+    }
+
+    /// Wakes the thread if it sleeps (a plan, or shutdown).
+    pub fn wake(&self) {
+        self.woken_at.store(crate::stats::cycles(), Ordering::Relaxed);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writing 8 bytes from a local buffer to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };
+    }
+
+    /// The eventfd a sleeping thread waits on.
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// Whether a plan is waiting that the thread (at generation `have`) has not adopted.
+    pub fn pending(&self, have: u64) -> bool {
+        self.posted.load(Ordering::Acquire) != have
     }
 
     /// Poll-thread side: the newest plan, if one was posted since `have`.

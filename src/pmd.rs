@@ -14,6 +14,7 @@ use log::error;
 
 use crate::flow::{Action, Emc, Emit, EthHeader, FlowKey, execute};
 use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
+use crate::idle::Sleeper;
 use crate::mac_table::MacTable;
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::port::Port;
@@ -38,6 +39,8 @@ pub struct Ctx {
     pub retry_cycles: u64,
     pub shutdown: Arc<AtomicBool>,
     pub mailbox: Arc<Mailbox>,
+    /// Adaptive polling: sleep after this long without frames. None: busy polling.
+    pub sleep_after_us: Option<u32>,
 }
 
 /// The current plan's tables, borrowed for one loop iteration.
@@ -93,6 +96,8 @@ pub struct PollThread {
     rx: RxScratch,
     /// Exact-match cache in front of the flow table's classifier.
     emc: Box<Emc>,
+    /// Present in adaptive polling mode.
+    sleeper: Option<Sleeper>,
 }
 
 impl PollThread {
@@ -115,7 +120,14 @@ impl PollThread {
                 .collect(),
             rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: Vec::new() },
             emc: Box::new(Emc::default()),
+            sleeper: None,
         };
+        if let Some(us) = t.cx.sleep_after_us {
+            match Sleeper::new(&t.cx.mailbox, us) {
+                Ok(s) => t.sleeper = Some(s),
+                Err(e) => log::warn!("poll thread {}: cannot sleep ({e}); polling busily", t.cx.index),
+            }
+        }
         t.adopt(Box::new(plan));
         t
     }
@@ -137,6 +149,9 @@ impl PollThread {
         self.rx.stalled.resize(plan.ports.by_id.len(), false);
         if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
             self.emc.clear();
+        }
+        if let Some(s) = self.sleeper.as_mut() {
+            s.reset();
         }
         self.plan = plan;
     }
@@ -160,6 +175,17 @@ impl PollThread {
             bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
             bump(&st.iterations, 1);
             t0 = t1;
+            if let Some(s) = self.sleeper.as_mut() {
+                if got > 0 {
+                    s.busy();
+                } else {
+                    let (mb, have, shutdown) = (&self.cx.mailbox, self.generation, &self.cx.shutdown);
+                    let queues = self.rxqs.iter().map(|r| &r.spec.port.vrings[2 * r.spec.qpair + 1]);
+                    s.idle(queues, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed));
+                    // Time asleep is neither busy nor idle polling.
+                    t0 = cycles();
+                }
+            }
             if self.rxqs.is_empty() {
                 std::hint::spin_loop();
             }
@@ -365,7 +391,7 @@ impl<'a> Open<'a> {
     }
 
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
-        let Vring { active, broken, hdr_len, mrg_rxbuf } = &mut *self.guard;
+        let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut *self.guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
         match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, rx) {
             Ok(()) => {

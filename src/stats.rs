@@ -137,8 +137,22 @@ pub struct ThreadStats {
     pub iterations: AtomicU64,
     pub busy_cycles: AtomicU64,
     pub idle_cycles: AtomicU64,
+    /// Adaptive polling: times the thread went to sleep, and cycles spent asleep.
+    pub sleeps: AtomicU64,
+    pub asleep_cycles: AtomicU64,
+    /// 1 while the thread sleeps.
+    pub sleeping: AtomicU64,
+    /// What woke it: a guest's kick, the control thread (plan, shutdown), or a timeout.
+    pub wakeups_kick: AtomicU64,
+    pub wakeups_control: AtomicU64,
+    pub wakeups_timeout: AtomicU64,
+    /// Control wake-ups by latency from the wake request to the thread running again:
+    /// bucket i counts latencies below 2^i microseconds (the last bucket: the rest).
+    pub wake_latency_us: [AtomicU64; WAKE_BUCKETS],
     pub ports: Box<[PortCounters]>,
 }
+
+pub const WAKE_BUCKETS: usize = 16;
 
 impl ThreadStats {
     pub fn new(core: usize, numa_node: Option<usize>, nports: usize) -> ThreadStats {
@@ -148,8 +162,24 @@ impl ThreadStats {
             iterations: AtomicU64::new(0),
             busy_cycles: AtomicU64::new(0),
             idle_cycles: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
+            sleeping: AtomicU64::new(0),
+            asleep_cycles: AtomicU64::new(0),
+            wakeups_kick: AtomicU64::new(0),
+            wakeups_control: AtomicU64::new(0),
+            wakeups_timeout: AtomicU64::new(0),
+            wake_latency_us: std::array::from_fn(|_| AtomicU64::new(0)),
             ports: (0..nports).map(|_| PortCounters::default()).collect(),
         }
+    }
+}
+
+impl ThreadStats {
+    /// Counts one control wake-up that took `cycles` TSC cycles to reach the thread.
+    pub fn record_wake_latency(&self, cycles: u64) {
+        let us = cycles * 1_000_000 / cycles_per_sec();
+        let bucket = (64 - us.leading_zeros() as usize).min(WAKE_BUCKETS - 1);
+        bump(&self.wake_latency_us[bucket], 1);
     }
 }
 

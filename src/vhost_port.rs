@@ -64,6 +64,7 @@ struct VringConf {
     addrs: Option<(u64, u64, u64)>,
     base: u16,
     kicked: bool,
+    kick: Option<File>,
     enabled: bool,
     call: Option<File>,
     /// Whether the data path is serving this ring now.
@@ -168,9 +169,13 @@ impl PortBackend {
             Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} call eventfd: {e}"))?),
             None => None,
         };
+        let kick = match &v.kick {
+            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} kick eventfd: {e}"))?),
+            None => None,
+        };
         g.hdr_len = hdr_len;
         g.mrg_rxbuf = mrg;
-        g.start(addrs, v.base, event_idx, call, mem);
+        g.start(addrs, v.base, event_idx, (call, kick), mem);
         drop(g);
         self.vrings[i].running = true;
         Ok(())
@@ -308,9 +313,12 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         Ok(VhostUserVringState::new(index, v.base as u32))
     }
 
-    fn set_vring_kick(&mut self, index: u8, _fd: Option<File>) -> Result<()> {
-        // Busy polling never reads kicks; the fd is dropped and kicks are suppressed in the ring.
-        self.vring(index as u32)?.kicked = true;
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        // Kicks are suppressed in the ring while it is polled; a poll thread that goes to
+        // sleep (adaptive polling) re-enables them and waits on this fd.
+        let v = self.vring(index as u32)?;
+        v.kicked = true;
+        v.kick = fd;
         self.reconcile_or_refuse(index as usize)
     }
 

@@ -98,6 +98,10 @@ pub struct Vring {
     pub hdr_len: u32,
     /// Whether a received frame may span several buffers (MRG_RXBUF).
     pub mrg_rxbuf: bool,
+    /// The guest's kick eventfd, which a sleeping poll thread waits on (adaptive polling).
+    pub kick: Option<File>,
+    /// Counts starts, so a poll thread can tell that `kick` may have changed.
+    pub epoch: u64,
 }
 
 /// A ring plus the spin lock that guards it. `ready` is a hint readable without the lock.
@@ -178,9 +182,18 @@ impl Vring {
     }
 
     /// Starts the ring. `addrs` must have been checked against `mem` with `ring_addrs`.
-    pub fn start(&mut self, addrs: RingAddrs, base: u16, event_idx: bool, call: Option<File>, mem: Arc<GuestMem>) {
+    pub fn start(
+        &mut self,
+        addrs: RingAddrs,
+        base: u16,
+        event_idx: bool,
+        (call, kick): (Option<File>, Option<File>),
+        mem: Arc<GuestMem>,
+    ) {
         let mem_ptr = Arc::as_ptr(&mem);
         self.broken = None;
+        self.kick = kick;
+        self.epoch += 1;
         self.active = Some(ActiveRing {
             size: addrs.size,
             desc: addrs.desc as *const [u8; 16],
@@ -204,6 +217,8 @@ impl Vring {
 
     /// Stops the ring and returns the index the next backend should start from.
     pub fn stop(&mut self) -> Option<u16> {
+        self.kick = None;
+        self.epoch += 1;
         self.active.take().map(|a| a.last_avail)
     }
 
@@ -425,6 +440,28 @@ impl ActiveRing {
         // SAFETY: callers pass pointers inside validated ring areas; guest memory may change,
         // so read it once, volatile, into a local.
         u16::from_le(unsafe { ptr::read_volatile(p as *const u16) })
+    }
+
+    /// Asks the guest to kick again (before a poll thread sleeps): with EVENT_IDX by setting
+    /// avail_event to the next entry we will consume, else by clearing NO_NOTIFY. The fence
+    /// orders this store before the caller's re-check of the avail index, so a frame the guest
+    /// adds after that check is always kicked.
+    pub fn enable_kicks(&mut self) {
+        if self.event_idx {
+            // avail_event is used->ring[size], at offset 4 + 8*size.
+            let p = (4 + 8 * self.size as usize) as isize;
+            // SAFETY: the validated used ring is 6 + 8n bytes; offset 4 + 8n is its last u16.
+            unsafe { ptr::write_volatile(self.used.offset(p) as *mut u16, self.last_avail.to_le()) };
+        } else {
+            // SAFETY: used->flags at offset 0 of the validated used ring.
+            unsafe { ptr::write_volatile(self.used as *mut u16, 0) };
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Stops asking for kicks (polling again).
+    pub fn disable_kicks(&mut self) {
+        self.suppress_kicks();
     }
 
     fn suppress_kicks(&mut self) {

@@ -76,13 +76,18 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
         .map(|&core| Arc::new(ThreadStats::new(core, numa.node_of_cpu(core), MAX_PORTS)))
         .collect();
     let (burst, retry_us, cores) = (cfg.burst, cfg.rx_retry_us, cfg.poll_cores.clone());
+    let sleep_after: Vec<Option<u32>> = cores.iter().map(|&c| cfg.sleep_after_us(c)).collect();
     // The control thread opens every port and decides the initial placement (round robin).
     let mut control = Control::new(cfg, Some(config_path), stats.clone(), mac.clone(), signal_fd)?;
     let plans = control.plans();
 
     let mut handles = Vec::new();
     for (i, ((&core, plan), st)) in cores.iter().zip(plans).zip(stats).enumerate() {
-        info!("poll thread {i}: core {core}, NUMA node {:?}, {} queues", st.numa_node, plan.rxqs.len());
+        let mode = match sleep_after[i] {
+            Some(us) => format!("adaptive, sleeps after {us} us idle"),
+            None => "busy polling".into(),
+        };
+        info!("poll thread {i}: core {core}, NUMA node {:?}, {} queues, {mode}", st.numa_node, plan.rxqs.len());
         let cx = Ctx {
             index: i,
             mac: mac.clone(),
@@ -91,6 +96,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
             retry_cycles: retry_us as u64 * cycles_per_sec() / 1_000_000,
             shutdown: shutdown.clone(),
             mailbox: control.mailboxes[i].clone(),
+            sleep_after_us: sleep_after[i],
         };
         let pinned = online.iter().find(|c| c.id == core).copied();
         if pinned.is_none() {
@@ -106,8 +112,12 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     }
 
     control.run();
+    let mailboxes = control.mailboxes.clone();
     drop(control);
     shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+    for mb in &mailboxes {
+        mb.wake();
+    }
     for h in handles {
         let _ = h.join();
     }

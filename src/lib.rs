@@ -5,6 +5,8 @@ pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod ctl_flows;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod flow;
 pub mod flow_table;
 pub mod guest_mem;

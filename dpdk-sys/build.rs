@@ -13,7 +13,9 @@ const HELP: &str = "install DPDK's development files: `apt-get install -y libdpd
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=shim.c");
-    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    for var in ["PKG_CONFIG", "PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR", "PKG_CONFIG_SYSROOT_DIR"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
 
     // Version check and the raw cflags. pkg-config's crate API drops flags such as
     // `-include rte_config.h` and `-march=...`, which DPDK's headers need, so ask the tool.

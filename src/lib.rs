@@ -6,6 +6,8 @@ pub mod control;
 pub mod ctl;
 pub mod ctl_flows;
 pub mod ctl_stats;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod flow;
 pub mod flow_table;
 pub mod guest_mem;

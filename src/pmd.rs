@@ -17,6 +17,7 @@ use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::idle::Sleeper;
 use crate::mac_table::MacTable;
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
+use crate::sched::{Deficit, Quantum};
 use crate::port::Port;
 use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
@@ -27,6 +28,8 @@ struct Rxq {
     spec: RxqSpec,
     /// When this queue's head frame first found its destination full (TSC), while it waits.
     blocked_since: Option<u64>,
+    /// Its credit in the thread's deficit round robin.
+    deficit: Deficit,
 }
 
 /// What a poll thread is given at start and never changes.
@@ -141,8 +144,11 @@ impl PollThread {
             .iter()
             .map(|spec| {
                 let kept = old.iter().position(|r| Arc::ptr_eq(&r.spec.port, &spec.port) && r.spec.qpair == spec.qpair);
-                let blocked_since = kept.and_then(|i| old.swap_remove(i).blocked_since);
-                Rxq { spec: spec.clone(), blocked_since }
+                let (blocked_since, deficit) = match kept.map(|i| old.swap_remove(i)) {
+                    Some(r) => (r.blocked_since, r.deficit),
+                    None => (None, Deficit::new()),
+                };
+                Rxq { spec: spec.clone(), blocked_since, deficit }
             })
             .collect();
         self.rx.stalled.clear();
@@ -203,7 +209,7 @@ fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingErr
 /// One visit to a receive queue. Returns the number of frames taken from it.
 fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq: &mut Rxq) -> u32 {
     let cx = env.cx;
-    let Rxq { spec, blocked_since } = rxq;
+    let Rxq { spec, blocked_since, deficit } = rxq;
     let (port, qpair) = (&spec.port, spec.qpair);
     let vq_index = 2 * qpair + 1;
     let vq = &port.vrings[vq_index];
@@ -217,12 +223,14 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
     let pc = &cx.stats.ports[port.id as usize];
     let t0 = cycles();
     let policy = &env.ports.policy[port.id as usize];
-    let mut pk_left = spec.weight_packets;
-    let mut bytes_left = spec.weight_bytes as i64;
+    // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
+    let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
     let mut total = 0;
-    while pk_left > 0 && bytes_left > 0 {
+    let mut total_bytes = 0u64;
+    let mut empty = false;
+    while budget.allows() {
         let n = match ring.avail() {
-            Ok(n) => (n as u32).min(cx.burst).min(pk_left) as usize,
+            Ok(n) => (n as u32).min(cx.burst).min(budget.burst_limit()) as usize,
             Err(e) => {
                 ring_broke(port, vq_index, broken, e);
                 pc.drop(Drop::Malformed, 1);
@@ -230,6 +238,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
             }
         };
         if n == 0 {
+            empty = total == 0;
             break;
         }
         let mut got = 0;
@@ -279,9 +288,9 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         if ring.publish() && ring.notify() {
             bump(&pc.interrupts, 1);
         }
-        pk_left -= got as u32;
-        bytes_left -= bytes as i64;
+        budget.charge(got as u32, bytes);
         total += got as u32;
+        total_bytes += bytes;
         if let Some(e) = err {
             ring_broke(port, vq_index, broken, e);
             pc.drop(Drop::Malformed, 1);
@@ -291,11 +300,15 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
             break;
         }
     }
+    if empty {
+        // An idle queue saves up no credit.
+        deficit.idle();
+    }
     let qs = &spec.stats;
     bump(&qs.visits, 1);
     if total > 0 {
         bump(&qs.packets, total as u64);
-        bump(&qs.bytes, (spec.weight_bytes as i64 - bytes_left) as u64);
+        bump(&qs.bytes, total_bytes);
         bump(&qs.cycles, cycles().wrapping_sub(t0));
     }
     total

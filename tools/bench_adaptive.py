@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Adaptive polling against busy polling, in the same run:
+
+- idle: 64 connected but silent VMs (two testpmd processes of 32 virtio-user ports each, not
+  forwarding), 2 poll threads: CPU use of each poll thread, read from /proc over a window;
+- saturation: VM-to-VM 64 B forwarding Mpps (as tools/bench_vm2vm.py), alternating modes.
+
+Usage: tools/bench_adaptive.py [--reps 5] [--seconds 4] [--skip-idle] [--skip-saturation]
+Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vm2vm import PVSWITCHD, Testpmd, measure, wait_socket  # noqa: E402
+
+MODES = {"busy": 'poll_mode = "busy"\n', "adaptive": 'poll_mode = "adaptive"\n'}
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def pmd_cpu_ticks(pid):
+    """utime+stime ticks of each poll thread (threads named pmdN)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if name.startswith("pmd"):
+            out[name] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def idle_cpu(mode, seconds):
+    d = tempfile.mkdtemp(prefix="pvs-idle-")
+    conf = os.path.join(d, "pvswitch.toml")
+    with open(conf, "w") as f:
+        f.write(f'[switch]\npoll_cores = [0, 1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n{MODES[mode]}')
+        for i in range(64):
+            f.write(f'[[port]]\nname = "vm{i}"\ntype = "vhost-user"\nsocket = "vm{i}.sock"\n')
+    log = open(os.path.join(d, "pvswitchd.log"), "w")
+    p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
+    vms = []
+    try:
+        wait_socket(os.path.join(d, "ctl.sock"))
+        for h in range(2):
+            vdevs = []
+            for i in range(32):
+                n = h * 32 + i
+                vdevs += ["--vdev", f"net_virtio_user{i},path={d}/vm{n}.sock,queues=1,mac=02:00:00:00:{h:02x}:{i:02x}"]
+            vms.append(Testpmd(f"pvsidle{h}", ["--lcores", "0@0,1@0", "-m", "1024", "--single-file-segments"] + vdevs,
+                               ["--forward-mode=io", "--nb-cores=1", "--total-num-mbufs=65536"]))
+        time.sleep(2)  # let rings start and the threads settle
+        t0, c0 = time.time(), pmd_cpu_ticks(p.pid)
+        time.sleep(seconds)
+        t1, c1 = time.time(), pmd_cpu_ticks(p.pid)
+        return {k: 100.0 * (c1[k] - c0[k]) / HZ / (t1 - t0) for k in sorted(c0)}
+    finally:
+        for vm in vms:
+            vm.close()
+        p.send_signal(signal.SIGTERM)
+        p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--skip-saturation", action="store_true")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    lines = []
+    if not a.skip_idle:
+        idle = {m: idle_cpu(m, a.seconds) for m in ("adaptive", "busy")}
+        for m, v in idle.items():
+            print(f"idle, {m}: " + "  ".join(f"{k} {pct:.2f}% CPU" for k, pct in v.items()), flush=True)
+        lines += [
+            f"Idle: 64 connected silent VMs, 2 poll threads, CPU of each poll thread over {a.seconds:g} s (/proc)",
+            "",
+            "| mode | pmd0 | pmd1 |",
+            "|---|---|---|",
+        ]
+        for m, v in idle.items():
+            lines.append(f"| {m} | " + " | ".join(f"{v[k]:.2f}% of a core" for k in sorted(v)) + " |")
+        lines.append("")
+    if not a.skip_saturation:
+        rows = []
+        for rep in range(a.reps):
+            order = ["busy", "adaptive"] if rep % 2 == 0 else ["adaptive", "busy"]
+            r = {m: measure("pvswitch", 64, a.seconds, switch_extra=MODES[m]) for m in order}
+            rows.append(r)
+            print(f"rep {rep + 1}: busy {r['busy'] / 1e6:6.3f} Mpps  adaptive {r['adaptive'] / 1e6:6.3f} Mpps"
+                  f"  ratio {r['adaptive'] / r['busy']:.3f}", flush=True)
+        ratios = [r["adaptive"] / r["busy"] for r in rows]
+        lines += [
+            f"Saturation: 64 B VM-to-VM, {a.reps} alternating pairs of {a.seconds:g} s",
+            "",
+            "| busy (median) | adaptive (median) | median ratio | ratio min..max |",
+            "|---|---|---|---|",
+            f"| {statistics.median(r['busy'] for r in rows) / 1e6:.3f} Mpps | "
+            f"{statistics.median(r['adaptive'] for r in rows) / 1e6:.3f} Mpps | {statistics.median(ratios):.3f} | "
+            f"{min(ratios):.3f}..{max(ratios):.3f} |",
+        ]
+    table = "\n".join(lines)
+    print("\n" + table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

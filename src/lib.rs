@@ -14,6 +14,7 @@ pub mod plan;
 pub mod pmd;
 pub mod port;
 pub mod reload;
+pub mod sched;
 pub mod stats;
 pub mod topology;
 pub mod vhost_port;

@@ -134,8 +134,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Confi
             "-h" | "--help" => return Ok(None),
             "--cpus" => c.cpus = parse_cpus(&val("--cpus")?)?,
             "--seconds" => {
-                c.seconds =
-                    val("--seconds")?.parse().ok().filter(|s: &f64| *s > 0.0).ok_or("--seconds: bad value")?
+                c.seconds = val("--seconds")?.parse().ok().filter(|s: &f64| *s > 0.0).ok_or("--seconds: bad value")?
             }
             "--qsize" => c.qsize = val("--qsize")?.parse().map_err(|_| "--qsize: bad value")?,
             "--burst" => c.burst = val("--burst")?.parse().map_err(|_| "--burst: bad value")?,

@@ -340,7 +340,12 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(vms: usize, threads: usize) -> Arc<Shared> {
-        Arc::new(Shared { vms, ready: AtomicUsize::new(0), abort: AtomicBool::new(false), barrier: Barrier::new(threads) })
+        Arc::new(Shared {
+            vms,
+            ready: AtomicUsize::new(0),
+            abort: AtomicBool::new(false),
+            barrier: Barrier::new(threads),
+        })
     }
 }
 

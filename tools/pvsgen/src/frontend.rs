@@ -164,14 +164,7 @@ impl GuestMemory {
         // SAFETY: a new shared mapping of a file we own, at an address the kernel picks; it is
         // unmapped in Drop and never handed out as a Rust reference except to atomics.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
         };
         assert!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
         GuestMemory { file, base: p as *mut u8, size, file_len: Cell::new(file_len) }
@@ -343,13 +336,7 @@ pub fn write_descs(mem: &GuestMemory, gpa: u64, descs: &[Desc]) {
 }
 
 /// SET_VRING_ADDR for queue `q` of `qsize` entries with its parts at guest-physical `at`.
-fn set_ring_addr(
-    fe: &mut Frontend,
-    q: usize,
-    qsize: u16,
-    mem: &GuestMemory,
-    at: RingAt,
-) -> Result<(), vhost::Error> {
+fn set_ring_addr(fe: &mut Frontend, q: usize, qsize: u16, mem: &GuestMemory, at: RingAt) -> Result<(), vhost::Error> {
     let uva = |gpa: u64| mem.uva().wrapping_add(gpa);
     fe.set_vring_addr(
         q,

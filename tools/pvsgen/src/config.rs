@@ -1,0 +1,239 @@
+//! Command line: what each VM sends, and how the generator runs.
+
+use std::path::PathBuf;
+
+/// Where a VM's frames go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dst {
+    /// Unicast to the VM of this name (its MAC, learned by the switch from its hello).
+    Vm(String),
+    /// To ff:ff:ff:ff:ff:ff: every other port.
+    Bcast,
+    /// Nothing: the VM only receives.
+    None,
+}
+
+/// One VM: a vhost-user socket and the stream it sends.
+#[derive(Clone, Debug)]
+pub struct VmSpec {
+    pub name: String,
+    pub socket: PathBuf,
+    pub dst: Dst,
+    /// Ethernet frame length in bytes (no virtio-net header, no FCS), 60 to 9000.
+    pub size: usize,
+    /// Frames per second, or None: as fast as the ring allows.
+    pub rate: Option<f64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// One generator thread per listed CPU, pinned to it; VM i is served by thread i mod n.
+    pub cpus: Vec<usize>,
+    /// Measurement time after every VM has announced itself.
+    pub seconds: f64,
+    pub vms: Vec<VmSpec>,
+    /// (pinger, ponger): the first sends one frame, the second echoes it, one in flight.
+    pub pingpong: Option<(String, String)>,
+    /// Entries per virtqueue.
+    pub qsize: u16,
+    /// Most frames put on a TX ring per poll.
+    pub burst: u16,
+    pub json: Option<PathBuf>,
+    /// Don't print the table.
+    pub quiet: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            cpus: vec![0],
+            seconds: 5.0,
+            vms: Vec::new(),
+            pingpong: None,
+            qsize: 256,
+            burst: 32,
+            json: None,
+            quiet: false,
+        }
+    }
+}
+
+pub const USAGE: &str = "\
+usage: pvsgen [--cpus LIST] [--seconds S] [--qsize N] [--burst N] [--json FILE] [--quiet]
+              [--pingpong VM_A,VM_B] --vm SPEC [--vm SPEC ...]
+
+One process acting as many VMs, each a vhost-user frontend of one of the switch's sockets.
+  --cpus LIST      CPUs for generator threads, e.g. 0 or 0,2 or 0-3 (default 0); one thread
+                   per CPU serves VMs round robin (VM i on thread i mod n)
+  --seconds S      measurement time (default 5), after every VM announced its MAC
+  --qsize N        virtqueue size (default 256)
+  --burst N        frames put on a TX ring per poll (default 32)
+  --json FILE      also write the report as JSON
+  --pingpong A,B   A sends one frame to B, B echoes it back, A measures the round trip; one
+                   frame in flight. A's and B's dst/rate are ignored; other VMs run as given
+  --vm SPEC        name=NAME,socket=PATH[,dst=VM|bcast|none][,size=BYTES][,rate=PPS]
+                   size: Ethernet frame bytes, 60..9000 (default 64); rate: frames per second
+                   (default: unlimited, as fast as the ring takes them); dst default none
+";
+
+fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let num = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("bad CPU list {s:?}"));
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(num(a)?..=num(b)?),
+            None => v.push(num(part)?),
+        }
+    }
+    if v.is_empty() {
+        return Err("empty CPU list".into());
+    }
+    Ok(v)
+}
+
+pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
+    let mut vm = VmSpec { name: String::new(), socket: PathBuf::new(), dst: Dst::None, size: 64, rate: None };
+    for kv in s.split(',') {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--vm {s:?}: expected key=value, got {kv:?}"))?;
+        match k {
+            "name" => vm.name = v.to_string(),
+            "socket" => vm.socket = PathBuf::from(v),
+            "dst" => {
+                vm.dst = match v {
+                    "bcast" | "broadcast" => Dst::Bcast,
+                    "none" => Dst::None,
+                    name => Dst::Vm(name.to_string()),
+                }
+            }
+            "size" => vm.size = v.parse().map_err(|_| format!("--vm {s:?}: bad size {v:?}"))?,
+            "rate" => {
+                vm.rate = match v {
+                    "max" | "unlimited" => None,
+                    _ => Some(v.parse::<f64>().ok().filter(|r| *r > 0.0).ok_or(format!("--vm {s:?}: bad rate {v:?}"))?),
+                }
+            }
+            _ => return Err(format!("--vm {s:?}: unknown key {k:?}")),
+        }
+    }
+    if vm.name.is_empty() || vm.socket.as_os_str().is_empty() {
+        return Err(format!("--vm {s:?}: name and socket are required"));
+    }
+    if !(60..=9000).contains(&vm.size) {
+        return Err(format!("--vm {s:?}: size must be 60..9000"));
+    }
+    Ok(vm)
+}
+
+/// Parses the arguments after the program name. `Ok(None)`: help was asked for.
+pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, String> {
+    let mut c = Config::default();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--cpus" => c.cpus = parse_cpus(&val("--cpus")?)?,
+            "--seconds" => {
+                c.seconds = val("--seconds")?.parse().ok().filter(|s: &f64| *s > 0.0).ok_or("--seconds: bad value")?
+            }
+            "--qsize" => c.qsize = val("--qsize")?.parse().map_err(|_| "--qsize: bad value")?,
+            "--burst" => c.burst = val("--burst")?.parse().map_err(|_| "--burst: bad value")?,
+            "--json" => c.json = Some(PathBuf::from(val("--json")?)),
+            "--quiet" => c.quiet = true,
+            "--pingpong" => {
+                let v = val("--pingpong")?;
+                let (a, b) = v.split_once(',').ok_or("--pingpong: expected VM_A,VM_B")?;
+                c.pingpong = Some((a.to_string(), b.to_string()));
+            }
+            "--vm" => c.vms.push(parse_vm(&val("--vm")?)?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    c.validate()?;
+    Ok(Some(c))
+}
+
+impl Config {
+    /// Checks names, destinations and sizes.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.vms.is_empty() {
+            return Err("no --vm given".into());
+        }
+        if self.vms.len() > u16::MAX as usize {
+            return Err("too many VMs".into());
+        }
+        if !self.qsize.is_power_of_two() || !(16..=32768).contains(&self.qsize) {
+            return Err("--qsize must be a power of two, 16..32768".into());
+        }
+        if self.burst == 0 || self.burst > self.qsize {
+            return Err("--burst must be 1..qsize".into());
+        }
+        for (i, v) in self.vms.iter().enumerate() {
+            if self.vms[..i].iter().any(|o| o.name == v.name) {
+                return Err(format!("VM name {:?} given twice", v.name));
+            }
+            if let Dst::Vm(d) = &v.dst {
+                if !self.vms.iter().any(|o| &o.name == d) {
+                    return Err(format!("VM {:?}: dst {d:?} is not a VM", v.name));
+                }
+                if d == &v.name {
+                    return Err(format!("VM {:?} sends to itself", v.name));
+                }
+            }
+        }
+        if let Some((a, b)) = &self.pingpong {
+            for n in [a, b] {
+                if !self.vms.iter().any(|o| &o.name == n) {
+                    return Err(format!("--pingpong: {n:?} is not a VM"));
+                }
+            }
+            if a == b {
+                return Err("--pingpong needs two different VMs".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.vms.iter().position(|v| v.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_the_readme_example() {
+        let c = parse_args(args(
+            "--cpus 0 --seconds 5 --vm name=a,socket=/run/pvswitch/a.sock,dst=b,size=64 \
+             --vm name=b,socket=/run/pvswitch/b.sock,dst=a,size=1500,rate=100000",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.cpus, vec![0]);
+        assert_eq!(c.vms.len(), 2);
+        assert_eq!(c.vms[0].dst, Dst::Vm("b".into()));
+        assert_eq!(c.vms[1].rate, Some(100000.0));
+        assert_eq!(c.vms[1].size, 1500);
+        assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for bad in [
+            "--vm name=a,socket=x,dst=c",
+            "--vm name=a,socket=x,size=20",
+            "--vm name=a",
+            "--vm name=a,socket=x --vm name=a,socket=y",
+            "--vm name=a,socket=x --pingpong a,z",
+            "--qsize 100 --vm name=a,socket=x",
+        ] {
+            assert!(parse_args(args(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -10,7 +10,7 @@ source scripts/prepare.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole suite (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit $status

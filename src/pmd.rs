@@ -17,8 +17,8 @@ use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::idle::Sleeper;
 use crate::mac_table::MacTable;
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
-use crate::sched::{Deficit, Quantum};
 use crate::port::Port;
+use crate::sched::{Deficit, Quantum};
 use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
 

@@ -74,7 +74,7 @@ impl Pair {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.sw.child.id())).unwrap();
         let memfds: std::collections::BTreeSet<&str> = maps
             .lines()
-            .filter(|l| l.contains("memfd:pvs-test-vm"))
+            .filter(|l| l.contains("memfd:pvs-vm"))
             .filter_map(|l| l.split_whitespace().nth(4)) // inode
             .collect();
         assert_eq!(memfds.len(), 2, "pvswitchd maps {} test-VM memfds:\n{maps}", memfds.len());

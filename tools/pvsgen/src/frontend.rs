@@ -15,7 +15,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
@@ -179,6 +179,11 @@ impl GuestMemory {
         self.size
     }
 
+    /// Whether `len` bytes at `gpa` lie inside the memory (and its file).
+    pub fn contains(&self, gpa: u64, len: usize) -> bool {
+        gpa.checked_add(len as u64).is_some_and(|end| end <= self.size.min(self.file_len.get()))
+    }
+
     #[inline]
     fn check(&self, gpa: u64, len: usize) {
         assert!(
@@ -251,6 +256,9 @@ struct Ring {
     avail_idx: u16,
     /// Used entries we have consumed.
     last_used: u16,
+    /// The ring's kick eventfd: written after a publish when the switch asks for kicks (it
+    /// clears VRING_USED_F_NO_NOTIFY before its poll thread sleeps).
+    kick: Option<std::os::fd::RawFd>,
 }
 
 /// Direct access to one of a VM's rings: for a driver's fast path, and for writing what a
@@ -276,11 +284,25 @@ impl RawRing<'_> {
         self.ring.avail_idx = self.ring.avail_idx.wrapping_add(1);
     }
 
-    /// Publishes every staged head: one avail->idx store (release).
+    /// Publishes every staged head: one avail->idx store (release), then a kick if the switch
+    /// asked for one (used->flags without NO_NOTIFY), as a driver does.
     #[inline]
     pub fn publish(&mut self) {
         let idx = self.ring.avail_idx;
         self.set_avail_idx(idx);
+        let used = self.ring.at.used;
+        let readable = self.mem.contains(used, 2) && used.is_multiple_of(2);
+        if let Some(fd) = self.ring.kick.filter(|_| readable) {
+            // The flags must be read after our idx store is visible (the switch re-checks the
+            // idx after clearing the flag, with a full fence in between).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let flags = u16::from_le(self.mem.u16_at(self.ring.at.used).load(Ordering::Relaxed));
+            if flags & 1 == 0 {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: writing 8 bytes from a local buffer to our own eventfd.
+                unsafe { libc::write(fd, one.as_ptr() as *const libc::c_void, 8) };
+            }
+        }
     }
 
     /// Puts `head` in the next avail slot and publishes it (avail->idx += 1).
@@ -425,8 +447,9 @@ impl Vm {
             fds.extend([kick, call]);
             fe.set_vring_enable(q, true)?;
         }
-        let ring = |at: RingAt| Ring { at, qsize, avail_idx: 0, last_used: 0 };
-        Ok(Vm { fe, _fds: fds, mem, layout, rx: ring(layout.rings[0]), tx: ring(layout.rings[1]) })
+        let ring = |at: RingAt, kick: RawFd| Ring { at, qsize, avail_idx: 0, last_used: 0, kick: Some(kick) };
+        let (rx, tx) = (ring(layout.rings[0], fds[0].as_raw_fd()), ring(layout.rings[1], fds[2].as_raw_fd()));
+        Ok(Vm { fe, _fds: fds, mem, layout, rx, tx })
     }
 
     pub fn layout(&self) -> &Layout {

@@ -3,9 +3,10 @@
 
 - idle: 64 connected but silent VMs (two testpmd processes of 32 virtio-user ports each, not
   forwarding), 2 poll threads: CPU use of each poll thread, read from /proc over a window;
-- saturation: VM-to-VM 64 B forwarding Mpps (as tools/bench_vm2vm.py), alternating modes.
+- saturation: VM-to-VM 64 B forwarding Mpps (as tools/bench_vm2vm.py), alternating modes;
+- sparse: a ping-pong (pvsgen --pingpong) through an otherwise idle switch: round-trip p50/p99.
 
-Usage: tools/bench_adaptive.py [--reps 5] [--seconds 4] [--skip-idle] [--skip-saturation]
+Usage: tools/bench_adaptive.py [--reps 5] [--seconds 4] [--skip-idle] [--skip-saturation] [--skip-sparse]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
 """
 
@@ -19,6 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_fairness import run as gen_run  # noqa: E402
 from bench_vm2vm import PVSWITCHD, Testpmd, measure, wait_socket  # noqa: E402
 
 MODES = {"busy": 'poll_mode = "busy"\n', "adaptive": 'poll_mode = "adaptive"\n'}
@@ -78,6 +80,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--skip-saturation", action="store_true")
+    ap.add_argument("--skip-sparse", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args()
     lines = []
@@ -112,6 +115,27 @@ def main():
             f"{statistics.median(r['adaptive'] for r in rows) / 1e6:.3f} Mpps | {statistics.median(ratios):.3f} | "
             f"{min(ratios):.3f}..{max(ratios):.3f} |",
         ]
+    if not a.skip_sparse:
+        rows = []
+        for rep in range(a.reps):
+            order = ["busy", "adaptive"] if rep % 2 == 0 else ["adaptive", "busy"]
+            r = {}
+            for m in order:
+                rep_ = gen_run([("p", ""), ("q", "")], ["name=p", "name=q"], a.seconds, switch_extra=MODES[m],
+                               gen_args=["--pingpong", "p,q"])
+                rtt = next(v for v in rep_["vms"] if v["name"] == "p")["pingpong"]["rtt"]
+                r[m] = (rtt["p50_ns"] / 1000, rtt["p99_ns"] / 1000)
+            rows.append(r)
+            print(f"rep {rep + 1}: ping-pong RTT p50/p99 busy {r['busy'][0]:.2f}/{r['busy'][1]:.2f} us  "
+                  f"adaptive {r['adaptive'][0]:.2f}/{r['adaptive'][1]:.2f} us", flush=True)
+        med = statistics.median
+        lines += [
+            "",
+            f"Sparse: ping-pong through an otherwise idle switch (pvsgen), {a.reps} alternating pairs of {a.seconds:g} s",
+            "",
+            "| mode | RTT p50 (median, us) | RTT p99 (median, us) |",
+            "|---|---|---|",
+        ] + [f"| {m} | {med(r[m][0] for r in rows):.2f} | {med(r[m][1] for r in rows):.2f} |" for m in ("busy", "adaptive")]
     table = "\n".join(lines)
     print("\n" + table)
     if a.out:

@@ -42,10 +42,34 @@ struct RawConfig {
     flows: Vec<Spanned<String>>,
 }
 
+/// `poll_cores = [1, 2]` or `poll_cores = "auto"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawCores {
+    List(Vec<usize>),
+    Word(String),
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawQueue {
+    index: Spanned<u16>,
+    weight_packets: Option<Spanned<u32>>,
+    weight_bytes: Option<Spanned<u32>>,
+    affinity: Option<Spanned<usize>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawSwitch {
-    poll_cores: Option<Spanned<Vec<usize>>>,
+    poll_cores: Option<Spanned<RawCores>>,
+    poll_cores_per_node: Option<Spanned<u32>>,
+    rxq_assign: Option<Spanned<String>>,
+    rxq_isolate: Option<bool>,
+    auto_rebalance: Option<bool>,
+    rebalance_interval_s: Option<Spanned<u32>>,
+    rebalance_threshold_pct: Option<Spanned<u32>>,
+    rebalance_improvement_pct: Option<Spanned<u32>>,
     control_socket: Option<String>,
     control_socket_mode: Option<Spanned<String>>,
     socket_dir: Option<String>,
@@ -74,6 +98,11 @@ struct RawPort {
     weight_bytes: Option<Spanned<u32>>,
     #[serde(default)]
     allowed_macs: Vec<Spanned<String>>,
+    /// Pin every queue of the port to this poll core.
+    affinity: Option<Spanned<usize>>,
+    /// Per-queue overrides: `[[port.queue]] index = 0, weight_packets = 64, affinity = 2`.
+    #[serde(default)]
+    queue: Vec<RawQueue>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +141,15 @@ pub struct PortConfig {
     pub weight_bytes: u32,
     /// Port security: source MACs this port may send from (empty: any).
     pub allowed_macs: Vec<[u8; 6]>,
+    /// Per queue pair: (weight_packets, weight_bytes, pinned poll core).
+    pub queue_cfg: Vec<QueueConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueConfig {
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+    pub affinity: Option<usize>,
 }
 
 impl PortConfig {
@@ -142,6 +180,17 @@ pub struct Config {
     pub rx_retry_us: u32,
     /// Where the Prometheus endpoint listens, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How `rebalance` assigns receive queues to poll threads.
+    pub rxq_assign: crate::placement::Policy,
+    /// A poll thread with pinned queues (affinity) polls nothing else.
+    pub rxq_isolate: bool,
+    /// Rebalance on its own every `rebalance_interval_s` when a poll thread was busier than
+    /// `rebalance_threshold_pct` and the new placement improves the spread of load between
+    /// threads by at least `rebalance_improvement_pct`.
+    pub auto_rebalance: bool,
+    pub rebalance_interval_s: u32,
+    pub rebalance_threshold_pct: u32,
+    pub rebalance_improvement_pct: u32,
     /// Busy polling, or adaptive (sleep on guest kicks when idle), globally...
     pub poll_mode: PollMode,
     /// ... and per poll core.
@@ -213,37 +262,57 @@ impl Config {
             }
             cx.err(e.span(), msg)
         })?;
-        let sw = raw.switch.unwrap_or(RawSwitch {
-            poll_cores: None,
-            control_socket: None,
-            control_socket_mode: None,
-            socket_dir: None,
-            weight_packets: None,
-            weight_bytes: None,
-            burst: None,
-            rx_retry_us: None,
-            metrics_listen: None,
-            poll_mode: None,
-            idle_before_sleep_us: None,
-            core_poll_mode: None,
-        });
+        let sw = raw.switch.unwrap_or_default();
         let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let range = |v: Option<Spanned<u32>>, name: &str, lo: u32, hi: u32, dflt: u32| -> Result<u32, ConfigError> {
+            match v {
+                None => Ok(dflt),
+                Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
+                Some(s) => Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}"))),
+            }
+        };
+        let per_node = range(sw.poll_cores_per_node, "poll_cores_per_node", 1, 1024, 1)?;
         let poll_cores = match sw.poll_cores {
             Some(pc) => {
-                if pc.get_ref().is_empty() {
-                    return Err(cx.err(Some(pc.span()), "poll_cores: expected at least one CPU id"));
-                }
-                let mut seen = Vec::new();
-                for &c in pc.get_ref() {
-                    if seen.contains(&c) {
-                        return Err(cx.err(Some(pc.span()), format!("poll_cores: CPU {c} listed twice")));
+                let span = pc.span();
+                match pc.into_inner() {
+                    RawCores::Word(w) if w == "auto" => {
+                        let cores = crate::topology::Numa::discover().auto_cores(per_node as usize, &[]);
+                        if cores.is_empty() {
+                            return Err(cx.err(Some(span), "poll_cores = \"auto\": hwloc found no usable CPU"));
+                        }
+                        cores
                     }
-                    seen.push(c);
+                    RawCores::Word(w) => {
+                        return Err(cx.err(
+                            Some(span),
+                            format!("poll_cores: expected a list of CPU ids or \"auto\", found \"{w}\""),
+                        ));
+                    }
+                    RawCores::List(l) => {
+                        if l.is_empty() {
+                            return Err(cx.err(Some(span), "poll_cores: expected at least one CPU id"));
+                        }
+                        let mut seen = Vec::new();
+                        for &c in &l {
+                            if seen.contains(&c) {
+                                return Err(cx.err(Some(span), format!("poll_cores: CPU {c} listed twice")));
+                            }
+                            seen.push(c);
+                        }
+                        l
+                    }
                 }
-                pc.into_inner()
             }
             None => vec![ncpu.saturating_sub(1)],
         };
+        let rxq_assign = match &sw.rxq_assign {
+            None => crate::placement::Policy::RoundRobin,
+            Some(s) => s.get_ref().parse().map_err(|e: String| cx.err(Some(s.span()), format!("rxq_assign: {e}")))?,
+        };
+        let rebalance_interval_s = range(sw.rebalance_interval_s, "rebalance_interval_s", 1, 86400, 60)?;
+        let rebalance_threshold_pct = range(sw.rebalance_threshold_pct, "rebalance_threshold_pct", 1, 100, 95)?;
+        let rebalance_improvement_pct = range(sw.rebalance_improvement_pct, "rebalance_improvement_pct", 1, 100, 25)?;
         let socket_dir = sw.socket_dir.map(PathBuf::from);
         let resolve = |s: &str| -> PathBuf {
             let p = PathBuf::from(s);
@@ -259,13 +328,6 @@ impl Config {
                 )?
             }
             None => 0o660,
-        };
-        let range = |v: Option<Spanned<u32>>, name: &str, lo: u32, hi: u32, dflt: u32| -> Result<u32, ConfigError> {
-            match v {
-                None => Ok(dflt),
-                Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
-                Some(s) => Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}"))),
-            }
         };
         let weight_packets = range(sw.weight_packets, "weight_packets", 1, 1 << 20, DEFAULT_WEIGHT_PACKETS)?;
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
@@ -383,6 +445,31 @@ impl Config {
                 })?;
                 allowed_macs.push(mac);
             }
+            let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
+            let mut queue_cfg = vec![QueueConfig { weight_packets, weight_bytes, affinity }; queue_pairs as usize];
+            for q in &p.queue {
+                let i = *q.index.get_ref();
+                let Some(slot) = queue_cfg.get_mut(i as usize) else {
+                    return Err(cx.err(
+                        Some(q.index.span()),
+                        format!("queue index {i}: the port has {queue_pairs} queue pairs (0 to {})", queue_pairs - 1),
+                    ));
+                };
+                slot.weight_packets =
+                    range(q.weight_packets.clone(), "weight_packets", 1, 1 << 20, slot.weight_packets)?;
+                slot.weight_bytes = range(q.weight_bytes.clone(), "weight_bytes", 64, 1 << 30, slot.weight_bytes)?;
+                if let Some(a) = &q.affinity {
+                    slot.affinity = Some(*a.get_ref());
+                }
+            }
+            for (a, span) in queue_cfg.iter().filter_map(|q| q.affinity).zip(std::iter::repeat(p.name.span())) {
+                if !poll_cores.contains(&a) {
+                    return Err(cx.err(
+                        Some(span),
+                        format!("port {name}: affinity {a} is not one of poll_cores {poll_cores:?}"),
+                    ));
+                }
+            }
             ports.push(PortConfig {
                 name: name.clone(),
                 socket,
@@ -392,6 +479,7 @@ impl Config {
                 weight_packets,
                 weight_bytes,
                 allowed_macs,
+                queue_cfg,
             });
         }
         // Flows name ports; check each against the port names, at its place in the file.
@@ -418,6 +506,12 @@ impl Config {
             burst,
             rx_retry_us,
             metrics_listen,
+            rxq_assign,
+            rxq_isolate: sw.rxq_isolate.unwrap_or(true),
+            auto_rebalance: sw.auto_rebalance.unwrap_or(false),
+            rebalance_interval_s,
+            rebalance_threshold_pct,
+            rebalance_improvement_pct,
             poll_mode,
             core_poll_mode,
             idle_before_sleep_us,

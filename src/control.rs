@@ -95,6 +95,8 @@ pub struct Control {
     pub rxq_stats: HashMap<(u16, usize), Arc<RxqStats>>,
     /// Once-a-second samples for rates, and the baseline `stats --clear` set.
     pub samples: crate::ctl_stats::Samples,
+    /// When queues were last rebalanced automatically (or the switch started).
+    pub last_rebalance: Instant,
     pub mac: Arc<MacTable>,
     ctl_listener: UnixListener,
     clients: HashMap<u64, CtlClient>,
@@ -235,6 +237,7 @@ impl Control {
             flows,
             rxq_stats: HashMap::new(),
             samples: Default::default(),
+            last_rebalance: Instant::now(),
             mac,
             ctl_listener,
             clients: HashMap::new(),
@@ -276,6 +279,7 @@ impl Control {
             }
             if self.samples.due_in() == Some(Duration::ZERO) {
                 crate::ctl_stats::sample(self);
+                self.maybe_auto_rebalance();
             }
             for ev in &events[..n as usize] {
                 let (kind, id) = (ev.u64 >> 32, ev.u64 & 0xffff_ffff);

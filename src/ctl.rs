@@ -41,13 +41,21 @@ pub fn handle(c: &mut Control, req: &[u8]) -> String {
             Ok(r) => r,
             Err(e) => return error_reply(&e),
         },
+        "rebalance" => match c.rebalance(args(&v).first().map(|s| s.as_str())) {
+            Ok(r) => r,
+            Err(e) => return error_reply(&format!("rebalance: {e}")),
+        },
+        "move" => match c.move_queue(&args(&v)) {
+            Ok(r) => r,
+            Err(e) => return error_reply(&e),
+        },
         "reload" => match c.reload() {
             Ok(summary) => json!({"summary": summary}),
             Err(e) => return error_reply(&format!("reload rejected, running configuration unchanged: {e}")),
         },
         other => {
             return error_reply(&format!(
-                "unknown command \"{other}\" (try ports, stats, rxq, fdb, flows, trace, reload, version)"
+                "unknown command \"{other}\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version)"
             ));
         }
     };

@@ -94,6 +94,25 @@ impl Samples {
     }
 }
 
+/// Each receive queue's busy cycles over the last interval (empty before two samples).
+pub fn rxq_interval_cycles(c: &Control) -> HashMap<(u16, usize), u64> {
+    let Some((_, l, e)) = c.samples.interval() else { return HashMap::new() };
+    l.rxqs.iter().map(|(k, (_, lc))| (*k, lc.saturating_sub(e.rxqs.get(k).map_or(0, |x| x.1)))).collect()
+}
+
+/// Each poll thread's busy share over the last interval, in percent.
+pub fn busy_pct_last(c: &Control) -> Vec<f64> {
+    let Some((_, l, e)) = c.samples.interval() else { return Vec::new() };
+    l.threads
+        .iter()
+        .zip(&e.threads)
+        .map(|(a, b)| {
+            let d = a.since(b);
+            pct(d.busy, d.busy + d.idle)
+        })
+        .collect()
+}
+
 pub fn sample(c: &mut Control) {
     let snap = Snap {
         at: Instant::now(),

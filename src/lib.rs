@@ -19,6 +19,7 @@ pub mod placement;
 pub mod plan;
 pub mod pmd;
 pub mod port;
+pub mod rebalance;
 pub mod reload;
 pub mod sched;
 pub mod stats;

@@ -51,6 +51,10 @@ struct Env<'a> {
     cx: &'a Ctx,
     ports: &'a PortTable,
     flows: &'a FlowTable,
+    /// Queue pair of the queue being visited: frames from it go to the same-numbered receive
+    /// queue of their destination (modulo its count), whichever thread polls it, so moving a
+    /// queue between threads never splits a flow over two of the receiver's queues.
+    src_q: std::cell::Cell<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -172,7 +176,7 @@ impl PollThread {
                 self.generation = generation;
                 self.cx.mailbox.ack(generation);
             }
-            let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows };
+            let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
             let mut got = 0;
             for rxq in self.rxqs.iter_mut() {
                 got += visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq);
@@ -211,6 +215,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
     let cx = env.cx;
     let Rxq { spec, blocked_since, deficit } = rxq;
     let (port, qpair) = (&spec.port, spec.qpair);
+    env.src_q.set(qpair);
     let vq_index = 2 * qpair + 1;
     let vq = &port.vrings[vq_index];
     if !vq.is_ready() {
@@ -392,7 +397,7 @@ struct Open<'a> {
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
-        let (vq_index, vq) = port.rx_queue_for(env.cx.index)?;
+        let (vq_index, vq) = port.rx_queue_for(env.src_q.get())?;
         let guard = vq.lock();
         guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
     }

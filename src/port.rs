@@ -42,12 +42,15 @@ impl Port {
         self.max_frame.load(Relaxed)
     }
 
-    /// The guest RX queue a poll thread delivers into: its own if the port has enough queue
-    /// pairs (then no other thread ever takes that lock), else a shared one, as OVS's XPS does.
+    /// The guest RX queue that frames from source queue pair `src_q` are delivered into:
+    /// pair `src_q` modulo this port's count (the next running one if that is not running).
+    /// It depends on the source queue, not on the poll thread, so a queue moved between
+    /// threads keeps its frames in one receive queue, in order. Two threads delivering into
+    /// the same queue serialize on its ring lock.
     #[inline]
-    pub fn rx_queue_for(&self, thread: usize) -> Option<(usize, &VringLock)> {
+    pub fn rx_queue_for(&self, src_q: usize) -> Option<(usize, &VringLock)> {
         let n = self.queue_pairs();
-        let first = thread % n;
+        let first = src_q % n;
         (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.vrings[v])).find(|(_, v)| v.is_ready())
     }
 }

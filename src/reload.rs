@@ -60,10 +60,11 @@ impl Control {
             self.ports.resize_with(i + 1, || None);
         }
         self.ports[i] = Some(pc);
-        // New queues go to the poll thread with the fewest (round robin from a fresh start).
+        // New queues go to their pinned core's thread, else to the thread with the fewest
+        // (round robin from a fresh start); `rebalance` applies the configured policy.
         for q in 0..port.queue_pairs() {
             self.rxq_stats.insert((id, q), Default::default());
-            let t = (0..self.thread_queues.len()).min_by_key(|&t| self.thread_queues[t].len()).unwrap_or(0);
+            let t = self.initial_thread(port.cfg.queue_cfg[q].affinity);
             self.thread_queues[t].push((id, q));
         }
         Ok(())
@@ -104,11 +105,12 @@ impl Control {
                     .iter()
                     .filter_map(|&(id, qpair)| {
                         let pc = self.port(id as usize)?;
+                        let qc = pc.cfg.queue_cfg.get(qpair)?;
                         Some(RxqSpec {
                             port: pc.port.clone(),
                             qpair,
-                            weight_packets: pc.cfg.weight_packets,
-                            weight_bytes: pc.cfg.weight_bytes,
+                            weight_packets: qc.weight_packets,
+                            weight_bytes: qc.weight_bytes,
                             stats: self.rxq_stats.get(&(id, qpair))?.clone(),
                         })
                     })

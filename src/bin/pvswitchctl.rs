@@ -19,6 +19,10 @@ commands:
   flows     the flow table with per-flow packet and byte counters (ovs-ofctl dump-flows style)
   trace F   which flow a frame with fields F (in_port=vm1,dl_dst=...,tcp,...) hits, and what happens
   reload    re-read the configuration file and apply it (as SIGHUP does)
+  rebalance [roundrobin|cycles|group]
+            recompute receive-queue placement (default: rxq_assign) and move queues live
+  move P:Q N
+            move receive queue Q of port P to poll thread N, live
   version   pvswitchd's version";
 
 fn main() -> ExitCode {
@@ -223,6 +227,23 @@ fn print_human(command: &str, r: &Value) {
             }
         }
         "reload" => println!("reloaded: {}", r["summary"].as_str().unwrap_or("")),
+        "rebalance" => {
+            let moved: Vec<&str> = r["moved"].as_array().into_iter().flatten().filter_map(|m| m.as_str()).collect();
+            println!(
+                "{}: {} queues moved in {} us; load spread {:.2} -> {:.2}",
+                r["policy"].as_str().unwrap_or(""),
+                moved.len(),
+                r["took_us"],
+                r["spread_before"].as_f64().unwrap_or(0.0),
+                r["spread_after"].as_f64().unwrap_or(0.0)
+            );
+            for m in moved {
+                println!("  {m}");
+            }
+            for w in r["warnings"].as_array().into_iter().flatten() {
+                println!("  warning: {}", w.as_str().unwrap_or(""));
+            }
+        }
         "flows" => {
             if r["normal_only"] == json!(true) {
                 println!("no flows: every frame takes actions=NORMAL (MAC learning)");

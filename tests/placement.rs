@@ -1,0 +1,88 @@
+//! Live queue moves: hundreds of moves and rebalances between two poll threads while frames
+//! flow; nothing is lost, duplicated or reordered within a queue.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn hundreds_of_moves_while_frames_flow() {
+    let _g = serial();
+    check_prerequisites();
+    let sw = Switch::start_with(
+        "moves",
+        &[0, 1],
+        &[PortSpec::server("a").queues(2), PortSpec::server("b").queues(2)],
+        "rx_retry_us = 60000000",
+    );
+    let dir = sw.dir.clone();
+    let count = 250_000u32;
+    let mut sent = Vec::new();
+    for q in 0..2u8 {
+        let frames: Vec<Vec<u8>> = (0..count).map(|i| frame(MAC_B, MAC_A, 64 + (i % 3) as usize * 32, q, i)).collect();
+        write_pcap(&dir.join(format!("in{q}.pcap")), &frames);
+        sent.extend(frames);
+    }
+    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, 2, false);
+    vm_a.cmd("set fwd io retry");
+    vm_a.cmd("set burst tx delay 100 retry 100000");
+    vm_a.cmd("start");
+    let total = 2 * count as u64;
+    let (mut moves, mut during) = (0u32, 0u32);
+    let mut before = 0;
+    loop {
+        let r = match moves % 4 {
+            0 => sw.try_ctl_args("move", &["a:0", &((moves / 4) % 2).to_string()]),
+            1 => sw.try_ctl_args("move", &["a:1", &((moves / 4) % 2).to_string()]),
+            2 => sw.try_ctl_args("rebalance", &["roundrobin"]),
+            _ => sw.try_ctl_args("rebalance", &["group"]),
+        };
+        r.unwrap_or_else(|e| panic!("move {moves}: {e}"));
+        moves += 1;
+        let after = sw.counter("b", "tx_packets");
+        if before > 0 && after < total {
+            during += 1;
+        }
+        before = after;
+        if after == total && moves >= 200 {
+            break;
+        }
+        assert!(moves < 100_000, "traffic does not finish: b {}", sw.port("b"));
+    }
+    assert!(during >= 100, "only {during} of {moves} moves and rebalances happened while frames were flowing");
+    wait_for("VM B got everything", || (vm_b.port_stats()[1].1 == total).then_some(()));
+    vm_a.quit();
+    vm_b.quit();
+    let mut got = Vec::new();
+    for q in 0..2 {
+        got.extend(read_pcap(&dir.join(format!("out{q}.pcap"))));
+    }
+    // Per stream (= per sending queue): every frame once, in order.
+    assert_delivered(&sent, &got);
+    for p in ["a", "b"] {
+        let p = sw.port(p);
+        for (k, v) in p["drops"].as_object().unwrap() {
+            assert_eq!(v.as_u64(), Some(0), "{} drop {k}", p["name"]);
+        }
+    }
+    // The per-queue counters followed the queues across threads.
+    let rxq = sw.ctl("rxq");
+    let from_a: u64 =
+        rxq.as_array().unwrap().iter().filter(|q| q["port"] == "a").map(|q| q["packets"].as_u64().unwrap()).sum();
+    assert_eq!(from_a, total, "{rxq}");
+}
+
+#[test]
+fn bad_move_requests_get_errors() {
+    let _g = serial();
+    let sw = Switch::start("badmove", &[0, 1], &[PortSpec::server("a")]);
+    for args in [&["a:0"][..], &["a:0", "7"], &["zz:0", "1"], &["a:5", "1"], &["a", "1"], &["a:x", "1"]] {
+        let e = sw.try_ctl_args("move", args).unwrap_err();
+        assert!(e.contains("move"), "{args:?}: {e}");
+    }
+    let e = sw.try_ctl_args("rebalance", &["sideways"]).unwrap_err();
+    assert!(e.contains("rebalance"), "{e}");
+    let r = sw.try_ctl_args("move", &["a:0", "1"]).unwrap();
+    assert_eq!(r["to"], 1);
+    assert_eq!(sw.ctl("stats")["threads"][1]["queues"], serde_json::json!(["a:0"]));
+}

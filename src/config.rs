@@ -653,3 +653,50 @@ mod flow_tests {
         assert_eq!((e.line, e.col), (5, 17), "{e}");
     }
 }
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    const PORT: &str = "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nqueues = 2\n";
+
+    #[test]
+    fn polling_and_placement_options() {
+        let c = Config::parse(
+            "t.toml",
+            &format!(
+                "[switch]\npoll_cores = [0, 1]\npoll_mode = \"adaptive\"\nidle_before_sleep_us = 50\n\
+                 core_poll_mode = {{ \"1\" = \"busy\" }}\nrxq_assign = \"group\"\nauto_rebalance = true\n{PORT}\
+                 [[port.queue]]\nindex = 1\nweight_packets = 8\naffinity = 1\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.sleep_after_us(0), Some(50));
+        assert_eq!(c.sleep_after_us(1), None);
+        assert_eq!(c.rxq_assign, crate::placement::Policy::Group);
+        assert!(c.auto_rebalance && c.rxq_isolate);
+        let q = &c.ports[0].queue_cfg;
+        assert_eq!((q[0].weight_packets, q[0].affinity), (DEFAULT_WEIGHT_PACKETS, None));
+        assert_eq!((q[1].weight_packets, q[1].affinity), (8, Some(1)));
+    }
+
+    #[test]
+    fn placement_option_errors() {
+        let e = Config::parse("t.toml", &format!("[switch]\npoll_cores = [0]\n{PORT}[[port.queue]]\nindex = 2\n"))
+            .unwrap_err();
+        assert!(e.message.contains("queue index 2"), "{e}");
+        let e = Config::parse("t.toml", &format!("[switch]\npoll_cores = [0]\n{PORT}affinity = 3\n")).unwrap_err();
+        assert!(e.message.contains("affinity 3"), "{e}");
+        let e = Config::parse("t.toml", "[switch]\nrxq_assign = \"random\"\n").unwrap_err();
+        assert_eq!((e.line, e.col), (2, 14), "{e}");
+        let e = Config::parse("t.toml", "[switch]\npoll_mode = \"lazy\"\n").unwrap_err();
+        assert!(e.message.contains("\"busy\" or \"adaptive\""), "{e}");
+        let e =
+            Config::parse("t.toml", "[switch]\npoll_cores = [1]\ncore_poll_mode = { \"2\" = \"busy\" }\n").unwrap_err();
+        assert!(e.message.contains("not in poll_cores"), "{e}");
+        let e = Config::parse("t.toml", "[switch]\npoll_cores = \"many\"\n").unwrap_err();
+        assert!(e.message.contains("\"auto\""), "{e}");
+        let c = Config::parse("t.toml", "[switch]\npoll_cores = \"auto\"\n").unwrap();
+        assert!(!c.poll_cores.is_empty());
+    }
+}

@@ -86,8 +86,14 @@ pub struct Control {
     pub config_path: Option<PathBuf>,
     /// Ports by id; a removed port's slot is empty until a new port reuses it.
     pub ports: Vec<Option<PortCtl>>,
+    /// Poll thread slots, by index (a retired thread's slot stays, so indices never shift).
     pub threads: Vec<Arc<ThreadStats>>,
     pub mailboxes: Vec<Arc<Mailbox>>,
+    /// Whether slot i's thread runs (false once a reload removed its core).
+    pub live: Vec<bool>,
+    pub handles: Vec<Option<std::thread::JoinHandle<()>>>,
+    /// Starts a poll thread (set by pvswitchd's main).
+    pub spawner: Option<crate::plan::Spawner>,
     /// Each poll thread's receive queues as (port id, queue pair).
     pub thread_queues: Vec<Vec<(u16, usize)>>,
     pub flows: Arc<FlowTable>,
@@ -233,6 +239,9 @@ impl Control {
             ports: Vec::new(),
             threads,
             mailboxes: (0..nthreads).map(|_| Arc::new(Mailbox::default())).collect(),
+            live: vec![true; nthreads],
+            handles: Vec::new(),
+            spawner: None,
             thread_queues: vec![Vec::new(); nthreads],
             flows,
             rxq_stats: HashMap::new(),

@@ -168,23 +168,23 @@ fn wake_hist(th: &ThreadStats) -> Value {
 pub fn stats(c: &Control) -> Value {
     let hz = crate::stats::cycles_per_sec();
     let mut out = Vec::new();
-    for (i, th) in c.threads.iter().enumerate() {
+    for (i, th) in c.threads.iter().enumerate().filter(|(i, _)| c.live[*i]) {
         let now = ThreadTotals::read(th);
         let t = match c.samples.base.get(i) {
             Some(b) => now.since(b),
             None => now,
         };
         let p = &t.ports;
-        let last = c.samples.interval().map(|(dt, l, e)| {
-            let d = l.threads[i].since(&e.threads[i]);
-            json!({
+        let last = c.samples.interval().and_then(|(dt, l, e)| {
+            let d = l.threads.get(i)?.since(e.threads.get(i)?);
+            Some(json!({
                 "seconds": dt,
                 "rx_pps": d.ports.rx_packets as f64 / dt,
                 "tx_pps": d.ports.tx_packets as f64 / dt,
                 "rx_bps": d.ports.rx_bytes as f64 * 8.0 / dt,
                 "busy_pct": pct(d.busy, d.busy + d.idle),
                 "cycles_per_packet": ratio(d.busy, d.ports.rx_packets),
-            })
+            }))
         });
         out.push(json!({
             "thread": i,
@@ -232,7 +232,8 @@ pub fn rxq(c: &Control) -> Value {
     let interval = c.samples.interval();
     for (t, qs) in c.thread_queues.iter().enumerate() {
         let busy_total = c.threads[t].busy_cycles.load(Relaxed);
-        let busy_last = interval.map(|(_, l, e)| l.threads[t].busy.saturating_sub(e.threads[t].busy));
+        let busy_last =
+            interval.and_then(|(_, l, e)| Some(l.threads.get(t)?.busy.saturating_sub(e.threads.get(t)?.busy)));
         for &(pid, q) in qs {
             let (Some(pc), Some(s)) = (c.port(pid as usize), c.rxq_stats.get(&(pid, q))) else { continue };
             let cyc = s.cycles.load(Relaxed);

@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,19 @@ pub struct RxqSpec {
     pub stats: Arc<RxqStats>,
 }
 
+/// What a new poll thread is started with (by the spawner pvswitchd gives the control thread).
+pub struct ThreadStart {
+    pub index: usize,
+    pub core: usize,
+    pub stats: Arc<crate::stats::ThreadStats>,
+    pub mailbox: Arc<Mailbox>,
+    pub plan: Plan,
+    /// Adaptive polling: sleep after this many idle microseconds; None: busy polling.
+    pub sleep_after_us: Option<u32>,
+}
+
+pub type Spawner = Box<dyn FnMut(ThreadStart) -> std::io::Result<std::thread::JoinHandle<()>>>;
+
 pub struct Plan {
     pub ports: Arc<PortTable>,
     pub flows: Arc<FlowTable>,
@@ -88,6 +101,8 @@ pub struct Mailbox {
     wake: File,
     /// TSC when the last wake-up was written (for the wake-up latency histogram).
     pub woken_at: AtomicU64,
+    /// Set when the thread is to exit (shutdown, or its poll core removed by a reload).
+    retire: AtomicBool,
 }
 
 impl Default for Mailbox {
@@ -103,6 +118,7 @@ impl Default for Mailbox {
             slot: Mutex::new(None),
             wake,
             woken_at: AtomicU64::new(0),
+            retire: AtomicBool::new(false),
         }
     }
 }
@@ -117,6 +133,17 @@ impl Mailbox {
         drop(slot);
         self.wake();
         generation
+    }
+
+    /// Asks the thread to exit (it finishes its current iteration first) and wakes it.
+    pub fn retire(&self) {
+        self.retire.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    #[inline]
+    pub fn retired(&self) -> bool {
+        self.retire.load(Ordering::Relaxed)
     }
 
     /// Wakes the thread if it sleeps (a plan, or shutdown).

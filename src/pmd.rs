@@ -170,7 +170,7 @@ impl PollThread {
     pub fn run(&mut self) {
         let st = self.cx.stats.clone();
         let mut t0 = cycles();
-        while !self.cx.shutdown.load(Relaxed) {
+        while !self.cx.shutdown.load(Relaxed) && !self.cx.mailbox.retired() {
             if let Some((generation, plan)) = self.cx.mailbox.check(self.generation) {
                 self.adopt(plan);
                 self.generation = generation;
@@ -191,7 +191,7 @@ impl PollThread {
                 } else {
                     let (mb, have, shutdown) = (&self.cx.mailbox, self.generation, &self.cx.shutdown);
                     let queues = self.rxqs.iter().map(|r| &r.spec.port.vrings[2 * r.spec.qpair + 1]);
-                    s.idle(queues, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed));
+                    s.idle(queues, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired());
                     // Time asleep is neither busy nor idle polling.
                     t0 = cycles();
                 }

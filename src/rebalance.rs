@@ -9,6 +9,7 @@
 //! ring. So a queue is never polled by two threads at once (its ring lock would serialize them
 //! anyway), and no frame is lost, duplicated or reordered: the ring itself carries the order.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use log::{info, warn};
@@ -18,8 +19,21 @@ use crate::control::Control;
 use crate::placement::{self, Placement, Policy, QueueId, QueueInfo, ThreadInfo};
 
 impl Control {
-    fn thread_infos(&self) -> Vec<ThreadInfo> {
-        self.threads.iter().map(|t| ThreadInfo { core: t.core, node: t.numa_node }).collect()
+    /// The running poll threads' slot indices and what placement needs to know of them.
+    fn thread_infos(&self) -> (Vec<usize>, Vec<ThreadInfo>) {
+        let slots: Vec<usize> = (0..self.threads.len()).filter(|&i| self.live[i]).collect();
+        let infos =
+            slots.iter().map(|&i| ThreadInfo { core: self.threads[i].core, node: self.threads[i].numa_node }).collect();
+        (slots, infos)
+    }
+
+    /// A placement over running threads, spread back over all thread slots.
+    fn to_slots(&self, slots: &[usize], assignment: Vec<Vec<QueueId>>) -> Vec<Vec<QueueId>> {
+        let mut out = vec![Vec::new(); self.threads.len()];
+        for (k, qs) in assignment.into_iter().enumerate() {
+            out[slots[k]] = qs;
+        }
+        out
     }
 
     /// Every receive queue with its node, pinning and its cycles over the last interval.
@@ -43,10 +57,12 @@ impl Control {
     /// The thread a new queue goes to: its pinned core's thread, else the one with the fewest
     /// queues (round robin from a fresh start).
     pub(crate) fn initial_thread(&self, pinned: Option<usize>) -> usize {
-        if let Some(t) = pinned.and_then(|c| self.threads.iter().position(|t| t.core == c)) {
+        let live = |t: &usize| self.live.get(*t).copied().unwrap_or(true);
+        if let Some(t) = pinned.and_then(|c| (0..self.threads.len()).filter(live).find(|&t| self.threads[t].core == c))
+        {
             return t;
         }
-        (0..self.thread_queues.len()).min_by_key(|&t| self.thread_queues[t].len()).unwrap_or(0)
+        (0..self.thread_queues.len()).filter(live).min_by_key(|&t| self.thread_queues[t].len()).unwrap_or(0)
     }
 
     /// Applies a new assignment with two plan swaps (see the module docs). Returns the queues
@@ -91,7 +107,9 @@ impl Control {
         };
         let queues = self.queue_infos();
         let name = |id: QueueId| self.queue_name(id);
-        let p = placement::place_named(&self.thread_infos(), &queues, policy, self.cfg.rxq_isolate, &name);
+        let (slots, infos) = self.thread_infos();
+        let mut p = placement::place_named(&infos, &queues, policy, self.cfg.rxq_isolate, &name);
+        p.assignment = self.to_slots(&slots, p.assignment);
         for w in &p.warnings {
             warn!("rebalance: {w}");
         }
@@ -124,7 +142,7 @@ impl Control {
         let pc =
             self.ports.iter().flatten().find(|p| p.port.name() == pname).ok_or(format!("move: no port {pname}"))?;
         let id = (pc.port.id, qn);
-        if to >= self.thread_queues.len() {
+        if to >= self.thread_queues.len() || !self.live[to] {
             return Err(format!("move: no poll thread {to} (there are {})", self.thread_queues.len()));
         }
         let Some(from) = self.thread_queues.iter().position(|qs| qs.contains(&id)) else {
@@ -150,7 +168,9 @@ impl Control {
             return;
         }
         let queues = self.queue_infos();
-        let p = placement::place(&self.thread_infos(), &queues, self.cfg.rxq_assign, self.cfg.rxq_isolate);
+        let (slots, infos) = self.thread_infos();
+        let mut p = placement::place(&infos, &queues, self.cfg.rxq_assign, self.cfg.rxq_isolate);
+        p.assignment = self.to_slots(&slots, p.assignment);
         let gain = placement::improvement(&self.current_placement(), &p, &queues);
         if gain * 100.0 >= self.cfg.rebalance_improvement_pct as f64 {
             info!(
@@ -160,5 +180,100 @@ impl Control {
             let (moves, took_us) = self.apply(p.assignment);
             info!("auto rebalance: {} queues moved in {took_us} us", moves.len());
         }
+    }
+}
+
+/// Starting and stopping poll threads: at start, at shutdown, and when a reload changes
+/// `poll_cores` (queues leave a removed core's thread by the same two plan swaps as any move).
+impl Control {
+    /// Starts every configured poll thread with its plan.
+    pub fn start_threads(&mut self) -> std::io::Result<()> {
+        let plans = self.plans();
+        for (i, plan) in plans.into_iter().enumerate() {
+            self.spawn(i, plan)?;
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, index: usize, plan: crate::plan::Plan) -> std::io::Result<()> {
+        let core = self.threads[index].core;
+        let start = crate::plan::ThreadStart {
+            index,
+            core,
+            stats: self.threads[index].clone(),
+            mailbox: self.mailboxes[index].clone(),
+            plan,
+            sleep_after_us: self.cfg.sleep_after_us(core),
+        };
+        let spawner = self.spawner.as_mut().ok_or_else(|| std::io::Error::other("no thread spawner"))?;
+        let h = spawner(start)?;
+        if self.handles.len() <= index {
+            self.handles.resize_with(index + 1, || None);
+        }
+        self.handles[index] = Some(h);
+        Ok(())
+    }
+
+    /// Stops every poll thread and waits for them.
+    pub fn stop_threads(&mut self) {
+        for mb in &self.mailboxes {
+            mb.retire();
+        }
+        for h in self.handles.iter_mut().filter_map(|h| h.take()) {
+            let _ = h.join();
+        }
+    }
+
+    /// Applies a new `poll_cores` list: starts threads on new cores, moves every queue off
+    /// threads whose core is gone (then stops them), and spreads queues over the threads with
+    /// the configured policy. Returns a summary.
+    pub(crate) fn set_poll_cores(&mut self, cores: &[usize]) -> Result<String, String> {
+        let running: Vec<usize> = (0..self.threads.len()).filter(|&i| self.live[i]).collect();
+        let added: Vec<usize> =
+            cores.iter().copied().filter(|c| running.iter().all(|&i| self.threads[i].core != *c)).collect();
+        let removed: Vec<usize> = running.iter().copied().filter(|&i| !cores.contains(&self.threads[i].core)).collect();
+        if added.is_empty() && removed.is_empty() {
+            return Ok(String::new());
+        }
+        let numa = crate::topology::Numa::discover();
+        for &core in &added {
+            let i = self.threads.len();
+            let st = Arc::new(crate::stats::ThreadStats::new(core, numa.node_of_cpu(core), crate::config::MAX_PORTS));
+            self.threads.push(st);
+            self.mailboxes.push(Arc::new(crate::plan::Mailbox::default()));
+            self.thread_queues.push(Vec::new());
+            self.live.push(true);
+            let plan = self.plans().pop().expect("the new thread's plan");
+            self.spawn(i, plan).map_err(|e| format!("poll core {core}: {e}"))?;
+            info!("poll thread {i} started on core {core}");
+        }
+        // Queues of removed threads go to the remaining ones, then the policy spreads them.
+        for &i in &removed {
+            self.live[i] = false;
+        }
+        let mut target = self.thread_queues.clone();
+        for &i in &removed {
+            let orphans = std::mem::take(&mut target[i]);
+            for q in orphans {
+                let t = (0..target.len()).filter(|&t| self.live[t]).min_by_key(|&t| target[t].len()).unwrap_or(0);
+                target[t].push(q);
+            }
+        }
+        self.apply(target);
+        for &i in &removed {
+            self.mailboxes[i].retire();
+            if let Some(h) = self.handles.get_mut(i).and_then(|h| h.take()) {
+                let _ = h.join();
+            }
+            info!("poll thread {i} on core {} stopped", self.threads[i].core);
+        }
+        let r = self.rebalance(None)?;
+        Ok(format!(
+            "poll cores: {} added, {} removed, {} queues moved by {}",
+            added.len(),
+            removed.len(),
+            r["moved"].as_array().map_or(0, |m| m.len()),
+            r["policy"].as_str().unwrap_or("")
+        ))
     }
 }

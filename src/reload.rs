@@ -123,6 +123,9 @@ impl Control {
     pub fn publish(&self) {
         let generations: Vec<u64> = self.mailboxes.iter().zip(self.plans()).map(|(mb, plan)| mb.post(plan)).collect();
         for (i, (mb, generation)) in self.mailboxes.iter().zip(generations).enumerate() {
+            if !self.live[i] {
+                continue;
+            }
             if !mb.wait(generation, ADOPT_TIMEOUT) {
                 warn!("poll thread {i} has not adopted a new plan after {ADOPT_TIMEOUT:?}");
             }
@@ -160,12 +163,15 @@ impl Control {
         let ids = |name: &str| -> Option<u16> {
             updated.iter().chain(&added).find(|(_, p)| p.name == name).map(|(id, _)| *id)
         };
-        let flows = FlowTable::build(&new, &ids, self.threads.len(), Some(&self.flows))?;
+        let threads_after = self.threads.len()
+            + new
+                .poll_cores
+                .iter()
+                .filter(|c| !(0..self.threads.len()).any(|i| self.live[i] && self.threads[i].core == **c))
+                .count();
+        let flows = FlowTable::build(&new, &ids, threads_after, Some(&self.flows))?;
 
         let mut notes = Vec::new();
-        if new.poll_cores != self.cfg.poll_cores {
-            notes.push("poll_cores changes take effect at restart".to_string());
-        }
         if new.control_socket != self.cfg.control_socket || new.control_socket_mode != self.cfg.control_socket_mode {
             notes.push("control socket changes take effect at restart".to_string());
         }
@@ -198,10 +204,16 @@ impl Control {
         }
         self.flows = Arc::new(flows);
         self.publish();
-        let (cores, ctl, mode) =
-            (self.cfg.poll_cores.clone(), self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
+        let (ctl, mode) = (self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
+        let cores = new.poll_cores.clone();
         self.cfg = new;
-        (self.cfg.poll_cores, self.cfg.control_socket, self.cfg.control_socket_mode) = (cores, ctl, mode);
+        (self.cfg.control_socket, self.cfg.control_socket_mode) = (ctl, mode);
+        // Step 3: poll threads started or stopped, queues moved onto and off them.
+        match self.set_poll_cores(&cores) {
+            Ok(s) if !s.is_empty() => notes.push(s),
+            Ok(_) => {}
+            Err(e) => errors.push(e),
+        }
 
         let names = |v: &[(u16, PortConfig)]| v.iter().map(|(_, p)| p.name.clone()).collect::<Vec<_>>().join(" ");
         let mut summary = format!(

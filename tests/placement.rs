@@ -86,3 +86,56 @@ fn bad_move_requests_get_errors() {
     assert_eq!(r["to"], 1);
     assert_eq!(sw.ctl("stats")["threads"][1]["queues"], serde_json::json!(["a:0"]));
 }
+
+/// A reload that adds a poll core starts a thread and moves queues onto it; one that removes a
+/// core moves its queues away and stops its thread; frames keep flowing, all of them, in order.
+#[test]
+fn reload_adds_and_removes_poll_cores_under_traffic() {
+    let _g = serial();
+    check_prerequisites();
+    let dir = test_dir("cores");
+    let ports = [PortSpec::server("a").queues(2), PortSpec::server("b").queues(2)];
+    let cfg = |cores: &[usize]| Switch::config_text(&dir, cores, &ports, "rx_retry_us = 60000000");
+    let sw = Switch::start_config(dir.clone(), &cfg(&[1]));
+    let count = 100_000u32;
+    let mut sent = Vec::new();
+    for q in 0..2u8 {
+        let frames: Vec<Vec<u8>> = (0..count).map(|i| frame(MAC_B, MAC_A, 64, q, i)).collect();
+        write_pcap(&dir.join(format!("in{q}.pcap")), &frames);
+        sent.extend(frames);
+    }
+    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, 2, false);
+    vm_a.cmd("set fwd io retry");
+    vm_a.cmd("set burst tx delay 100 retry 100000");
+    vm_a.cmd("start");
+    let total = 2 * count as u64;
+    let cores_of = |sw: &Switch| -> Vec<u64> {
+        let mut c: Vec<u64> =
+            sw.ctl("stats")["threads"].as_array().unwrap().iter().map(|t| t["core"].as_u64().unwrap()).collect();
+        c.sort();
+        c
+    };
+    let mut round = 0;
+    while sw.counter("b", "tx_packets") < total || round < 4 {
+        let cores: &[usize] = if round % 2 == 0 { &[0, 1] } else { &[0] };
+        sw.write_config(&cfg(cores));
+        let r = sw.ctl("reload");
+        assert!(r["summary"].as_str().unwrap().contains("poll cores"), "{r}");
+        assert_eq!(cores_of(&sw), cores.iter().map(|&c| c as u64).collect::<Vec<_>>());
+        let polled: usize =
+            sw.ctl("stats")["threads"].as_array().unwrap().iter().map(|t| t["queues"].as_array().unwrap().len()).sum();
+        assert_eq!(polled, 4, "every queue polled once");
+        round += 1;
+        assert!(round < 10_000, "traffic does not finish");
+    }
+    wait_for("VM B got everything", || (vm_b.port_stats()[1].1 == total).then_some(()));
+    vm_a.quit();
+    vm_b.quit();
+    let mut got = Vec::new();
+    for q in 0..2 {
+        got.extend(read_pcap(&dir.join(format!("out{q}.pcap"))));
+    }
+    assert_delivered(&sent, &got);
+    // The thread of a removed core really stopped: pvswitchd runs one poll thread + control.
+    assert_eq!(sw.threads(), if round % 2 == 0 { 2 } else { 3 });
+}

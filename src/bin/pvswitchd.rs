@@ -9,6 +9,7 @@ use log::{error, info};
 use pvswitch::config::{Config, MAX_PORTS};
 use pvswitch::control::{Control, block_signals};
 use pvswitch::mac_table::MacTable;
+use pvswitch::plan::ThreadStart;
 use pvswitch::pmd::{Ctx, PollThread};
 use pvswitch::stats::{ThreadStats, cycles_per_sec};
 use pvswitch::topology::Numa;
@@ -67,6 +68,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     // Block signals before spawning threads so only the control thread's signalfd sees them.
     let signal_fd = block_signals()?;
     let numa = Numa::discover();
+    // The calling thread's CPU set, read before any thread is pinned.
     let online = core_affinity::get_core_ids().unwrap_or_default();
     let mac = Arc::new(MacTable::new(4096));
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -75,51 +77,53 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
         .iter()
         .map(|&core| Arc::new(ThreadStats::new(core, numa.node_of_cpu(core), MAX_PORTS)))
         .collect();
-    let (burst, retry_us, cores) = (cfg.burst, cfg.rx_retry_us, cfg.poll_cores.clone());
-    let sleep_after: Vec<Option<u32>> = cores.iter().map(|&c| cfg.sleep_after_us(c)).collect();
+    let (burst, retry_us) = (cfg.burst, cfg.rx_retry_us);
     // The control thread opens every port and decides the initial placement (round robin).
-    let mut control = Control::new(cfg, Some(config_path), stats.clone(), mac.clone(), signal_fd)?;
-    let plans = control.plans();
+    let mut control = Control::new(cfg, Some(config_path), stats, mac.clone(), signal_fd)?;
 
-    let mut handles = Vec::new();
-    for (i, ((&core, plan), st)) in cores.iter().zip(plans).zip(stats).enumerate() {
-        let mode = match sleep_after[i] {
-            Some(us) => format!("adaptive, sleeps after {us} us idle"),
-            None => "busy polling".into(),
-        };
-        info!("poll thread {i}: core {core}, NUMA node {:?}, {} queues, {mode}", st.numa_node, plan.rxqs.len());
-        let cx = Ctx {
-            index: i,
-            mac: mac.clone(),
-            stats: st,
-            burst,
-            retry_cycles: retry_us as u64 * cycles_per_sec() / 1_000_000,
-            shutdown: shutdown.clone(),
-            mailbox: control.mailboxes[i].clone(),
-            sleep_after_us: sleep_after[i],
-        };
-        let pinned = online.iter().find(|c| c.id == core).copied();
-        if pinned.is_none() {
-            log::warn!("poll core {core} is not in this process's CPU set; thread {i} runs unpinned");
-        }
-        let h = std::thread::Builder::new().name(format!("pmd{i}")).spawn(move || {
-            if let Some(c) = pinned {
-                core_affinity::set_for_current(c);
+    // How a poll thread starts: now, and when a reload adds a poll core.
+    let spawner = {
+        let shutdown = shutdown.clone();
+        move |t: ThreadStart| -> std::io::Result<std::thread::JoinHandle<()>> {
+            let mode = match t.sleep_after_us {
+                Some(us) => format!("adaptive, sleeps after {us} us idle"),
+                None => "busy polling".into(),
+            };
+            info!(
+                "poll thread {}: core {}, NUMA node {:?}, {} queues, {mode}",
+                t.index,
+                t.core,
+                t.stats.numa_node,
+                t.plan.rxqs.len()
+            );
+            let cx = Ctx {
+                index: t.index,
+                mac: mac.clone(),
+                stats: t.stats,
+                burst,
+                retry_cycles: retry_us as u64 * cycles_per_sec() / 1_000_000,
+                shutdown: shutdown.clone(),
+                mailbox: t.mailbox,
+                sleep_after_us: t.sleep_after_us,
+            };
+            let pinned = online.iter().find(|c| c.id == t.core).copied();
+            if pinned.is_none() {
+                log::warn!("poll core {} is not in this process's CPU set; thread {} runs unpinned", t.core, t.index);
             }
-            PollThread::new(cx, plan).run();
-        })?;
-        handles.push(h);
-    }
-
+            let plan = t.plan;
+            std::thread::Builder::new().name(format!("pmd{}", t.index)).spawn(move || {
+                if let Some(c) = pinned {
+                    core_affinity::set_for_current(c);
+                }
+                PollThread::new(cx, plan).run();
+            })
+        }
+    };
+    control.spawner = Some(Box::new(spawner));
+    control.start_threads()?;
     control.run();
-    let mailboxes = control.mailboxes.clone();
-    drop(control);
     shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
-    for mb in &mailboxes {
-        mb.wake();
-    }
-    for h in handles {
-        let _ = h.join();
-    }
+    control.stop_threads();
+    drop(control);
     Ok(())
 }

@@ -112,8 +112,10 @@ fn failed_nic_leaves_vhost_ports_working() {
     write_pcap(&dir.join("in0.pcap"), &sent);
     let PcapVms { a: mut vm_a, b: vm_b } = pcap_vms(&dir, &sw, 1, false);
     vm_a.cmd("set fwd io retry");
+    vm_a.cmd("set burst tx delay 100 retry 100000");
     vm_a.cmd("start");
-    wait_for("frames to B", || (sw.counter("b", "tx_packets") >= n as u64).then_some(()));
+    let ok = try_wait_for(|| (sw.counter("b", "tx_packets") >= n as u64).then_some(()));
+    assert!(ok.is_some(), "frames to B: {:#}\nVM A: {}", sw.ctl("ports"), vm_a.output());
     vm_a.quit();
     vm_b.quit();
     assert_delivered(&sent, &read_pcap(&dir.join("out0.pcap")));
@@ -202,6 +204,7 @@ fn ping_through_af_packet_veth() {
         .args(["netns", "exec", &ns.ns, "ping", "-c", &count.to_string(), "-i", "0.05", "-W", "2", "10.77.0.2"])
         .output()
         .unwrap();
+    assert!(std::path::Path::new("/usr/bin/ping").exists(), "ping missing: apt-get install iputils-ping");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("{count} received")), "ping failed:\n{text}\nswitch: {:#}", sw.ctl("ports"));
     std::thread::sleep(std::time::Duration::from_millis(300));

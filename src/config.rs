@@ -425,13 +425,16 @@ impl Config {
                         ));
                     }
                 };
-                let q16 = |v: &Option<Spanned<u16>>, name: &str, lo: u16, hi: u16| -> Result<Option<u16>, ConfigError> {
-                    match v {
-                        None => Ok(None),
-                        Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(Some(*s.get_ref())),
-                        Some(s) => Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}"))),
-                    }
-                };
+                let q16 =
+                    |v: &Option<Spanned<u16>>, name: &str, lo: u16, hi: u16| -> Result<Option<u16>, ConfigError> {
+                        match v {
+                            None => Ok(None),
+                            Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(Some(*s.get_ref())),
+                            Some(s) => {
+                                Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}")))
+                            }
+                        }
+                    };
                 let d = DpdkPortConfig {
                     device,
                     rx_queues: q16(&p.rx_queues, "rx_queues", 1, MAX_QUEUE_PAIRS)?.unwrap_or(1),
@@ -623,6 +626,62 @@ mod tests {
         assert!(e.message.contains("twice"));
         let e = err("[[port]]\nname = \"a\"\n");
         assert!(e.message.contains("missing field"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod dpdk_tests {
+    use super::*;
+
+    const NIC: &str = "[[port]]\nname = \"nic\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\n";
+
+    #[cfg(feature = "dpdk")]
+    #[test]
+    fn dpdk_ports_and_section() {
+        let c = Config::parse(
+            "t.toml",
+            &format!(
+                "{NIC}tx_queues = 2\nrx_ring = 512\nmtu = 9000\n[dpdk]\neal_args = [\"--no-huge\"]\nmbufs = 4095\n"
+            ),
+        )
+        .unwrap();
+        let d = c.ports[0].dpdk.as_ref().unwrap();
+        assert_eq!(
+            (d.device.as_str(), d.rx_queues, d.tx_queues, d.rx_ring, d.tx_ring),
+            ("net_ring0", 1, Some(2), 512, 1024)
+        );
+        assert_eq!((c.ports[0].mtu, c.ports[0].queue_pairs), (9000, 0));
+        assert_eq!(c.dpdk.eal_args, Some(vec!["--no-huge".to_string()]));
+        assert_eq!((c.dpdk.mbufs, c.dpdk.nic_poll_interval_us), (4095, 100));
+        let e = Config::parse("t.toml", &format!("{NIC}socket = \"/s\"\n")).unwrap_err();
+        assert_eq!((e.line, e.col), (5, 10), "{e}");
+        assert!(e.message.contains("only for vhost-user"), "{e}");
+        let e = Config::parse("t.toml", "[[port]]\nname = \"n\"\ntype = \"dpdk\"\n").unwrap_err();
+        assert_eq!((e.line, e.col), (3, 8), "{e}");
+        assert!(e.message.contains("needs `device`"), "{e}");
+        let e = Config::parse("t.toml", &format!("{NIC}rx_queues = 0\n")).unwrap_err();
+        assert_eq!((e.line, e.col), (5, 13), "{e}");
+        let e = Config::parse("t.toml", &format!("{NIC}[dpdk]\nbogus = 1\n")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+    }
+
+    #[test]
+    fn device_is_dpdk_only() {
+        let e = Config::parse(
+            "t.toml",
+            "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\ndevice = \"net_ring0\"\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.col), (5, 10), "{e}");
+        assert!(e.message.contains("only for dpdk ports"), "{e}");
+    }
+
+    #[cfg(not(feature = "dpdk"))]
+    #[test]
+    fn dpdk_port_needs_the_feature() {
+        let e = Config::parse("t.toml", NIC).unwrap_err();
+        assert_eq!((e.line, e.col), (3, 8), "{e}");
+        assert!(e.message.contains("this pvswitchd was built without DPDK support"), "{e}");
     }
 }
 

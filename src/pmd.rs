@@ -92,6 +92,8 @@ struct RxScratch {
     stalled: Vec<bool>,
     /// Frames waiting to be sent to NIC ports, one burst per port.
     nic_tx: TxBatches,
+    /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
+    dropped_full: bool,
 }
 
 pub struct PollThread {
@@ -133,6 +135,7 @@ impl PollThread {
                 more: Segs::default(),
                 stalled: Vec::new(),
                 nic_tx: TxBatches::default(),
+                dropped_full: false,
             },
             nic_rx: NicRx::default(),
             emc: Box::new(Emc::default()),
@@ -377,6 +380,7 @@ fn visit_nic(
             classify(env, emc, port, policy, f, 0);
             bytes += f.len as u64;
         }
+        rx.dropped_full = false;
         deliver(env, &frames[..got], rx, port.id, blocked_since, false);
         nic_rx.clear();
         bump(&pc.rx_bursts, 1);
@@ -394,6 +398,11 @@ fn visit_nic(
         budget.charge(got as u32, bytes);
         total += got as u32;
         total_bytes += bytes;
+        if rx.dropped_full {
+            // A guest is not keeping up: rather than spend the rest of the budget dropping
+            // toward it, let the other queues (its own among them) have the thread.
+            break;
+        }
     }
     if empty {
         deficit.idle();
@@ -596,7 +605,10 @@ fn deliver_in_order(
                         }
                         pc.drop(Drop::RxRingFull, 1);
                     }
-                    Some(Err(why)) => pc.drop(why, 1),
+                    Some(Err(why)) => {
+                        rx.dropped_full |= why == Drop::RxRingFull;
+                        pc.drop(why, 1)
+                    }
                 }
             }
             Out::Actions(fi) => {

@@ -447,7 +447,7 @@ impl Config {
                 if let Some(d) = &p.device {
                     return Err(cx.err(Some(d.span()), "device: only for dpdk ports"));
                 }
-                for v in [&p.rx_queues, &p.tx_queues, &p.rx_ring, &p.tx_ring].into_iter().flatten() {
+                if let Some(v) = [&p.rx_queues, &p.tx_queues, &p.rx_ring, &p.tx_ring].into_iter().flatten().next() {
                     return Err(cx.err(Some(v.span()), "rx_queues, tx_queues, rx_ring, tx_ring: only for dpdk ports"));
                 }
                 let Some(sock) = &p.socket else {

@@ -395,7 +395,9 @@ mod stub {
     }
 
     #[derive(Default)]
-    pub struct NicRx;
+    pub struct NicRx {
+        _none: (),
+    }
 
     impl NicRx {
         pub fn source(&self, _: usize, _: &mut Segs) {}
@@ -403,7 +405,9 @@ mod stub {
     }
 
     #[derive(Default)]
-    pub struct TxBatches;
+    pub struct TxBatches {
+        _none: (),
+    }
 
     impl TxBatches {
         #[allow(clippy::too_many_arguments)]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::Value;
@@ -33,7 +33,13 @@ fn config(dir: &std::path::Path, vhost: &[&str], dpdk: &[(&str, &str)], flows: &
 }
 
 fn drops(p: &Value) -> Vec<(String, u64)> {
-    p["drops"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).filter(|(_, v)| *v > 0).collect()
+    p["drops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .filter(|(_, v)| *v > 0)
+        .collect()
 }
 
 /// VM A -> pvswitchd -> net_ring0 (its transmit ring is its receive ring) -> pvswitchd -> VM B,
@@ -46,7 +52,11 @@ fn ring_loopback_between_vms() {
         &dir,
         &["a", "b"],
         &[("ring", "net_ring0")],
-        &["priority=10,in_port=a,actions=output:ring", "priority=10,in_port=ring,actions=output:b", "priority=0,actions=drop"],
+        &[
+            "priority=10,in_port=a,actions=output:ring",
+            "priority=10,in_port=ring,actions=output:b",
+            "priority=0,actions=drop",
+        ],
     );
     let sw = Switch::start_config(dir.clone(), &text);
     let ring = sw.port("ring");
@@ -143,8 +153,8 @@ impl Netns {
         let pid = std::process::id() % 100_000;
         let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
         let peer = "pvsns0";
-        let _ = Command::new("ip").args(["netns", "del", &n.ns]).status();
-        let _ = Command::new("ip").args(["link", "del", &n.host_if]).status();
+        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &n.host_if]).stderr(Stdio::null()).status();
         sh(&["ip", "netns", "add", &n.ns]);
         sh(&["ip", "link", "add", &n.host_if, "type", "veth", "peer", "name", peer, "netns", &n.ns]);
         // No IPv6 on either end, no address on the switch's end: the only traffic is the test's.

@@ -271,9 +271,10 @@ impl Mbuf {
     }
 
     /// Bytes of data in the first segment.
+    #[inline]
     pub fn len(&self) -> usize {
-        // SAFETY: we own a valid mbuf.
-        unsafe { sys::pvs_pktmbuf_data_len(self.0.as_ptr()) as usize }
+        // SAFETY: we own a valid mbuf; a plain field read (what rte_pktmbuf_data_len does).
+        unsafe { (*self.0.as_ptr()).data_len as usize }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -287,9 +288,10 @@ impl Mbuf {
     }
 
     /// Segments in the chain (1 unless the port does scattered Rx).
+    #[inline]
     pub fn nb_segs(&self) -> u16 {
-        // SAFETY: we own a valid mbuf.
-        unsafe { sys::pvs_pktmbuf_nb_segs(self.0.as_ptr()) }
+        // SAFETY: we own a valid mbuf; a plain field read.
+        unsafe { (*self.0.as_ptr()).nb_segs }
     }
 
     /// Free bytes after the data of the last segment.
@@ -306,11 +308,15 @@ impl Mbuf {
     }
 
     /// The first segment's data.
+    #[inline]
     pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len bytes inside the mbuf's buffer, which we own and
-        // which stays valid while `self` is borrowed. Pool memory comes from zero-filled
-        // mappings, so every byte is initialized.
-        unsafe { std::slice::from_raw_parts(sys::pvs_pktmbuf_mtod(self.0.as_ptr()) as *const u8, self.len()) }
+        // SAFETY: buf_addr + data_off (rte_pktmbuf_mtod) points at data_len bytes inside the
+        // mbuf's buffer, which we own and which stays valid while `self` is borrowed. Pool
+        // memory comes from zero-filled mappings, so every byte is initialized.
+        unsafe {
+            let m = &*self.0.as_ptr();
+            std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize)
+        }
     }
 
     /// The first segment's data, writable.

@@ -274,10 +274,17 @@ mod imp {
         }
     }
 
+    /// One NIC port's pending transmit burst, and fresh mbufs for it.
+    #[derive(Default)]
+    struct Batch {
+        burst: MbufBurst,
+        spare: MbufBurst,
+    }
+
     /// A poll thread's pending transmit bursts, one per NIC port (by port id).
     #[derive(Default)]
     pub struct TxBatches {
-        batches: Vec<Option<Box<MbufBurst>>>,
+        batches: Vec<Option<Box<Batch>>>,
         /// Ports with frames waiting.
         dirty: Vec<u16>,
     }
@@ -299,15 +306,22 @@ mod imp {
             prefix: &[u8],
         ) -> Result<u32, Drop> {
             let total = prefix.len() + len as usize;
-            let Some(mut m) = dpdk::Mbuf::alloc(&nic.pool) else { return Err(Drop::NicTxFull) };
-            let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else { return Err(Drop::Mtu) };
-            room[..prefix.len()].copy_from_slice(prefix);
-            src.read_at(off, &mut room[prefix.len()..]);
             let i = id as usize;
             if self.batches.len() <= i {
                 self.batches.resize_with(i + 1, || None);
             }
-            let b = self.batches[i].get_or_insert_with(Default::default);
+            let Batch { burst: b, spare } = &mut **self.batches[i].get_or_insert_with(Default::default);
+            // Mbufs come from the pool a burst at a time.
+            if spare.is_empty() && spare.alloc(&nic.pool, dpdk::BURST).is_err() {
+                return Err(Drop::NicTxFull);
+            }
+            let Some(mut m) = spare.pop() else { return Err(Drop::NicTxFull) };
+            let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
+                let _ = spare.push(m);
+                return Err(Drop::Mtu);
+            };
+            room[..prefix.len()].copy_from_slice(prefix);
+            src.read_at(off, &mut room[prefix.len()..]);
             if b.is_empty() {
                 self.dirty.push(id);
             }
@@ -328,7 +342,7 @@ mod imp {
         #[inline]
         pub fn flush(&mut self, ports: &PortTable, thread: usize, st: &ThreadStats) {
             for id in self.dirty.drain(..) {
-                let Some(b) = self.batches[id as usize].as_mut() else { continue };
+                let Some(b) = self.batches[id as usize].as_mut().map(|b| &mut b.burst) else { continue };
                 let pc = &st.ports[id as usize];
                 match ports.get(id).and_then(|p| p.nic.as_ref()) {
                     Some(nic) => flush_one(b, nic, thread, pc),

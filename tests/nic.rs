@@ -46,8 +46,24 @@ fn drops(p: &Value) -> Vec<(String, u64)> {
 /// by flows. Every frame leaves through the NIC and comes back in, intact and counted.
 #[test]
 fn ring_loopback_between_vms() {
+    ring_loopback("nicring", "", "");
+}
+
+/// The same with adaptive polling: the thread sleeps when idle, at most `nic_poll_interval_us`
+/// at a time because its NIC queue cannot wake it, and nothing is lost.
+#[test]
+fn ring_loopback_adaptive_polling() {
+    ring_loopback(
+        "nicringad",
+        "poll_mode = \"adaptive\"\nidle_before_sleep_us = 200\n",
+        "nic_poll_interval_us = 500\n",
+    );
+}
+
+/// `switch_extra` goes into [switch], `dpdk` into a [dpdk] section.
+fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
     let _g = serial();
-    let dir = test_dir("nicring");
+    let dir = test_dir(name);
     let text = config(
         &dir,
         &["a", "b"],
@@ -58,7 +74,17 @@ fn ring_loopback_between_vms() {
             "priority=0,actions=drop",
         ],
     );
+    let text = text.replace("rx_retry_us = 60000000\n", &format!("rx_retry_us = 60000000\n{switch_extra}"));
+    let text = if dpdk.is_empty() { text } else { format!("{text}[dpdk]\n{dpdk}") };
     let sw = Switch::start_config(dir.clone(), &text);
+    if !switch_extra.is_empty() {
+        // Idle: the thread sleeps, and its timer (no guest kicked) wakes it.
+        let th = wait_for("the poll thread to sleep on its NIC timer", || {
+            let th = sw.ctl("stats")["threads"][0].clone();
+            (th["sleeps"].as_u64() > Some(10) && th["wakeups"]["timeout"].as_u64() > Some(10)).then_some(th)
+        });
+        eprintln!("adaptive: sleeps {} wakeups {}", th["sleeps"], th["wakeups"]);
+    }
     let ring = sw.port("ring");
     assert_eq!(ring["type"], "dpdk", "{ring}");
     assert_eq!(ring["state"], "running", "{ring}");

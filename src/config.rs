@@ -40,6 +40,15 @@ struct RawConfig {
     port: Vec<RawPort>,
     #[serde(default)]
     flows: Vec<Spanned<String>>,
+    dpdk: Option<RawDpdk>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDpdk {
+    eal_args: Option<Vec<String>>,
+    mbufs: Option<Spanned<u32>>,
+    nic_poll_interval_us: Option<Spanned<u32>>,
 }
 
 /// `poll_cores = [1, 2]` or `poll_cores = "auto"`.
@@ -89,7 +98,12 @@ struct RawPort {
     name: Spanned<String>,
     #[serde(rename = "type")]
     kind: Spanned<String>,
-    socket: Spanned<String>,
+    socket: Option<Spanned<String>>,
+    device: Option<Spanned<String>>,
+    rx_queues: Option<Spanned<u16>>,
+    tx_queues: Option<Spanned<u16>>,
+    rx_ring: Option<Spanned<u16>>,
+    tx_ring: Option<Spanned<u16>>,
     #[serde(default)]
     mode: Option<Spanned<String>>,
     queues: Option<Spanned<u16>>,
@@ -129,9 +143,43 @@ pub enum SocketMode {
     Client,
 }
 
+/// A `type = "dpdk"` port: a NIC or DPDK vdev.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkPortConfig {
+    /// PCI address or vdev string (`net_ring0`, `net_af_packet0,iface=veth0`, ...).
+    pub device: String,
+    pub rx_queues: u16,
+    /// None: one per poll thread (as many as the driver allows).
+    pub tx_queues: Option<u16>,
+    pub rx_ring: u16,
+    pub tx_ring: u16,
+}
+
+/// The `[dpdk]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkConfig {
+    /// Extra EAL arguments; None: pvswitchd picks them (see `nic::eal_args`).
+    pub eal_args: Option<Vec<String>>,
+    /// Mbufs per pool (one pool per NUMA socket used).
+    pub mbufs: u32,
+    /// Adaptive polling: a thread with NIC queues sleeps at most this long.
+    pub nic_poll_interval_us: u32,
+}
+
+pub const DEFAULT_MBUFS: u32 = 16383;
+pub const DEFAULT_NIC_POLL_INTERVAL_US: u32 = 100;
+
+impl Default for DpdkConfig {
+    fn default() -> Self {
+        DpdkConfig { eal_args: None, mbufs: DEFAULT_MBUFS, nic_poll_interval_us: DEFAULT_NIC_POLL_INTERVAL_US }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct PortConfig {
     pub name: String,
+    /// Some for a `type = "dpdk"` port (then `socket` is empty and `queue_pairs` 0).
+    pub dpdk: Option<DpdkPortConfig>,
     pub socket: PathBuf,
     pub mode: SocketMode,
     pub queue_pairs: u16,
@@ -156,7 +204,10 @@ impl PortConfig {
     /// Whether `other` can be applied to a running port in place (only MTU, weights and port
     /// security differ); otherwise a reload replaces the port.
     pub fn same_endpoint(&self, other: &PortConfig) -> bool {
-        self.socket == other.socket && self.mode == other.mode && self.queue_pairs == other.queue_pairs
+        self.socket == other.socket
+            && self.mode == other.mode
+            && self.queue_pairs == other.queue_pairs
+            && self.dpdk == other.dpdk
     }
 }
 
@@ -199,6 +250,7 @@ pub struct Config {
     pub idle_before_sleep_us: u32,
     pub ports: Vec<PortConfig>,
     pub flows: Vec<FlowSource>,
+    pub dpdk: DpdkConfig,
 }
 
 /// A config error with its position, printed as `file:line:col: message` plus the line.
@@ -399,35 +451,97 @@ impl Config {
             if names.insert(name.clone(), ()).is_some() {
                 return Err(cx.err(Some(p.name.span()), format!("duplicate port name \"{name}\"")));
             }
-            if p.kind.get_ref() != "vhost-user" {
-                return Err(cx.err(
-                    Some(p.kind.span()),
-                    format!("type: expected \"vhost-user\", found \"{}\"", p.kind.get_ref()),
-                ));
-            }
-            let socket = resolve(p.socket.get_ref());
-            if p.socket.get_ref().is_empty() {
-                return Err(cx.err(Some(p.socket.span()), "socket: expected a path"));
-            }
-            if sockets.insert(socket.clone(), ()).is_some() {
-                return Err(cx.err(Some(p.socket.span()), format!("duplicate socket path {}", socket.display())));
-            }
-            let mode = match p.mode.as_ref().map(|m| m.get_ref().as_str()) {
-                None | Some("server") => SocketMode::Server,
-                Some("client") => SocketMode::Client,
-                Some(other) => {
+            let is_dpdk = match p.kind.get_ref().as_str() {
+                "vhost-user" => false,
+                "dpdk" if cfg!(feature = "dpdk") => true,
+                "dpdk" => {
                     return Err(cx.err(
-                        p.mode.as_ref().map(|m| m.span()),
-                        format!("mode: expected \"server\" or \"client\", found \"{other}\""),
+                        Some(p.kind.span()),
+                        "type \"dpdk\": this pvswitchd was built without DPDK support (cargo feature `dpdk`)",
+                    ));
+                }
+                other => {
+                    return Err(cx.err(
+                        Some(p.kind.span()),
+                        format!("type: expected \"vhost-user\" or \"dpdk\", found \"{other}\""),
                     ));
                 }
             };
-            let queue_pairs = match p.queues {
-                None => 1,
-                Some(q) if (1..=MAX_QUEUE_PAIRS).contains(q.get_ref()) => *q.get_ref(),
-                Some(q) => {
-                    return Err(cx.err(Some(q.span()), format!("queues: expected 1 to {MAX_QUEUE_PAIRS} queue pairs")));
+            let (socket, mode, queue_pairs, dpdk) = if is_dpdk {
+                if let Some(s) = &p.socket {
+                    return Err(cx.err(Some(s.span()), "socket: only for vhost-user ports (a dpdk port has `device`)"));
                 }
+                if let Some(m) = &p.mode {
+                    return Err(cx.err(Some(m.span()), "mode: only for vhost-user ports"));
+                }
+                if let Some(q) = &p.queues {
+                    return Err(cx.err(Some(q.span()), "queues: only for vhost-user ports (use rx_queues, tx_queues)"));
+                }
+                let device = match &p.device {
+                    Some(d) if !d.get_ref().trim().is_empty() => d.get_ref().trim().to_string(),
+                    Some(d) => return Err(cx.err(Some(d.span()), "device: expected a PCI address or vdev string")),
+                    None => {
+                        return Err(cx.err(
+                            Some(p.kind.span()),
+                            "a dpdk port needs `device` (a PCI address such as \"0000:03:00.0\" or a vdev such as \"net_af_packet0,iface=eth1\")",
+                        ));
+                    }
+                };
+                let q16 =
+                    |v: &Option<Spanned<u16>>, name: &str, lo: u16, hi: u16| -> Result<Option<u16>, ConfigError> {
+                        match v {
+                            None => Ok(None),
+                            Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(Some(*s.get_ref())),
+                            Some(s) => {
+                                Err(cx.err(Some(s.span()), format!("{name}: expected a value from {lo} to {hi}")))
+                            }
+                        }
+                    };
+                let d = DpdkPortConfig {
+                    device,
+                    rx_queues: q16(&p.rx_queues, "rx_queues", 1, MAX_QUEUE_PAIRS)?.unwrap_or(1),
+                    tx_queues: q16(&p.tx_queues, "tx_queues", 1, 1024)?,
+                    rx_ring: q16(&p.rx_ring, "rx_ring", 32, 32768)?.unwrap_or(1024),
+                    tx_ring: q16(&p.tx_ring, "tx_ring", 32, 32768)?.unwrap_or(1024),
+                };
+                (PathBuf::new(), SocketMode::Server, 0, Some(d))
+            } else {
+                if let Some(d) = &p.device {
+                    return Err(cx.err(Some(d.span()), "device: only for dpdk ports"));
+                }
+                if let Some(v) = [&p.rx_queues, &p.tx_queues, &p.rx_ring, &p.tx_ring].into_iter().flatten().next() {
+                    return Err(cx.err(Some(v.span()), "rx_queues, tx_queues, rx_ring, tx_ring: only for dpdk ports"));
+                }
+                let Some(sock) = &p.socket else {
+                    return Err(cx.err(Some(p.kind.span()), "a vhost-user port needs `socket`"));
+                };
+                let socket = resolve(sock.get_ref());
+                if sock.get_ref().is_empty() {
+                    return Err(cx.err(Some(sock.span()), "socket: expected a path"));
+                }
+                if sockets.insert(socket.clone(), ()).is_some() {
+                    return Err(cx.err(Some(sock.span()), format!("duplicate socket path {}", socket.display())));
+                }
+                let mode = match p.mode.as_ref().map(|m| m.get_ref().as_str()) {
+                    None | Some("server") => SocketMode::Server,
+                    Some("client") => SocketMode::Client,
+                    Some(other) => {
+                        return Err(cx.err(
+                            p.mode.as_ref().map(|m| m.span()),
+                            format!("mode: expected \"server\" or \"client\", found \"{other}\""),
+                        ));
+                    }
+                };
+                let queue_pairs = match &p.queues {
+                    None => 1,
+                    Some(q) if (1..=MAX_QUEUE_PAIRS).contains(q.get_ref()) => *q.get_ref(),
+                    Some(q) => {
+                        return Err(
+                            cx.err(Some(q.span()), format!("queues: expected 1 to {MAX_QUEUE_PAIRS} queue pairs"))
+                        );
+                    }
+                };
+                (socket, mode, queue_pairs, None)
             };
             let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
             let weight_packets = range(p.weight_packets, "weight_packets", 1, 1 << 20, weight_packets)?;
@@ -472,6 +586,7 @@ impl Config {
             }
             ports.push(PortConfig {
                 name: name.clone(),
+                dpdk,
                 socket,
                 mode,
                 queue_pairs,
@@ -497,7 +612,22 @@ impl Config {
             }
             flows.push(FlowSource { text, offset });
         }
+        let dpdk = match raw.dpdk {
+            None => DpdkConfig::default(),
+            Some(d) => DpdkConfig {
+                eal_args: d.eal_args,
+                mbufs: range(d.mbufs, "mbufs", 1023, 1 << 24, DEFAULT_MBUFS)?,
+                nic_poll_interval_us: range(
+                    d.nic_poll_interval_us,
+                    "nic_poll_interval_us",
+                    1,
+                    1_000_000,
+                    DEFAULT_NIC_POLL_INTERVAL_US,
+                )?,
+            },
+        };
         Ok(Config {
+            dpdk,
             poll_cores,
             control_socket: sw.control_socket.map(|s| resolve(&s)).unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into()),
             control_socket_mode,
@@ -590,6 +720,62 @@ mod tests {
         assert!(e.message.contains("twice"));
         let e = err("[[port]]\nname = \"a\"\n");
         assert!(e.message.contains("missing field"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod dpdk_tests {
+    use super::*;
+
+    const NIC: &str = "[[port]]\nname = \"nic\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\n";
+
+    #[cfg(feature = "dpdk")]
+    #[test]
+    fn dpdk_ports_and_section() {
+        let c = Config::parse(
+            "t.toml",
+            &format!(
+                "{NIC}tx_queues = 2\nrx_ring = 512\nmtu = 9000\n[dpdk]\neal_args = [\"--no-huge\"]\nmbufs = 4095\n"
+            ),
+        )
+        .unwrap();
+        let d = c.ports[0].dpdk.as_ref().unwrap();
+        assert_eq!(
+            (d.device.as_str(), d.rx_queues, d.tx_queues, d.rx_ring, d.tx_ring),
+            ("net_ring0", 1, Some(2), 512, 1024)
+        );
+        assert_eq!((c.ports[0].mtu, c.ports[0].queue_pairs), (9000, 0));
+        assert_eq!(c.dpdk.eal_args, Some(vec!["--no-huge".to_string()]));
+        assert_eq!((c.dpdk.mbufs, c.dpdk.nic_poll_interval_us), (4095, 100));
+        let e = Config::parse("t.toml", &format!("{NIC}socket = \"/s\"\n")).unwrap_err();
+        assert_eq!((e.line, e.col), (5, 10), "{e}");
+        assert!(e.message.contains("only for vhost-user"), "{e}");
+        let e = Config::parse("t.toml", "[[port]]\nname = \"n\"\ntype = \"dpdk\"\n").unwrap_err();
+        assert_eq!((e.line, e.col), (3, 8), "{e}");
+        assert!(e.message.contains("needs `device`"), "{e}");
+        let e = Config::parse("t.toml", &format!("{NIC}rx_queues = 0\n")).unwrap_err();
+        assert_eq!((e.line, e.col), (5, 13), "{e}");
+        let e = Config::parse("t.toml", &format!("{NIC}[dpdk]\nbogus = 1\n")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+    }
+
+    #[test]
+    fn device_is_dpdk_only() {
+        let e = Config::parse(
+            "t.toml",
+            "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\ndevice = \"net_ring0\"\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.col), (5, 10), "{e}");
+        assert!(e.message.contains("only for dpdk ports"), "{e}");
+    }
+
+    #[cfg(not(feature = "dpdk"))]
+    #[test]
+    fn dpdk_port_needs_the_feature() {
+        let e = Config::parse("t.toml", NIC).unwrap_err();
+        assert_eq!((e.line, e.col), (3, 8), "{e}");
+        assert!(e.message.contains("this pvswitchd was built without DPDK support"), "{e}");
     }
 }
 

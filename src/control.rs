@@ -62,11 +62,21 @@ pub struct PortCtl {
 impl PortCtl {
     /// The NUMA node of the guest memory holding the port's rings (None until connected).
     pub fn numa_node(&self) -> Option<usize> {
+        if let Some(n) = &self.port.nic {
+            return n.socket_id().map(|s| s as usize);
+        }
         self.conn.as_ref().and_then(|c| c.backend.lock().unwrap().numa_node())
     }
 
     pub fn state(&self) -> &'static str {
         match (&self.conn, self.port.cfg.mode) {
+            _ if self.port.is_dpdk() => {
+                if self.port.nic.is_some() {
+                    "running"
+                } else {
+                    "failed"
+                }
+            }
             (Some(_), _) => "connected",
             (None, SocketMode::Server) => "listening",
             (None, SocketMode::Client) => "connecting",

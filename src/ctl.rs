@@ -98,10 +98,24 @@ fn ports(c: &Control) -> Value {
                 "rx_bytes": counter(|s| &s.bytes),
             }));
         }
+        if p.is_dpdk() {
+            // A NIC's receive queues, and what DPDK itself counts.
+            for q in 0..p.queue_pairs() {
+                let owner = c.thread_queues.iter().position(|t| t.contains(&(p.id, q)));
+                let qs = c.rxq_stats.get(&(p.id, q));
+                let load = |f: fn(&crate::stats::RxqStats) -> &std::sync::atomic::AtomicU64| {
+                    qs.map(|s| f(s).load(std::sync::atomic::Ordering::Relaxed))
+                };
+                queues.push(json!({"index": q, "kind": "nic_rx", "poll_thread": owner,
+                    "rx_packets": load(|s| &s.packets), "rx_bytes": load(|s| &s.bytes)}));
+            }
+        }
         out.push(json!({
             "name": p.name(),
             "id": p.id,
-            "type": "vhost-user",
+            "type": if p.is_dpdk() { "dpdk" } else { "vhost-user" },
+            "device": p.cfg.dpdk.as_ref().map(|d| d.device.clone()),
+            "dpdk": p.nic.as_ref().map(|n| n.info()),
             "socket": p.cfg.socket.display().to_string(),
             "mode": format!("{:?}", p.cfg.mode).to_lowercase(),
             "state": pc.state(),

@@ -271,9 +271,10 @@ impl Mbuf {
     }
 
     /// Bytes of data in the first segment.
+    #[inline]
     pub fn len(&self) -> usize {
-        // SAFETY: we own a valid mbuf.
-        unsafe { sys::pvs_pktmbuf_data_len(self.0.as_ptr()) as usize }
+        // SAFETY: we own a valid mbuf; a plain field read (what rte_pktmbuf_data_len does).
+        unsafe { (*self.0.as_ptr()).data_len as usize }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -287,9 +288,10 @@ impl Mbuf {
     }
 
     /// Segments in the chain (1 unless the port does scattered Rx).
+    #[inline]
     pub fn nb_segs(&self) -> u16 {
-        // SAFETY: we own a valid mbuf.
-        unsafe { sys::pvs_pktmbuf_nb_segs(self.0.as_ptr()) }
+        // SAFETY: we own a valid mbuf; a plain field read.
+        unsafe { (*self.0.as_ptr()).nb_segs }
     }
 
     /// Free bytes after the data of the last segment.
@@ -306,11 +308,15 @@ impl Mbuf {
     }
 
     /// The first segment's data.
+    #[inline]
     pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len bytes inside the mbuf's buffer, which we own and
-        // which stays valid while `self` is borrowed. Pool memory comes from zero-filled
-        // mappings, so every byte is initialized.
-        unsafe { std::slice::from_raw_parts(sys::pvs_pktmbuf_mtod(self.0.as_ptr()) as *const u8, self.len()) }
+        // SAFETY: buf_addr + data_off (rte_pktmbuf_mtod) points at data_len bytes inside the
+        // mbuf's buffer, which we own and which stays valid while `self` is borrowed. Pool
+        // memory comes from zero-filled mappings, so every byte is initialized.
+        unsafe {
+            let m = &*self.0.as_ptr();
+            std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize)
+        }
     }
 
     /// The first segment's data, writable.
@@ -524,6 +530,16 @@ impl Default for PortSetup {
     }
 }
 
+/// What a probed device is, for `EthPort::open_with` to choose its setup and pool.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// NUMA node of the device, None when unknown.
+    pub socket: Option<u32>,
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub driver: String,
+}
+
 /// Port counters (`rte_eth_stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortStats {
@@ -547,6 +563,7 @@ static OPEN_PORTS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 pub struct EthPort {
     port_id: u16,
     name: String,
+    driver: String,
     socket: Option<u32>,
     rxqs: u16,
     txqs: u16,
@@ -576,14 +593,24 @@ impl EthPort {
     /// `net_af_packet0,iface=veth0`, `net_tap0,iface=x`, ...). A device EAL does not have yet
     /// is hot-plugged with `rte_dev_probe` and removed again on drop.
     pub fn open(device: &str, cfg: &PortSetup, pool: &Mempool) -> Result<EthPort, String> {
+        if cfg.rxqs == 0 || cfg.txqs == 0 {
+            let name = device.split(',').next().unwrap_or("").trim();
+            return Err(format!("dpdk port {name}: needs at least one Rx and one Tx queue"));
+        }
+        Self::open_with(device, |_| Ok((cfg.clone(), *pool)))
+    }
+
+    /// As `open`, but the setup and the pool are chosen once the device is probed, from what
+    /// it is (its NUMA socket and queue limits): `choose(&info)` returns them.
+    pub fn open_with(
+        device: &str,
+        choose: impl FnOnce(&DeviceInfo) -> Result<(PortSetup, Mempool), String>,
+    ) -> Result<EthPort, String> {
         let name = device.split(',').next().unwrap_or("").trim().to_string();
         let fail = |what: String| format!("dpdk port {name}: {what}");
         require_eal(&format!("dpdk port {name}"))?;
         if name.is_empty() || name.len() >= sys::RTE_ETH_NAME_MAX_LEN as usize {
             return Err(format!("dpdk port {device:?}: bad device name"));
-        }
-        if cfg.rxqs == 0 || cfg.txqs == 0 {
-            return Err(fail("needs at least one Rx and one Tx queue".into()));
         }
         let cname = CString::new(name.as_str()).map_err(|_| fail("name contains a NUL byte".into()))?;
         let cdev = CString::new(device).map_err(|_| fail("device string contains a NUL byte".into()))?;
@@ -619,10 +646,40 @@ impl EthPort {
         open_ports.push(port_id);
         drop(open_ports);
 
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: port_id is a valid port; info is a valid out struct.
+        let ret = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
+        // SAFETY: port_id is valid.
+        let s = unsafe { sys::rte_eth_dev_socket_id(port_id) };
+        let dev = DeviceInfo {
+            socket: u32::try_from(s).ok(),
+            max_rx_queues: info.max_rx_queues,
+            max_tx_queues: info.max_tx_queues,
+            driver: driver_name(&info),
+        };
+        let chosen = if ret < 0 {
+            Err(fail(format!("rte_eth_dev_info_get: {}", ret_text(ret))))
+        } else {
+            choose(&dev).map_err(fail)
+        };
+        let (cfg, pool) = match chosen {
+            Ok(c) => c,
+            Err(e) => {
+                OPEN_PORTS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&p| p != port_id);
+                if probed && !info.device.is_null() {
+                    // SAFETY: we hot-plugged this device just now and nothing uses it.
+                    unsafe { sys::rte_dev_remove(info.device) };
+                }
+                return Err(e);
+            }
+        };
+        let (cfg, pool) = (&cfg, &pool);
+
         // From here on, Drop undoes whatever was done.
         let mut port = EthPort {
             port_id,
             name: name.clone(),
+            driver: dev.driver.clone(),
             socket: None,
             rxqs: cfg.rxqs,
             txqs: cfg.txqs,
@@ -630,21 +687,16 @@ impl EthPort {
             tx_ring: cfg.tx_ring,
             mtu: None,
             notes: Vec::new(),
-            device: std::ptr::null_mut(),
+            device: info.device,
             probed,
             started: false,
             rx_claimed: (0..cfg.rxqs).map(|_| AtomicBool::new(false)).collect(),
             tx_claimed: (0..cfg.txqs).map(|_| AtomicBool::new(false)).collect(),
             _pool: *pool,
         };
-
-        let mut info = sys::rte_eth_dev_info::default();
-        // SAFETY: port_id is a valid port; info is a valid out struct.
-        let ret = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
-        if ret < 0 {
-            return Err(fail(format!("rte_eth_dev_info_get: {}", ret_text(ret))));
+        if cfg.rxqs == 0 || cfg.txqs == 0 {
+            return Err(fail("needs at least one Rx and one Tx queue".into()));
         }
-        port.device = info.device;
         if cfg.rxqs > info.max_rx_queues || cfg.txqs > info.max_tx_queues {
             return Err(fail(format!(
                 "asked for {} Rx / {} Tx queues, the driver allows {} / {}",
@@ -727,6 +779,11 @@ impl EthPort {
     /// The ethdev name (the device string up to its first comma).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The driver's name (`net_ring`, `net_af_packet`, `net_ixgbe`, ...).
+    pub fn driver(&self) -> &str {
+        &self.driver
     }
 
     /// NUMA node of the device, None when unknown.
@@ -817,7 +874,7 @@ impl EthPort {
     pub fn rx(&mut self, q: u16, burst: &mut MbufBurst) -> usize {
         assert!(q < self.rxqs, "dpdk port {}: no Rx queue {q}", self.name);
         // SAFETY: exclusive access to queue q through &mut self.
-        unsafe { rx_into(self.port_id, q, burst) }
+        unsafe { rx_into(self.port_id, q, burst, BURST) }
     }
 
     /// Sends from the front of `burst`; returns how many were sent. Unsent mbufs stay in
@@ -840,6 +897,20 @@ impl EthPort {
         Ok(TxQueue { port: self, q })
     }
 
+    /// As `rx_queue`, for the fast path: None (no allocation) if `q` is claimed or absent.
+    #[inline]
+    pub fn try_rx_queue(&self, q: u16) -> Option<RxQueue<'_>> {
+        let c = self.rx_claimed.get(q as usize)?;
+        (!c.swap(true, Ordering::Acquire)).then_some(RxQueue { port: self, q })
+    }
+
+    /// As `tx_queue`, for the fast path: None (no allocation) if `q` is claimed or absent.
+    #[inline]
+    pub fn try_tx_queue(&self, q: u16) -> Option<TxQueue<'_>> {
+        let c = self.tx_claimed.get(q as usize)?;
+        (!c.swap(true, Ordering::Acquire)).then_some(TxQueue { port: self, q })
+    }
+
     fn claim(&self, claims: &[AtomicBool], q: u16, kind: &str) -> Result<(), String> {
         let c = claims.get(q as usize).ok_or_else(|| format!("dpdk port {}: no {kind} queue {q}", self.name))?;
         if c.swap(true, Ordering::Acquire) {
@@ -851,8 +922,9 @@ impl EthPort {
 
 /// # Safety
 /// `port` is started, `q` is one of its Rx queues and the caller is its only poller.
-unsafe fn rx_into(port: u16, q: u16, burst: &mut MbufBurst) -> usize {
+unsafe fn rx_into(port: u16, q: u16, burst: &mut MbufBurst, max: usize) -> usize {
     let (tail, room) = burst.tail_ptr();
+    let room = room.min(max.min(BURST) as u16);
     // SAFETY: per the contract; `tail` has room for `room` pointers, and DPDK writes exactly
     // the returned number of valid mbufs, which then become initialized slots.
     let n = unsafe { sys::pvs_rx_burst(port, q, tail, room) } as usize;
@@ -923,7 +995,13 @@ impl RxQueue<'_> {
     /// Receives into the free slots of `burst`; returns how many arrived.
     pub fn rx(&mut self, burst: &mut MbufBurst) -> usize {
         // SAFETY: the queue exists and this handle holds its exclusive claim.
-        unsafe { rx_into(self.port.port_id, self.q, burst) }
+        unsafe { rx_into(self.port.port_id, self.q, burst, BURST) }
+    }
+
+    /// As `rx`, but at most `max` mbufs.
+    pub fn rx_max(&mut self, burst: &mut MbufBurst, max: usize) -> usize {
+        // SAFETY: the queue exists and this handle holds its exclusive claim.
+        unsafe { rx_into(self.port.port_id, self.q, burst, max) }
     }
 }
 

@@ -22,6 +22,7 @@ use crate::stats::{ThreadStats, bump, cycles, cycles_per_sec};
 use crate::vring::VringLock;
 
 const WAKE_TOKEN: u64 = u64::MAX;
+const TIMER_TOKEN: u64 = u64::MAX - 1;
 
 /// One poll thread's sleeping state. Only that thread uses it.
 pub struct Sleeper {
@@ -32,10 +33,21 @@ pub struct Sleeper {
     idle_since: Option<u64>,
     threshold: u64,
     wake_fd: RawFd,
+    /// A thread with NIC queues (which cannot kick) sleeps at most `nic_interval_ns`, timed
+    /// by this timerfd in the epoll set.
+    timer: File,
+    nic_interval_ns: u64,
 }
 
 impl Sleeper {
-    pub fn new(mailbox: &Mailbox, idle_before_sleep_us: u32) -> std::io::Result<Sleeper> {
+    pub fn new(mailbox: &Mailbox, idle_before_sleep_us: u32, nic_poll_interval_us: u32) -> std::io::Result<Sleeper> {
+        // SAFETY: creating a timerfd; checked below and owned by a File.
+        let tfd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if tfd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd nobody else owns.
+        let timer = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(tfd) };
         // SAFETY: creating an epoll instance; checked below and owned by the Sleeper.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epoll < 0 {
@@ -47,8 +59,11 @@ impl Sleeper {
             idle_since: None,
             threshold: idle_before_sleep_us as u64 * cycles_per_sec() / 1_000_000,
             wake_fd: mailbox.wake_fd(),
+            timer,
+            nic_interval_ns: nic_poll_interval_us.max(1) as u64 * 1000,
         };
         s.ctl(libc::EPOLL_CTL_ADD, s.wake_fd, libc::EPOLLIN as u32, WAKE_TOKEN);
+        s.ctl(libc::EPOLL_CTL_ADD, s.timer.as_raw_fd(), libc::EPOLLIN as u32, TIMER_TOKEN);
         Ok(s)
     }
 
@@ -77,10 +92,12 @@ impl Sleeper {
 
     /// The thread found nothing this iteration. Once that has lasted the threshold, sleeps
     /// until a kick, a plan or shutdown (`still_wanted` says whether to sleep at all: false
-    /// once a plan is pending or shutdown was asked).
+    /// once a plan is pending or shutdown was asked). `nic`: the thread also has NIC queues,
+    /// which cannot wake it, so it sleeps at most the NIC poll interval.
     pub fn idle<'a>(
         &mut self,
         queues: impl Iterator<Item = &'a VringLock> + Clone,
+        nic: bool,
         st: &ThreadStats,
         mailbox: &Mailbox,
         still_wanted: impl Fn() -> bool,
@@ -120,6 +137,9 @@ impl Sleeper {
         if !work && still_wanted() {
             // A ring without a kick fd cannot wake us: look again every millisecond.
             let timeout = if unkickable { 1 } else { -1 };
+            if nic {
+                self.arm_timer(self.nic_interval_ns);
+            }
             let t0 = cycles();
             bump(&st.sleeps, 1);
             st.sleeping.store(1, Relaxed);
@@ -138,10 +158,16 @@ impl Sleeper {
                 let posted = mailbox.woken_at.load(Relaxed);
                 st.record_wake_latency(t1.saturating_sub(posted));
             }
-            if evs.iter().any(|e| e.u64 != WAKE_TOKEN) {
+            if nic {
+                self.arm_timer(0);
+                let mut buf = [0u8; 8];
+                // SAFETY: draining our own non-blocking timerfd into a local buffer.
+                unsafe { libc::read(self.timer.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, 8) };
+            }
+            if evs.iter().any(|e| e.u64 != WAKE_TOKEN && e.u64 != TIMER_TOKEN) {
                 bump(&st.wakeups_kick, 1);
             }
-            if evs.is_empty() {
+            if evs.iter().all(|e| e.u64 == TIMER_TOKEN) {
                 bump(&st.wakeups_timeout, 1);
             }
         }
@@ -151,6 +177,18 @@ impl Sleeper {
                 ring.disable_kicks();
             }
         }
+    }
+}
+
+impl Sleeper {
+    /// Arms the timer to fire once after `ns` (0 disarms it).
+    fn arm_timer(&self, ns: u64) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 },
+        };
+        // SAFETY: our own timerfd and a local itimerspec.
+        unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 }
 

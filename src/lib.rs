@@ -15,6 +15,7 @@ pub mod idle;
 pub mod mac_table;
 pub mod mem_fault;
 pub mod metrics_http;
+pub mod nic;
 pub mod placement;
 pub mod plan;
 pub mod pmd;

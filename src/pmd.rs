@@ -16,6 +16,7 @@ use crate::flow::{Action, Emc, Emit, EthHeader, FlowKey, execute};
 use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::idle::Sleeper;
 use crate::mac_table::MacTable;
+use crate::nic::{NicRx, TxBatches};
 use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::port::Port;
 use crate::sched::{Deficit, Quantum};
@@ -44,6 +45,8 @@ pub struct Ctx {
     pub mailbox: Arc<Mailbox>,
     /// Adaptive polling: sleep after this long without frames. None: busy polling.
     pub sleep_after_us: Option<u32>,
+    /// Adaptive polling: a thread with NIC queues (which cannot kick) sleeps at most this long.
+    pub nic_poll_interval_us: u32,
 }
 
 /// The current plan's tables, borrowed for one loop iteration.
@@ -91,6 +94,10 @@ struct RxScratch {
     /// Ports whose guest let a frame time out on a full ring: dropped toward without waiting
     /// until they have room again.
     stalled: Vec<bool>,
+    /// Frames waiting to be sent to NIC ports, one burst per port.
+    nic_tx: TxBatches,
+    /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
+    dropped_full: bool,
 }
 
 pub struct PollThread {
@@ -101,6 +108,8 @@ pub struct PollThread {
     rxqs: Vec<Rxq>,
     frames: Vec<Frame>,
     rx: RxScratch,
+    /// Mbufs received from a NIC queue while they are switched.
+    nic_rx: NicRx,
     /// Exact-match cache in front of the flow table's classifier.
     emc: Box<Emc>,
     /// Present in adaptive polling mode.
@@ -125,12 +134,19 @@ impl PollThread {
                     flow: UNCLASSIFIED,
                 })
                 .collect(),
-            rx: RxScratch { first: Segs::default(), more: Segs::default(), stalled: Vec::new() },
+            rx: RxScratch {
+                first: Segs::default(),
+                more: Segs::default(),
+                stalled: Vec::new(),
+                nic_tx: TxBatches::default(),
+                dropped_full: false,
+            },
+            nic_rx: NicRx::default(),
             emc: Box::new(Emc::default()),
             sleeper: None,
         };
         if let Some(us) = t.cx.sleep_after_us {
-            match Sleeper::new(&t.cx.mailbox, us) {
+            match Sleeper::new(&t.cx.mailbox, us, t.cx.nic_poll_interval_us) {
                 Ok(s) => t.sleeper = Some(s),
                 Err(e) => log::warn!("poll thread {}: cannot sleep ({e}); polling busily", t.cx.index),
             }
@@ -179,7 +195,14 @@ impl PollThread {
             let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
             let mut got = 0;
             for rxq in self.rxqs.iter_mut() {
-                got += visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq);
+                got += if rxq.spec.port.nic.is_some() {
+                    visit_nic(&env, &mut self.emc, &mut self.frames, &mut self.rx, &mut self.nic_rx, rxq)
+                } else {
+                    visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq)
+                };
+            }
+            if !self.rx.nic_tx.is_empty() {
+                self.rx.nic_tx.flush(env.ports, self.cx.index, &st);
             }
             let t1 = cycles();
             bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
@@ -190,8 +213,13 @@ impl PollThread {
                     s.busy();
                 } else {
                     let (mb, have, shutdown) = (&self.cx.mailbox, self.generation, &self.cx.shutdown);
-                    let queues = self.rxqs.iter().map(|r| &r.spec.port.vrings[2 * r.spec.qpair + 1]);
-                    s.idle(queues, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired());
+                    let queues = self
+                        .rxqs
+                        .iter()
+                        .filter(|r| r.spec.port.nic.is_none())
+                        .map(|r| &r.spec.port.vrings[2 * r.spec.qpair + 1]);
+                    let nic = self.rxqs.iter().any(|r| r.spec.port.nic.is_some());
+                    s.idle(queues, nic, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired());
                     // Time asleep is neither busy nor idle polling.
                     t0 = cycles();
                 }
@@ -270,7 +298,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
             classify(env, emc, port, policy, f, hdr_len);
             bytes += f.len as u64;
         }
-        let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since);
+        let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, true);
         if consumed < got {
             // Backpressure: the rest stays in the guest's TX ring for the next visit.
             ring.unpop((got - consumed) as u16);
@@ -307,6 +335,81 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
     }
     if empty {
         // An idle queue saves up no credit.
+        deficit.idle();
+    }
+    let qs = &spec.stats;
+    bump(&qs.visits, 1);
+    if total > 0 {
+        bump(&qs.packets, total as u64);
+        bump(&qs.bytes, total_bytes);
+        bump(&qs.cycles, cycles().wrapping_sub(t0));
+    }
+    total
+}
+
+/// One visit to a NIC receive queue: bursts of mbufs, each classified and delivered like a
+/// guest's frames (the frame's source is the mbuf's data), then freed. A NIC cannot be made to
+/// wait, so frames toward a full guest ring are dropped (`rx_ring_full`) rather than held.
+/// Returns the number of frames taken.
+fn visit_nic(
+    env: &Env,
+    emc: &mut Emc,
+    frames: &mut [Frame],
+    rx: &mut RxScratch,
+    nic_rx: &mut NicRx,
+    rxq: &mut Rxq,
+) -> u32 {
+    let cx = env.cx;
+    let Rxq { spec, blocked_since, deficit } = rxq;
+    let port = &spec.port;
+    let Some(nic) = port.nic.as_ref() else { return 0 };
+    let pc = &cx.stats.ports[port.id as usize];
+    let policy = &env.ports.policy[port.id as usize];
+    let t0 = cycles();
+    let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
+    let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
+    while budget.allows() {
+        let max = cx.burst.min(budget.burst_limit()) as usize;
+        let Some(got) = nic.rx(spec.qpair, nic_rx, max.min(frames.len())) else { break };
+        if got == 0 {
+            empty = total == 0;
+            break;
+        }
+        for (i, f) in frames[..got].iter_mut().enumerate() {
+            nic_rx.source(i, &mut f.segs);
+            f.head = i as u16;
+            f.segs.prefetch(0);
+        }
+        let mut bytes = 0u64;
+        for f in &mut frames[..got] {
+            classify(env, emc, port, policy, f, 0);
+            bytes += f.len as u64;
+        }
+        rx.dropped_full = false;
+        deliver(env, &frames[..got], rx, port.id, blocked_since, false);
+        nic_rx.clear();
+        bump(&pc.rx_bursts, 1);
+        bump(&spec.stats.bursts, 1);
+        bump(&pc.rx_packets, got as u64);
+        bump(&pc.rx_bytes, bytes);
+        for f in &frames[..got] {
+            if let Out::Drop(why) = f.out {
+                pc.drop(why, 1);
+            }
+            if f.flow != UNCLASSIFIED {
+                env.flows.count(cx.index, f.flow, f.len);
+            }
+        }
+        budget.charge(got as u32, bytes);
+        total += got as u32;
+        total_bytes += bytes;
+        if rx.dropped_full {
+            // A guest is not keeping up: rather than spend the rest of the budget dropping
+            // toward it, let the other queues (its own among them) have the thread.
+            break;
+        }
+    }
+    if empty {
         deficit.idle();
     }
     let qs = &spec.stats;
@@ -387,9 +490,11 @@ fn normal(env: &Env, in_port: u16, dst: &[u8; 6], src: &[u8; 6]) -> Out {
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
 /// destination costs one lock, one used-index store and at most one interrupt.
 struct Open<'a> {
+    cx: &'a Ctx,
     port: &'a Port,
     vq_index: usize,
-    guard: VringGuard<'a>,
+    /// The guest RX queue; None for a NIC port (frames go to the thread's TX batch for it).
+    guard: Option<VringGuard<'a>>,
     packets: u64,
     bytes: u64,
 }
@@ -397,19 +502,31 @@ struct Open<'a> {
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
+        if port.nic.is_some() {
+            return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0 });
+        }
         let (vq_index, vq) = port.rx_queue_for(env.src_q.get())?;
         let guard = vq.lock();
-        guard.is_ready().then_some(Open { port, vq_index, guard, packets: 0, bytes: 0 })
+        guard.is_ready().then_some(Open { cx: env.cx, port, vq_index, guard: Some(guard), packets: 0, bytes: 0 })
     }
 
     /// Whether the guest has at least one receive buffer free.
     fn has_room(&mut self) -> bool {
-        let Vring { active, broken, .. } = &mut *self.guard;
+        // A NIC never makes a sender wait: a full TX ring drops (nic_tx_full).
+        let Some(guard) = self.guard.as_mut() else { return true };
+        let Vring { active, broken, .. } = &mut **guard;
         matches!(active.as_mut().filter(|_| broken.is_none()).map(|r| r.avail()), Some(Ok(n)) if n > 0)
     }
 
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
-        let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut *self.guard;
+        let Some(guard) = self.guard.as_mut() else {
+            // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
+            let nic = self.port.nic.as_ref().ok_or(Drop::PortDown)?;
+            let pc = &self.cx.stats.ports[self.port.id as usize];
+            let (off, len) = (f.data_off + e.skip, f.len - e.skip);
+            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix).map(|_| ());
+        };
+        let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
         match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, rx) {
             Ok(()) => {
@@ -427,10 +544,11 @@ impl<'a> Open<'a> {
 
     /// Publishes what was written with one used-index store; interrupts the guest if it asked.
     fn close(mut self, pc: &PortCounters) {
+        let Some(guard) = self.guard.as_mut() else { return };
         bump(&pc.tx_batches, (self.packets > 0) as u64);
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
-        if let Some(ring) = self.guard.active.as_mut()
+        if let Some(ring) = guard.active.as_mut()
             && ring.publish()
             && ring.notify()
         {
@@ -443,7 +561,32 @@ impl<'a> Open<'a> {
 /// fewer than `frames.len()` when a destination's RX ring is full and the frame should be
 /// retried (it and the frames after it stay in the sender's TX ring, so the sender feels
 /// backpressure instead of loss, for at most `retry_cycles`).
-fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocked_since: &mut Option<u64>) -> usize {
+///
+/// `wait` is false for a sender that cannot be held back (a NIC): its frames to a full guest
+/// ring drop at once. Frames for NIC ports are flushed with one tx_burst per port at the end.
+fn deliver(
+    env: &Env,
+    frames: &[Frame],
+    rx: &mut RxScratch,
+    in_port: u16,
+    blocked_since: &mut Option<u64>,
+    wait: bool,
+) -> usize {
+    let n = deliver_in_order(env, frames, rx, in_port, blocked_since, wait);
+    if !rx.nic_tx.is_empty() {
+        rx.nic_tx.flush(env.ports, env.cx.index, &env.cx.stats);
+    }
+    n
+}
+
+fn deliver_in_order(
+    env: &Env,
+    frames: &[Frame],
+    rx: &mut RxScratch,
+    in_port: u16,
+    blocked_since: &mut Option<u64>,
+    wait: bool,
+) -> usize {
     let cx = env.cx;
     let mut open: Option<Open> = None;
     let mut i = 0;
@@ -460,21 +603,25 @@ fn deliver(env: &Env, frames: &[Frame], rx: &mut RxScratch, in_port: u16, blocke
                 match open.as_mut().map(|o| o.write(f, AS_IS, rx)) {
                     None => pc.drop(Drop::PortDown, 1),
                     Some(Ok(())) => rx.stalled[p as usize] = false,
-                    Some(Err(Drop::RxRingFull)) if !rx.stalled[p as usize] => {
+                    Some(Err(Drop::RxRingFull)) if wait && !rx.stalled[p as usize] => {
                         if keep_waiting(cx, rx, p, blocked_since) {
                             o_close(open, env);
                             return i;
                         }
                         pc.drop(Drop::RxRingFull, 1);
                     }
-                    Some(Err(why)) => pc.drop(why, 1),
+                    Some(Err(why)) => {
+                        rx.dropped_full |= why == Drop::RxRingFull;
+                        pc.drop(why, 1)
+                    }
                 }
             }
             Out::Actions(fi) => {
                 o_close(open.take(), env);
                 // Backpressure as for a single output, checked before any copy goes out so a
                 // retried frame is never sent twice: wait while a port it names is full.
-                if let Some(p) = full_output(env, fi, in_port)
+                if wait
+                    && let Some(p) = full_output(env, fi, in_port)
                     && !rx.stalled[p as usize]
                     && keep_waiting(cx, rx, p, blocked_since)
                 {

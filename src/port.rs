@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::config::PortConfig;
+use crate::nic::NicPort;
 use crate::vring::VringLock;
 
 pub struct Port {
@@ -15,21 +16,38 @@ pub struct Port {
     pub vrings: Box<[VringLock]>,
     /// Largest frame accepted from this port: MTU plus Ethernet header and one VLAN tag.
     max_frame: AtomicU32,
+    /// A dpdk port's device (then `vrings` is empty); None for a vhost-user port, or a dpdk
+    /// port that failed to open.
+    pub nic: Option<NicPort>,
 }
 
 impl Port {
     pub fn new(id: u16, cfg: PortConfig) -> Port {
         let nq = 2 * cfg.queue_pairs as usize;
         let max_frame = AtomicU32::new(cfg.mtu + 18);
-        Port { id, cfg, vrings: (0..nq).map(|_| VringLock::default()).collect(), max_frame }
+        Port { id, cfg, vrings: (0..nq).map(|_| VringLock::default()).collect(), max_frame, nic: None }
+    }
+
+    /// A dpdk port: `nic` is its open device, None if it failed to open.
+    pub fn with_nic(id: u16, cfg: PortConfig, nic: Option<NicPort>) -> Port {
+        Port { nic, ..Port::new(id, cfg) }
+    }
+
+    /// Whether this is a dpdk port (open or failed).
+    pub fn is_dpdk(&self) -> bool {
+        self.cfg.dpdk.is_some()
     }
 
     pub fn name(&self) -> &str {
         &self.cfg.name
     }
 
+    /// Queue pairs of a vhost-user port; receive queues of a dpdk port.
     pub fn queue_pairs(&self) -> usize {
-        self.vrings.len() / 2
+        match &self.nic {
+            Some(n) => n.rx_queues(),
+            None => self.vrings.len() / 2,
+        }
     }
 
     /// Applies a new MTU (a reload); frames are checked against it from the next burst.
@@ -49,7 +67,10 @@ impl Port {
     /// the same queue serialize on its ring lock.
     #[inline]
     pub fn rx_queue_for(&self, src_q: usize) -> Option<(usize, &VringLock)> {
-        let n = self.queue_pairs();
+        let n = self.vrings.len() / 2;
+        if n == 0 {
+            return None;
+        }
         let first = src_q % n;
         (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.vrings[v])).find(|(_, v)| v.is_ready())
     }

@@ -29,7 +29,17 @@ impl Control {
     /// Creates port `id` and starts listening on (or connecting to) its socket. The poll
     /// threads see it after the next `publish`.
     pub(crate) fn open_port(&mut self, id: u16, cfg: PortConfig) -> std::io::Result<()> {
-        let port = Arc::new(Port::new(id, cfg.clone()));
+        let mut failed = None;
+        let port = match &cfg.dpdk {
+            None => Arc::new(Port::new(id, cfg.clone())),
+            Some(d) => {
+                let nic = crate::nic::NicPort::open(d, cfg.mtu, self.threads.len(), &self.cfg.dpdk)
+                    .inspect_err(|e| log::error!("port {}: {e}; the switch runs on without it", cfg.name))
+                    .map_err(|e| failed = Some(e))
+                    .ok();
+                Arc::new(Port::with_nic(id, cfg.clone(), nic))
+            }
+        };
         let mut pc = PortCtl {
             port: port.clone(),
             cfg,
@@ -38,9 +48,10 @@ impl Control {
             retry_at: None,
             backoff: RECONNECT_MIN,
             connects: 0,
-            last_error: None,
+            last_error: failed,
         };
         match port.cfg.mode {
+            _ if port.is_dpdk() => {}
             SocketMode::Server => {
                 if let Some(dir) = port.cfg.socket.parent() {
                     std::fs::create_dir_all(dir)?;

@@ -36,9 +36,11 @@ pub enum Drop {
     NoMatch,
     /// The matching flow's actions drop the frame.
     FlowDrop,
+    /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
+    NicTxFull,
 }
 
-pub const NDROPS: usize = 9;
+pub const NDROPS: usize = 10;
 pub const DROP_REASONS: [&str; NDROPS] = [
     "rx_ring_full",
     "rx_buffer_too_small",
@@ -49,6 +51,7 @@ pub const DROP_REASONS: [&str; NDROPS] = [
     "port_security",
     "no_match",
     "flow_drop",
+    "nic_tx_full",
 ];
 
 /// Counters for one port, kept by one poll thread. `rx` is what the switch received from the

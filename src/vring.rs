@@ -308,6 +308,20 @@ impl Segs {
         done
     }
 
+    /// Makes these segments one span of host memory (a received mbuf's data), to be used as a
+    /// frame's source like a guest buffer: `read_at`, `prefetch`, and as `src` of `copy_from`.
+    ///
+    /// # Safety
+    /// `p` must point at `len` readable bytes that stay valid, and are not written by anyone
+    /// else, for as long as these segments are used (until the next `set_host` or `pop` into
+    /// them). The segments must not be written through (`write_at`, or as `copy_from`'s
+    /// destination): the memory may be read-only to us.
+    pub unsafe fn set_host(&mut self, p: *const u8, len: u32) {
+        self.ptrs[0] = (p as *mut u8, len);
+        self.n = 1;
+        self.total = len;
+    }
+
     /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
         let dst = out.as_mut_ptr();

@@ -70,6 +70,21 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     let numa = Numa::discover();
     // The calling thread's CPU set, read before any thread is pinned.
     let online = core_affinity::get_core_ids().unwrap_or_default();
+    // DPDK starts only if a dpdk port is configured, before the poll threads; EAL pins this
+    // (control) thread to the CPUs that are not poll cores. A failure leaves the dpdk ports
+    // "failed" and the switch runs on.
+    let nic = pvswitch::nic::wanted(&cfg);
+    if nic {
+        let mut control_cpus: Vec<usize> =
+            online.iter().map(|c| c.id).filter(|c| !cfg.poll_cores.contains(c)).collect();
+        if control_cpus.is_empty() {
+            control_cpus = online.iter().map(|c| c.id).collect();
+        }
+        if let Err(e) = pvswitch::nic::init(&cfg, &control_cpus) {
+            error!("dpdk: {e}; dpdk ports will not start");
+        }
+    }
+    let nic_poll_interval_us = cfg.dpdk.nic_poll_interval_us;
     let mac = Arc::new(MacTable::new(4096));
     let shutdown = Arc::new(AtomicBool::new(false));
     let stats: Vec<Arc<ThreadStats>> = cfg
@@ -105,6 +120,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
                 shutdown: shutdown.clone(),
                 mailbox: t.mailbox,
                 sleep_after_us: t.sleep_after_us,
+                nic_poll_interval_us,
             };
             let pinned = online.iter().find(|c| c.id == t.core).copied();
             if pinned.is_none() {
@@ -114,6 +130,9 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
             std::thread::Builder::new().name(format!("pmd{}", t.index)).spawn(move || {
                 if let Some(c) = pinned {
                     core_affinity::set_for_current(c);
+                }
+                if nic {
+                    pvswitch::nic::thread_register();
                 }
                 PollThread::new(cx, plan).run();
             })

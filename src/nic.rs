@@ -1,0 +1,446 @@
+//! DPDK ports (physical NICs and DPDK vdevs) as switch ports.
+//!
+//! A NIC receive queue is another kind of receive queue in a poll thread's plan (`pmd.rs`
+//! visits it with the same deficit round robin budget as a guest's TX queue); a NIC is another
+//! destination in `deliver`. This module holds what the data path needs for that, on top of
+//! the safe DPDK wrapper (`dpdk.rs`):
+//!
+//! - EAL start-up from the configuration (`init`), once, only if a dpdk port is configured;
+//! - one mbuf pool per NUMA socket used (`pool_for`);
+//! - `NicPort`: one open ethdev port with its pool;
+//! - per poll thread: `NicRx`, the burst of mbufs being switched, and `TxBatches`, one pending
+//!   transmit burst per NIC port, flushed with one `tx_burst` at the end of each delivery.
+//!
+//! Without the cargo feature `dpdk` the same names exist but no `NicPort` can be built (the
+//! type is empty), so the data path compiles unchanged and the NIC branches vanish.
+
+use crate::config::Config;
+
+#[cfg(feature = "dpdk")]
+pub use imp::*;
+#[cfg(not(feature = "dpdk"))]
+pub use stub::*;
+
+/// Whether the configuration has a dpdk port.
+pub fn wanted(cfg: &Config) -> bool {
+    cfg.ports.iter().any(|p| p.dpdk.is_some())
+}
+
+#[cfg(feature = "dpdk")]
+mod imp {
+    use std::sync::Mutex;
+
+    use serde_json::{Value, json};
+
+    use crate::config::{Config, DpdkConfig, DpdkPortConfig};
+    use crate::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
+    use crate::plan::PortTable;
+    use crate::stats::{Drop, PortCounters, ThreadStats, bump};
+    use crate::vring::Segs;
+
+    /// Why the EAL did not start, if it did not (every dpdk port then fails with it).
+    static EAL_ERROR: Mutex<Option<String>> = Mutex::new(None);
+    /// Pools by NUMA socket (None: unknown), and the data room and size they are made with.
+    static POOLS: Mutex<Vec<(Option<u32>, Mempool)>> = Mutex::new(Vec::new());
+    static POOL_SHAPE: Mutex<(u16, u32)> = Mutex::new((DEFAULT_DATA_ROOM, crate::config::DEFAULT_MBUFS));
+
+    fn hugepages_usable() -> bool {
+        let mounted =
+            std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.lines().any(|l| l.contains(" hugetlbfs ")));
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |name: &str| -> u64 {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        mounted && field("HugePages_Free:") * field("Hugepagesize:") >= 256 * 1024
+    }
+
+    fn is_pci(device: &str) -> bool {
+        let name = device.split(',').next().unwrap_or("");
+        !name.starts_with("net_") && name.contains(':') && name.contains('.')
+    }
+
+    /// The EAL arguments for `cfg`: `[dpdk] eal_args` or the defaults (`--in-memory` with
+    /// hugepages, else `--no-huge -m 512`), plus `--no-pci` unless a PCI device is configured,
+    /// `--file-prefix=pvswitch-<pid>`, and `--lcores=0@(control_cpus)` so that EAL pins the
+    /// main (control) thread off the poll cores, unless the arguments choose lcores themselves.
+    pub fn eal_args(cfg: &Config, control_cpus: &[usize]) -> Vec<String> {
+        let mut a = vec!["pvswitchd".to_string()];
+        let user = cfg.dpdk.eal_args.clone();
+        let has = |flag: &str| user.iter().flatten().any(|x| x == flag || x.starts_with(&format!("{flag}=")));
+        match &user {
+            Some(u) => a.extend(u.iter().cloned()),
+            None if hugepages_usable() => a.push("--in-memory".into()),
+            None => a.extend(["--no-huge", "-m", "512", "--no-shconf"].map(String::from)),
+        }
+        if !cfg.ports.iter().filter_map(|p| p.dpdk.as_ref()).any(|d| is_pci(&d.device))
+            && !has("--no-pci")
+            && !has("-a")
+            && !has("--allow")
+        {
+            a.push("--no-pci".into());
+        }
+        if !has("--file-prefix") {
+            a.push(format!("--file-prefix=pvswitch-{}", std::process::id()));
+        }
+        if !has("-l") && !has("--lcores") && !has("-c") && !control_cpus.is_empty() {
+            let cpus: Vec<String> = control_cpus.iter().map(|c| c.to_string()).collect();
+            a.push(format!("--lcores=0@({})", cpus.join(",")));
+        }
+        if !has("--log-level") {
+            a.push("--log-level=*:notice".into());
+        }
+        a
+    }
+
+    /// Starts the EAL if a dpdk port is configured. Call from the main thread before the poll
+    /// threads start (EAL pins the calling thread to `control_cpus`). A failure is returned
+    /// and remembered: every dpdk port then fails to open with it, and the switch runs on.
+    pub fn init(cfg: &Config, control_cpus: &[usize]) -> Result<(), String> {
+        if !super::wanted(cfg) {
+            return Ok(());
+        }
+        let max_mtu = cfg.ports.iter().filter(|p| p.dpdk.is_some()).map(|p| p.mtu).max().unwrap_or(1500);
+        let room = (max_mtu + 18 + PKTMBUF_HEADROOM as u32).clamp(DEFAULT_DATA_ROOM as u32, u16::MAX as u32);
+        *POOL_SHAPE.lock().unwrap() = (room as u16, cfg.dpdk.mbufs);
+        let args = eal_args(cfg, control_cpus);
+        log::info!("dpdk: starting EAL: {}", args[1..].join(" "));
+        match Eal::init(&args) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                *EAL_ERROR.lock().unwrap() = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes the calling poll thread a DPDK lcore (mempool cache), if the EAL runs.
+    pub fn thread_register() {
+        if Eal::get().is_some()
+            && let Err(e) = dpdk::thread_register()
+        {
+            log::warn!("{e}; this thread's mbuf allocations bypass the per-lcore cache");
+        }
+    }
+
+    /// The pool for NUMA `socket`, created on first use.
+    fn pool_for(socket: Option<u32>) -> Result<Mempool, String> {
+        let mut pools = POOLS.lock().unwrap();
+        if let Some((_, p)) = pools.iter().find(|(s, _)| *s == socket) {
+            return Ok(*p);
+        }
+        let (room, n) = *POOL_SHAPE.lock().unwrap();
+        let name = match socket {
+            Some(s) => format!("pvs_mbufs_s{s}"),
+            None => "pvs_mbufs_any".to_string(),
+        };
+        let p = Mempool::new(&name, n, 256, room, socket)?;
+        log::info!("dpdk: mempool {name}: {n} mbufs of {room} bytes");
+        pools.push((socket, p));
+        Ok(p)
+    }
+
+    /// An open, started DPDK port and the pool its mbufs come from.
+    pub struct NicPort {
+        pub device: String,
+        eth: EthPort,
+        pool: Mempool,
+    }
+
+    impl NicPort {
+        /// Opens `cfg.device` with its queues on the device's NUMA socket. `threads` poll
+        /// threads will send to it: by default it gets one TX queue each (as many as the
+        /// driver allows), so that no two threads share one.
+        pub fn open(cfg: &DpdkPortConfig, mtu: u32, threads: usize, _dc: &DpdkConfig) -> Result<NicPort, String> {
+            if Eal::get().is_none() {
+                let why = EAL_ERROR.lock().unwrap().clone().unwrap_or_else(|| "EAL not initialized".into());
+                return Err(format!("dpdk port {}: DPDK did not start: {why}", cfg.device));
+            }
+            let mut pool = None;
+            let eth = EthPort::open_with(&cfg.device, |dev| {
+                let txqs = match cfg.tx_queues {
+                    Some(n) => n,
+                    None => (threads.max(1) as u16).min(dev.max_tx_queues.max(1)),
+                };
+                let p = pool_for(dev.socket)?;
+                pool = Some(p);
+                let mtu = (mtu != 1500).then_some(mtu as u16);
+                let setup = PortSetup { rxqs: cfg.rx_queues, txqs, rx_ring: cfg.rx_ring, tx_ring: cfg.tx_ring, mtu };
+                Ok((setup, p))
+            })?;
+            let pool = pool.expect("open_with chose a pool");
+            log::info!(
+                "dpdk port {}: driver {}, {} rx / {} tx queues, rings {:?}, NUMA socket {:?}",
+                eth.name(),
+                eth.driver(),
+                eth.rx_queues(),
+                eth.tx_queues(),
+                eth.ring_sizes(),
+                eth.socket_id()
+            );
+            Ok(NicPort { device: cfg.device.clone(), eth, pool })
+        }
+
+        pub fn rx_queues(&self) -> usize {
+            self.eth.rx_queues() as usize
+        }
+
+        pub fn socket_id(&self) -> Option<u32> {
+            self.eth.socket_id()
+        }
+
+        /// Receives up to `max` frames from queue `q` into `rx` (which must be empty). None if
+        /// another thread holds the queue (a plan change in flight).
+        #[inline]
+        pub fn rx(&self, q: usize, rx: &mut NicRx, max: usize) -> Option<usize> {
+            let mut h = self.eth.try_rx_queue(q as u16)?;
+            Some(h.rx_max(&mut rx.burst, max))
+        }
+
+        /// Sends `burst` on the TX queue of poll thread `thread` with one tx_burst; returns
+        /// how many the driver took. Unsent mbufs stay in `burst`.
+        #[inline]
+        fn send(&self, thread: usize, burst: &mut MbufBurst) -> usize {
+            let q = (thread % self.eth.tx_queues() as usize) as u16;
+            // With fewer TX queues than threads two threads may share one: the holder only
+            // runs one tx_burst, so spin.
+            loop {
+                if let Some(mut h) = self.eth.try_tx_queue(q) {
+                    return h.tx(burst);
+                }
+                std::hint::spin_loop();
+            }
+        }
+
+        /// What `pvswitchctl ports` shows of the device: driver, queues, NUMA node, and
+        /// DPDK's own counters.
+        pub fn info(&self) -> Value {
+            let st = self.eth.stats().ok();
+            json!({
+                "device": self.device,
+                "ethdev": self.eth.name(),
+                "port_id": self.eth.port_id(),
+                "driver": self.eth.driver(),
+                "rx_queues": self.eth.rx_queues(),
+                "tx_queues": self.eth.tx_queues(),
+                "rx_ring": self.eth.ring_sizes().0,
+                "tx_ring": self.eth.ring_sizes().1,
+                "socket_id": self.eth.socket_id(),
+                "mtu": self.eth.mtu(),
+                "mac": self.eth.mac_addr().ok().map(|m| m.map(|b| format!("{b:02x}")).join(":")),
+                "notes": self.eth.notes(),
+                "mbufs_free": self.pool.available(),
+                "stats": st.map(|s| json!({
+                    "ipackets": s.ipackets,
+                    "opackets": s.opackets,
+                    "ibytes": s.ibytes,
+                    "obytes": s.obytes,
+                    "imissed": s.imissed,
+                    "ierrors": s.ierrors,
+                    "oerrors": s.oerrors,
+                    "rx_nombuf": s.rx_nombuf,
+                })),
+            })
+        }
+    }
+
+    /// A poll thread's burst of mbufs received from a NIC queue, while it is switched.
+    #[derive(Default)]
+    pub struct NicRx {
+        burst: MbufBurst,
+    }
+
+    impl NicRx {
+        /// Points `segs` at frame `i`'s data, as the frame's source. A chained mbuf (the
+        /// driver scattered a frame over several) gets no data and is dropped as a runt.
+        #[inline]
+        pub fn source(&self, i: usize, segs: &mut Segs) {
+            let m = &self.burst.as_slice()[i];
+            let d: &[u8] = if m.nb_segs() == 1 { m.data() } else { &[] };
+            // SAFETY: the mbuf is owned by `self.burst` and neither freed nor written until
+            // `clear`, which the caller runs only after the frames pointing here are delivered
+            // (they are only read: classify, copy into guest buffers or new mbufs).
+            unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
+        }
+
+        /// Frees the burst's mbufs (their frames have been copied wherever they went).
+        #[inline]
+        pub fn clear(&mut self) {
+            self.burst.clear();
+        }
+    }
+
+    /// One NIC port's pending transmit burst, and fresh mbufs for it.
+    #[derive(Default)]
+    struct Batch {
+        burst: MbufBurst,
+        spare: MbufBurst,
+    }
+
+    /// A poll thread's pending transmit bursts, one per NIC port (by port id).
+    #[derive(Default)]
+    pub struct TxBatches {
+        batches: Vec<Option<Box<Batch>>>,
+        /// Ports with frames waiting.
+        dirty: Vec<u16>,
+    }
+
+    impl TxBatches {
+        /// Copies a frame (`prefix`, then `len` bytes of `src` from `off`) into a new mbuf and
+        /// queues it for NIC port `id`; a full batch is sent at once.
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        pub fn write(
+            &mut self,
+            id: u16,
+            nic: &NicPort,
+            thread: usize,
+            pc: &PortCounters,
+            src: &Segs,
+            off: u32,
+            len: u32,
+            prefix: &[u8],
+        ) -> Result<u32, Drop> {
+            let total = prefix.len() + len as usize;
+            let i = id as usize;
+            if self.batches.len() <= i {
+                self.batches.resize_with(i + 1, || None);
+            }
+            let Batch { burst: b, spare } = &mut **self.batches[i].get_or_insert_with(Default::default);
+            // Mbufs come from the pool a burst at a time.
+            if spare.is_empty() && spare.alloc(&nic.pool, dpdk::BURST).is_err() {
+                return Err(Drop::NicTxFull);
+            }
+            let Some(mut m) = spare.pop() else { return Err(Drop::NicTxFull) };
+            let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
+                let _ = spare.push(m);
+                return Err(Drop::Mtu);
+            };
+            room[..prefix.len()].copy_from_slice(prefix);
+            src.read_at(off, &mut room[prefix.len()..]);
+            if b.is_empty() {
+                self.dirty.push(id);
+            }
+            let _ = b.push(m);
+            if b.is_full() {
+                flush_one(b, nic, thread, pc);
+                self.dirty.retain(|&d| d != id);
+            }
+            Ok(total as u32)
+        }
+
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            self.dirty.is_empty()
+        }
+
+        /// Sends every pending batch with one tx_burst each.
+        #[inline]
+        pub fn flush(&mut self, ports: &PortTable, thread: usize, st: &ThreadStats) {
+            for id in self.dirty.drain(..) {
+                let Some(b) = self.batches[id as usize].as_mut().map(|b| &mut b.burst) else { continue };
+                let pc = &st.ports[id as usize];
+                match ports.get(id).and_then(|p| p.nic.as_ref()) {
+                    Some(nic) => flush_one(b, nic, thread, pc),
+                    None => {
+                        pc.drop(Drop::PortDown, b.len() as u64);
+                        b.clear();
+                    }
+                }
+            }
+        }
+    }
+
+    /// One tx_burst; what the driver did not take is freed and counted `nic_tx_full`.
+    #[inline]
+    fn flush_one(b: &mut MbufBurst, nic: &NicPort, thread: usize, pc: &PortCounters) {
+        let n = b.len();
+        let bytes: u64 = b.iter().map(|m| m.len() as u64).sum();
+        let sent = nic.send(thread, b);
+        let left: u64 = b.iter().map(|m| m.len() as u64).sum();
+        b.clear();
+        bump(&pc.tx_batches, (sent > 0) as u64);
+        bump(&pc.tx_packets, sent as u64);
+        bump(&pc.tx_bytes, bytes - left);
+        if sent < n {
+            pc.drop(Drop::NicTxFull, (n - sent) as u64);
+        }
+    }
+}
+
+#[cfg(not(feature = "dpdk"))]
+mod stub {
+    use serde_json::Value;
+
+    use crate::config::{Config, DpdkConfig, DpdkPortConfig};
+    use crate::plan::PortTable;
+    use crate::stats::{Drop, PortCounters, ThreadStats};
+    use crate::vring::Segs;
+
+    pub fn init(_cfg: &Config, _control_cpus: &[usize]) -> Result<(), String> {
+        Ok(())
+    }
+
+    pub fn thread_register() {}
+
+    /// No DPDK: no value of this type exists (config rejects dpdk ports).
+    pub enum NicPort {}
+
+    impl NicPort {
+        pub fn open(cfg: &DpdkPortConfig, _: u32, _: usize, _: &DpdkConfig) -> Result<NicPort, String> {
+            Err(format!("dpdk port {}: this pvswitchd was built without DPDK support", cfg.device))
+        }
+        pub fn rx_queues(&self) -> usize {
+            match *self {}
+        }
+        pub fn socket_id(&self) -> Option<u32> {
+            match *self {}
+        }
+        pub fn rx(&self, _: usize, _: &mut NicRx, _: usize) -> Option<usize> {
+            match *self {}
+        }
+        pub fn info(&self) -> Value {
+            match *self {}
+        }
+    }
+
+    #[derive(Default)]
+    pub struct NicRx {
+        _none: (),
+    }
+
+    impl NicRx {
+        pub fn source(&self, _: usize, _: &mut Segs) {}
+        pub fn clear(&mut self) {}
+    }
+
+    #[derive(Default)]
+    pub struct TxBatches {
+        _none: (),
+    }
+
+    impl TxBatches {
+        #[allow(clippy::too_many_arguments)]
+        pub fn write(
+            &mut self,
+            _: u16,
+            nic: &NicPort,
+            _: usize,
+            _: &PortCounters,
+            _: &Segs,
+            _: u32,
+            _: u32,
+            _: &[u8],
+        ) -> Result<u32, Drop> {
+            match *nic {}
+        }
+        pub fn is_empty(&self) -> bool {
+            true
+        }
+        pub fn flush(&mut self, _: &PortTable, _: usize, _: &ThreadStats) {}
+    }
+}

@@ -1,0 +1,360 @@
+//! DPDK ports in the switch: a net_ring loopback between two testpmd VMs, a NIC that fails to
+//! start, and a veth pair into a network namespace (net_af_packet) that a VM answers pings on.
+//! Needs root, hugepages and dpdk-testpmd.
+#![cfg(feature = "dpdk")]
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+fn config(dir: &std::path::Path, vhost: &[&str], dpdk: &[(&str, &str)], flows: &[&str]) -> String {
+    let mut c = String::new();
+    if !flows.is_empty() {
+        c += "flows = [\n";
+        for f in flows {
+            c += &format!("  \"{f}\",\n");
+        }
+        c += "]\n";
+    }
+    c += &format!(
+        "[switch]\npoll_cores = [1]\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\nrx_retry_us = 60000000\n",
+        dir.display()
+    );
+    for p in vhost {
+        c += &format!("[[port]]\nname = \"{p}\"\ntype = \"vhost-user\"\nsocket = \"{p}.sock\"\n");
+    }
+    for (name, dev) in dpdk {
+        c += &format!("[[port]]\nname = \"{name}\"\ntype = \"dpdk\"\ndevice = \"{dev}\"\n");
+    }
+    c
+}
+
+fn drops(p: &Value) -> Vec<(String, u64)> {
+    p["drops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+/// VM A -> pvswitchd -> net_ring0 (its transmit ring is its receive ring) -> pvswitchd -> VM B,
+/// by flows. Every frame leaves through the NIC and comes back in, intact and counted.
+#[test]
+fn ring_loopback_between_vms() {
+    ring_loopback("nicring", "", "");
+}
+
+/// The same with adaptive polling: the thread sleeps when idle, at most `nic_poll_interval_us`
+/// at a time because its NIC queue cannot wake it, and nothing is lost.
+#[test]
+fn ring_loopback_adaptive_polling() {
+    ring_loopback(
+        "nicringad",
+        "poll_mode = \"adaptive\"\nidle_before_sleep_us = 200\n",
+        "nic_poll_interval_us = 500\n",
+    );
+}
+
+/// `switch_extra` goes into [switch], `dpdk` into a [dpdk] section.
+fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
+    let _g = serial();
+    let dir = test_dir(name);
+    let text = config(
+        &dir,
+        &["a", "b"],
+        &[("ring", "net_ring0")],
+        &[
+            "priority=10,in_port=a,actions=output:ring",
+            "priority=10,in_port=ring,actions=output:b",
+            "priority=0,actions=drop",
+        ],
+    );
+    let text = text.replace("rx_retry_us = 60000000\n", &format!("rx_retry_us = 60000000\n{switch_extra}"));
+    let text = if dpdk.is_empty() { text } else { format!("{text}[dpdk]\n{dpdk}") };
+    let sw = Switch::start_config(dir.clone(), &text);
+    if !switch_extra.is_empty() {
+        // Idle: the thread sleeps, and its timer (no guest kicked) wakes it.
+        let th = wait_for("the poll thread to sleep on its NIC timer", || {
+            let th = sw.ctl("stats")["threads"][0].clone();
+            (th["sleeps"].as_u64() > Some(10) && th["wakeups"]["timeout"].as_u64() > Some(10)).then_some(th)
+        });
+        eprintln!("adaptive: sleeps {} wakeups {}", th["sleeps"], th["wakeups"]);
+    }
+    let ring = sw.port("ring");
+    assert_eq!(ring["type"], "dpdk", "{ring}");
+    assert_eq!(ring["state"], "running", "{ring}");
+    assert_eq!(ring["dpdk"]["driver"], "net_ring", "{ring}");
+    // Fewer frames than either ring holds: a NIC cannot be held back, so a VM B that is
+    // descheduled for a while must still find room.
+    let sizes = [64usize, 65, 128, 511, 1000, 1514];
+    let n = 480; // VM B posts 512 receive buffers
+    let sent: Vec<Vec<u8>> = (0..n).map(|i| frame(MAC_B, MAC_A, sizes[i % sizes.len()], 1, i as u32)).collect();
+    let bytes: u64 = sent.iter().map(|f| f.len() as u64).sum();
+    write_pcap(&dir.join("in0.pcap"), &sent);
+    let PcapVms { a: mut vm_a, b: vm_b } = pcap_vms_opts(&dir, &sw, 1, false, false);
+    vm_a.cmd("start");
+    let n = n as u64;
+    let mut last = Value::Null;
+    let done = try_wait_for(|| {
+        last = sw.ctl("ports");
+        (sw.counter("b", "tx_packets") >= n).then_some(())
+    });
+    assert!(done.is_some(), "not everything arrived: {last:#}");
+    // Let stragglers (there must be none) show up.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    vm_a.quit();
+    vm_b.quit();
+    assert_delivered(&sent, &read_pcap(&dir.join("out0.pcap")));
+    let (a, b, ring) = (sw.port("a"), sw.port("b"), sw.port("ring"));
+    assert_eq!((a["rx_packets"].as_u64(), a["rx_bytes"].as_u64()), (Some(n), Some(bytes)), "{a}");
+    assert_eq!((ring["tx_packets"].as_u64(), ring["tx_bytes"].as_u64()), (Some(n), Some(bytes)), "{ring}");
+    assert_eq!((ring["rx_packets"].as_u64(), ring["rx_bytes"].as_u64()), (Some(n), Some(bytes)), "{ring}");
+    assert_eq!((b["tx_packets"].as_u64(), b["tx_bytes"].as_u64()), (Some(n), Some(bytes)), "{b}");
+    assert_eq!(a["tx_packets"].as_u64(), Some(0), "{a}");
+    // B's hello matched the catch-all drop.
+    assert_eq!(b["rx_packets"].as_u64(), Some(1), "{b}");
+    assert_eq!(drops(&b), vec![("flow_drop".to_string(), 1)], "{b}");
+    assert!(drops(&a).is_empty() && drops(&ring).is_empty(), "{a}\n{ring}");
+    // DPDK's own counters agree.
+    let st = &ring["dpdk"]["stats"];
+    assert_eq!((st["opackets"].as_u64(), st["ipackets"].as_u64()), (Some(n), Some(n)), "{ring}");
+    assert_eq!((st["imissed"].as_u64(), st["oerrors"].as_u64()), (Some(0), Some(0)), "{ring}");
+    // The NIC's receive queue is polled by thread 0 and shows in rxq.
+    let rxq = sw.ctl("rxq");
+    let q = rxq.as_array().unwrap().iter().find(|q| q["port"] == "ring").expect("ring rxq");
+    assert_eq!(q["packets"].as_u64(), Some(n), "{rxq}");
+}
+
+/// A dpdk port whose device does not exist: shown failed with the error, and the vhost-user
+/// ports switch as before.
+#[test]
+fn failed_nic_leaves_vhost_ports_working() {
+    let _g = serial();
+    let dir = test_dir("nicfail");
+    let text = config(&dir, &["a", "b"], &[("bad", "net_bogus0")], &[]);
+    let sw = Switch::start_config(dir.clone(), &text);
+    let bad = sw.port("bad");
+    assert_eq!(bad["state"], "failed", "{bad}");
+    let err = bad["last_error"].as_str().unwrap_or_default();
+    assert!(err.contains("net_bogus0") && err.contains("device not found"), "{bad}");
+    assert!(sw.log().contains("net_bogus0"), "{}", sw.log());
+    let n = 2000u32;
+    let sent: Vec<Vec<u8>> = (0..n).map(|i| frame(MAC_B, MAC_A, 64, 0, i)).collect();
+    write_pcap(&dir.join("in0.pcap"), &sent);
+    let PcapVms { a: mut vm_a, b: vm_b } = pcap_vms(&dir, &sw, 1, false);
+    vm_a.cmd("set fwd io retry");
+    vm_a.cmd("set burst tx delay 100 retry 100000");
+    vm_a.cmd("start");
+    let ok = try_wait_for(|| (sw.counter("b", "tx_packets") >= n as u64).then_some(()));
+    assert!(ok.is_some(), "frames to B: {:#}\nVM A: {}", sw.ctl("ports"), vm_a.output());
+    vm_a.quit();
+    vm_b.quit();
+    assert_delivered(&sent, &read_pcap(&dir.join("out0.pcap")));
+    // B's hello was flooded; the failed port got none of it, and no drop is charged to it.
+    let bad = sw.port("bad");
+    assert_eq!((bad["tx_packets"].as_u64(), bad["rx_packets"].as_u64()), (Some(0), Some(0)), "{bad}");
+    assert!(drops(&bad).is_empty(), "{bad}");
+}
+
+/// A network namespace joined to the switch by a veth pair, removed on drop (even when the
+/// test fails).
+struct Netns {
+    ns: String,
+    host_if: String,
+}
+
+fn sh(args: &[&str]) -> String {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let pid = std::process::id() % 100_000;
+        let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
+        let peer = "pvsns0";
+        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &n.host_if]).stderr(Stdio::null()).status();
+        sh(&["ip", "netns", "add", &n.ns]);
+        sh(&["ip", "link", "add", &n.host_if, "type", "veth", "peer", "name", peer, "netns", &n.ns]);
+        // No IPv6 on either end, no address on the switch's end: the only traffic is the test's.
+        for (ns, dev) in [(None, n.host_if.as_str()), (Some(n.ns.as_str()), peer)] {
+            let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+            match ns {
+                None => sh(&["sysctl", "-q", "-w", &key]),
+                Some(ns) => sh(&["ip", "netns", "exec", ns, "sysctl", "-q", "-w", &key]),
+            };
+        }
+        // The veth would hand TCP and UDP frames to af_packet with their checksums still to be
+        // filled in (offloaded): the guest would drop them. Checksum in software instead.
+        sh(&["ip", "netns", "exec", &n.ns, "ethtool", "-K", peer, "tx", "off"]);
+        sh(&["ip", "netns", "exec", &n.ns, "ip", "addr", "add", "10.77.0.1/24", "dev", peer]);
+        sh(&["ip", "netns", "exec", &n.ns, "ip", "link", "set", peer, "up"]);
+        sh(&["ip", "netns", "exec", &n.ns, "ip", "link", "set", "lo", "up"]);
+        sh(&["ip", "link", "set", &n.host_if, "up"]);
+        n
+    }
+
+    /// (rx_packets, tx_packets) of the namespace's end.
+    fn peer_counts(&self) -> (u64, u64) {
+        let s = sh(&["ip", "netns", "exec", &self.ns, "cat", "/sys/class/net/pvsns0/statistics/rx_packets"]);
+        let t = sh(&["ip", "netns", "exec", &self.ns, "cat", "/sys/class/net/pvsns0/statistics/tx_packets"]);
+        (s.trim().parse().unwrap(), t.trim().parse().unwrap())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.host_if]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// Linux in a namespace <-> veth <-> net_af_packet <-> pvswitchd <-> testpmd VM (icmpecho
+/// answers ARP and ping): pings from the namespace are answered, and the counters of the
+/// namespace's interface, the switch's NIC port, DPDK and the VM's port agree.
+#[test]
+fn ping_through_af_packet_veth() {
+    let _g = serial();
+    let ns = Netns::new("p");
+    let dir = test_dir("nicveth");
+    let dev = format!("net_af_packet0,iface={}", ns.host_if);
+    let text = config(&dir, &["vm"], &[("eth", dev.as_str())], &[]);
+    let sw = Switch::start_config(dir.clone(), &text);
+    let eth = sw.port("eth");
+    assert_eq!(eth["state"], "running", "{eth}\n{}", sw.log());
+    assert_eq!(eth["dpdk"]["driver"], "net_af_packet", "{eth}");
+    let mut vm = Testpmd::spawn(
+        &format!("pvsvm{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:77:02", sw.sock("vm"))],
+        &["--forward-mode=icmpecho"],
+    );
+    sw.wait_running("vm", 1);
+    vm.cmd("start");
+    let (rx0, tx0) = ns.peer_counts();
+    let count = 20;
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.ns, "ping", "-c", &count.to_string(), "-i", "0.05", "-W", "2", "10.77.0.2"])
+        .output()
+        .unwrap();
+    assert!(std::path::Path::new("/usr/bin/ping").exists(), "ping missing: apt-get install iputils-ping");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{count} received")), "ping failed:\n{text}\nswitch: {:#}", sw.ctl("ports"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (rx1, tx1) = ns.peer_counts();
+    let (ns_rx, ns_tx) = (rx1 - rx0, tx1 - tx0);
+    let (eth, vmp) = (sw.port("eth"), sw.port("vm"));
+    // Before the pings nothing crossed; everything the namespace sent reached the VM, and
+    // everything the VM answered reached the namespace.
+    assert!(ns_tx >= count && ns_rx >= count, "namespace sent {ns_tx}, received {ns_rx}");
+    assert_eq!(eth["rx_packets"].as_u64(), Some(ns_tx), "{eth}");
+    assert_eq!(vmp["tx_packets"].as_u64(), Some(ns_tx), "{vmp}");
+    assert_eq!(vmp["rx_packets"].as_u64(), Some(ns_rx), "{vmp}");
+    assert_eq!(eth["tx_packets"].as_u64(), Some(ns_rx), "{eth}");
+    let st = &eth["dpdk"]["stats"];
+    assert_eq!((st["ipackets"].as_u64(), st["opackets"].as_u64()), (Some(ns_tx), Some(ns_rx)), "{eth}");
+    assert!(drops(&eth).is_empty() && drops(&vmp).is_empty(), "{eth}\n{vmp}");
+    let vs = vm.port_stats();
+    assert_eq!(vs[0], (ns_tx, ns_rx), "VM port stats");
+    vm.quit();
+}
+
+/// A QEMU Linux guest (TCG) <-> pvswitchd <-> net_af_packet <-> veth <-> a namespace: ping both
+/// ways and iperf3 TCP both ways between two real TCP stacks. The guest image comes from
+/// scripts/build-guest.sh (PVS_GUEST_DIR overrides where it is looked for).
+#[test]
+fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
+    let _g = serial();
+    let ns = Netns::new("q");
+    let dir = test_dir("nicqemu");
+    let dev = format!("net_af_packet0,iface={}", ns.host_if);
+    let text = config(&dir, &["vm"], &[("eth", dev.as_str())], &[]);
+    let sw = Switch::start_config(dir.clone(), &text);
+    assert_eq!(sw.port("eth")["state"], "running", "{}", sw.log());
+    let mut iperf = KillOnDrop(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.ns, "iperf3", "-s", "-B", "10.77.0.1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("iperf3 server"),
+    );
+    let job = dir.join("job.sh");
+    std::fs::write(
+        &job,
+        r#"P=10.77.0.1
+i=0
+until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
+ping -c 5 -i 0.2 -W 2 $P | tail -n 2
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c $P -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+echo PVS-READY
+sleep 60
+"#,
+    )
+    .unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let log = dir.join("guest.log");
+    let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+    cmd.args(["--socket", &sw.sock("vm"), "--ip", "10.77.0.2/24", "--name", "pvsnic"])
+        .arg("--job")
+        .arg(&job)
+        .arg("--log")
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Ok(g) = std::env::var("PVS_GUEST_DIR") {
+        cmd.args(["--guest-dir", &g]);
+    }
+    let mut vm = KillOnDrop(cmd.spawn().expect("scripts/run-vm.sh"));
+    let start = std::time::Instant::now();
+    let guest = || std::fs::read_to_string(&log).unwrap_or_default();
+    while !guest().contains("PVS-READY") {
+        assert!(start.elapsed().as_secs() < 180, "guest did not finish its job:\n{}", guest());
+        assert!(vm.0.try_wait().unwrap().is_none(), "QEMU exited:\n{}", guest());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = guest();
+    eprintln!(
+        "{}",
+        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
+    assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
+    // And from the namespace's Linux to the guest's.
+    let p = Command::new("ip")
+        .args(["netns", "exec", &ns.ns, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&p.stdout);
+    assert!(text.contains(" 0% packet loss"), "namespace -> guest ping:\n{text}");
+    let (eth, vmp) = (sw.port("eth"), sw.port("vm"));
+    // Everything the NIC received went to the guest, and the other way round (the guest and
+    // the namespace are the only talkers; flooding with two ports is a copy to the other one).
+    // A NIC cannot be held back: what found the guest's ring full was dropped, and counted.
+    let to_vm = vmp["tx_packets"].as_u64().unwrap() + vmp["drops"]["rx_ring_full"].as_u64().unwrap();
+    assert_eq!(eth["rx_packets"].as_u64(), Some(to_vm), "{eth}\n{vmp}");
+    assert_eq!(vmp["rx_packets"], eth["tx_packets"], "{eth}\n{vmp}");
+    assert!(eth["rx_packets"].as_u64().unwrap() > 1000, "{eth}");
+    let st = &eth["dpdk"]["stats"];
+    assert_eq!((&st["ipackets"], &st["opackets"]), (&eth["rx_packets"], &eth["tx_packets"]), "{eth}");
+    drop(vm);
+    iperf.0.kill().ok();
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

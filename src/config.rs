@@ -560,13 +560,15 @@ impl Config {
                 allowed_macs.push(mac);
             }
             let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
-            let mut queue_cfg = vec![QueueConfig { weight_packets, weight_bytes, affinity }; queue_pairs as usize];
+            // Receive queues: a vhost-user port's queue pairs, a dpdk port's rx queues.
+            let nrxq = dpdk.as_ref().map_or(queue_pairs, |d| d.rx_queues);
+            let mut queue_cfg = vec![QueueConfig { weight_packets, weight_bytes, affinity }; nrxq as usize];
             for q in &p.queue {
                 let i = *q.index.get_ref();
                 let Some(slot) = queue_cfg.get_mut(i as usize) else {
                     return Err(cx.err(
                         Some(q.index.span()),
-                        format!("queue index {i}: the port has {queue_pairs} queue pairs (0 to {})", queue_pairs - 1),
+                        format!("queue index {i}: the port has {nrxq} receive queues (0 to {})", nrxq - 1),
                     ));
                 };
                 slot.weight_packets =

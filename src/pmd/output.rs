@@ -1,0 +1,334 @@
+//! Delivery: a burst's frames to their destinations, in order (the "actions -> port tx" half
+//! of the data path). A destination guest RX queue is held open across consecutive frames to
+//! it; a full destination holds the rest of the burst back in the sender's ring (backpressure,
+//! bounded by `retry_cycles`); flow action lists run on a rewritten header; `write_frame` copies
+//! each frame once into the guest's receive buffers.
+
+use super::*;
+
+/// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
+/// destination costs one lock, one used-index store and at most one interrupt.
+struct Open<'a> {
+    cx: &'a Ctx,
+    port: &'a Port,
+    vq_index: usize,
+    /// The guest RX queue; None for a NIC port (frames go to the thread's TX batch for it).
+    guard: Option<VringGuard<'a>>,
+    packets: u64,
+    bytes: u64,
+}
+
+impl<'a> Open<'a> {
+    fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
+        let port = &**env.ports.get(p)?;
+        if port.nic.is_some() {
+            return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0 });
+        }
+        let (vq_index, vq) = port.rx_queue_for(env.src_q.get())?;
+        let guard = vq.lock();
+        guard.is_ready().then_some(Open { cx: env.cx, port, vq_index, guard: Some(guard), packets: 0, bytes: 0 })
+    }
+
+    /// Whether the guest has at least one receive buffer free.
+    fn has_room(&mut self) -> bool {
+        // A NIC never makes a sender wait: a full TX ring drops (nic_tx_full).
+        let Some(guard) = self.guard.as_mut() else { return true };
+        let Vring { active, broken, .. } = &mut **guard;
+        matches!(active.as_mut().filter(|_| broken.is_none()).map(|r| r.avail()), Some(Ok(n)) if n > 0)
+    }
+
+    fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+        let Some(guard) = self.guard.as_mut() else {
+            // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
+            let nic = self.port.nic.as_ref().ok_or(Drop::PortDown)?;
+            let pc = &self.cx.stats.ports[self.port.id as usize];
+            let (off, len) = (f.data_off + e.skip, f.len - e.skip);
+            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix).map(|_| ());
+        };
+        let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
+        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
+        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, rx) {
+            Ok(()) => {
+                self.packets += 1;
+                self.bytes += (f.len - e.skip + e.prefix.len() as u32) as u64;
+                Ok(())
+            }
+            Err(WriteError::Drop(why)) => Err(why),
+            Err(WriteError::Ring(e)) => {
+                ring_broke(self.port, self.vq_index, broken, e);
+                Err(Drop::Malformed)
+            }
+        }
+    }
+
+    /// Publishes what was written with one used-index store; interrupts the guest if it asked.
+    fn close(mut self, pc: &PortCounters) {
+        let Some(guard) = self.guard.as_mut() else { return };
+        bump(&pc.tx_batches, (self.packets > 0) as u64);
+        bump(&pc.tx_packets, self.packets);
+        bump(&pc.tx_bytes, self.bytes);
+        if let Some(ring) = guard.active.as_mut()
+            && ring.publish()
+            && ring.notify()
+        {
+            bump(&pc.interrupts, 1);
+        }
+    }
+}
+
+/// Sends a burst's frames to their ports, in order. Returns how many frames were consumed:
+/// fewer than `frames.len()` when a destination's RX ring is full and the frame should be
+/// retried (it and the frames after it stay in the sender's TX ring, so the sender feels
+/// backpressure instead of loss, for at most `retry_cycles`).
+///
+/// `wait` is false for a sender that cannot be held back (a NIC): its frames to a full guest
+/// ring drop at once. Frames for NIC ports are flushed with one tx_burst per port at the end.
+pub(super) fn deliver(
+    env: &Env,
+    frames: &[Frame],
+    rx: &mut RxScratch,
+    in_port: u16,
+    blocked_since: &mut Option<u64>,
+    wait: bool,
+) -> usize {
+    let n = deliver_in_order(env, frames, rx, in_port, blocked_since, wait);
+    if !rx.nic_tx.is_empty() {
+        rx.nic_tx.flush(env.ports, env.cx.index, &env.cx.stats);
+    }
+    n
+}
+
+fn deliver_in_order(
+    env: &Env,
+    frames: &[Frame],
+    rx: &mut RxScratch,
+    in_port: u16,
+    blocked_since: &mut Option<u64>,
+    wait: bool,
+) -> usize {
+    let cx = env.cx;
+    let mut open: Option<Open> = None;
+    let mut i = 0;
+    while i < frames.len() {
+        let f = &frames[i];
+        match f.out {
+            Out::Nowhere | Out::Drop(_) => {}
+            Out::Port(p) => {
+                if open.as_ref().map(|o| o.port.id) != Some(p) {
+                    o_close(open.take(), env);
+                    open = Open::new(env, p);
+                }
+                let pc = &cx.stats.ports[p as usize];
+                match open.as_mut().map(|o| o.write(f, AS_IS, rx)) {
+                    None => pc.drop(Drop::PortDown, 1),
+                    Some(Ok(())) => rx.stalled[p as usize] = false,
+                    Some(Err(Drop::RxRingFull)) if wait && !rx.stalled[p as usize] => {
+                        if keep_waiting(cx, rx, p, blocked_since) {
+                            o_close(open, env);
+                            return i;
+                        }
+                        pc.drop(Drop::RxRingFull, 1);
+                    }
+                    Some(Err(why)) => {
+                        rx.dropped_full |= why == Drop::RxRingFull;
+                        pc.drop(why, 1)
+                    }
+                }
+            }
+            Out::Actions(fi) => {
+                o_close(open.take(), env);
+                // Backpressure as for a single output, checked before any copy goes out so a
+                // retried frame is never sent twice: wait while a port it names is full.
+                if wait
+                    && let Some(p) = full_output(env, fi, in_port)
+                    && !rx.stalled[p as usize]
+                    && keep_waiting(cx, rx, p, blocked_since)
+                {
+                    return i;
+                }
+                run_actions(env, f, fi, in_port, rx);
+            }
+            Out::Flood => {
+                o_close(open.take(), env);
+                // A run of consecutive flooded frames goes to each port as one batch. Best
+                // effort, as broadcast is: a full or absent port misses the frame.
+                let run = frames[i..].iter().take_while(|f| f.out == Out::Flood).count();
+                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                    let pc = &cx.stats.ports[dp.id as usize];
+                    if let Some(mut o) = Open::new(env, dp.id) {
+                        for f in &frames[i..i + run] {
+                            if let Err(why) = o.write(f, AS_IS, rx) {
+                                pc.drop(why, 1);
+                            }
+                        }
+                        o.close(pc);
+                    }
+                }
+                i += run;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    o_close(open, env);
+    *blocked_since = None;
+    frames.len()
+}
+
+/// Whether a frame whose destination `p` is full should wait (stay in the sender's ring) or,
+/// having waited `retry_cycles` already, be dropped toward `p`, which is then marked stalled:
+/// frames to it drop without waiting until it takes one again.
+fn keep_waiting(cx: &Ctx, rx: &mut RxScratch, p: u16, blocked_since: &mut Option<u64>) -> bool {
+    let now = cycles();
+    let since = *blocked_since.get_or_insert(now);
+    if now.wrapping_sub(since) < cx.retry_cycles {
+        return true;
+    }
+    rx.stalled[p as usize] = true;
+    *blocked_since = None;
+    false
+}
+
+/// The first port a flow's actions name explicitly (output:PORT, in_port) whose guest RX ring
+/// has no free buffer.
+fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
+    let mut full = None;
+    for a in env.flows.actions(fi) {
+        let p = match *a {
+            Action::Output(p) if p != in_port => p,
+            Action::InPort => in_port,
+            _ => continue,
+        };
+        if full.is_none() && Open::new(env, p).is_some_and(|mut o| !o.has_room()) {
+            full = Some(p);
+        }
+    }
+    full
+}
+
+/// Runs a flow's action list on one frame: each output sends the frame as the header
+/// rewrites before it left it. Best effort, like flooding: a full or absent port misses it.
+fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) {
+    let mut raw = [0u8; 22];
+    let n = f.segs.read_at(f.data_off, &mut raw[..(f.len as usize).min(22)]);
+    let Some((hdr, covered)) = EthHeader::parse(&raw[..n]) else { return };
+    execute(env.flows.actions(fi), &hdr, |emit, h| {
+        let mut buf = [0u8; 20];
+        let len = h.write(&mut buf);
+        let shape = Shape { prefix: &buf[..len], skip: covered as u32 };
+        match emit {
+            Emit::Port(p) if p != in_port => send_one(env, p, f, shape, rx, true),
+            Emit::Port(_) => {}
+            Emit::InPort => send_one(env, in_port, f, shape, rx, true),
+            Emit::Flood | Emit::All => {
+                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                    send_one(env, dp.id, f, shape, rx, false);
+                }
+            }
+            Emit::Normal => match normal(env, in_port, &h.dst, &h.src) {
+                Out::Port(p) => send_one(env, p, f, shape, rx, true),
+                Out::Flood => {
+                    for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                        send_one(env, dp.id, f, shape, rx, false);
+                    }
+                }
+                _ => {}
+            },
+        }
+    });
+}
+
+/// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an
+/// explicit output, not a flood, which reaches whoever is up).
+fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, rx: &mut RxScratch, named: bool) {
+    let pc = &env.cx.stats.ports[p as usize];
+    match Open::new(env, p) {
+        Some(mut o) => {
+            match o.write(f, shape, rx) {
+                Ok(()) => rx.stalled[p as usize] = false,
+                Err(why) => pc.drop(why, 1),
+            }
+            o.close(pc);
+        }
+        None if named => pc.drop(Drop::PortDown, 1),
+        None => {}
+    }
+}
+
+fn o_close(open: Option<Open>, env: &Env) {
+    if let Some(o) = open {
+        let pc = &env.cx.stats.ports[o.port.id as usize];
+        o.close(pc);
+    }
+}
+
+enum WriteError {
+    Drop(stats::Drop),
+    Ring(RingError),
+}
+
+impl From<RingError> for WriteError {
+    fn from(e: RingError) -> Self {
+        WriteError::Ring(e)
+    }
+}
+
+/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, or
+/// nothing) followed by the sender's frame from byte `skip` on.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    prefix: &'a [u8],
+    skip: u32,
+}
+
+const AS_IS: Shape = Shape { prefix: &[], skip: 0 };
+
+/// Copies one frame into the guest's receive buffers: the virtio-net header, then the frame,
+/// spread over several buffers when MRG_RXBUF allows (num_buffers says how many).
+#[inline]
+fn write_frame(
+    ring: &mut ActiveRing,
+    hdr_len: u32,
+    mrg: bool,
+    f: &Frame,
+    e: Shape,
+    rx: &mut RxScratch,
+) -> Result<(), WriteError> {
+    let pre = e.prefix.len() as u32;
+    let (body_off, body_len) = (f.data_off + e.skip, f.len - e.skip);
+    let need = hdr_len + pre + body_len;
+    if ring.avail()? == 0 {
+        return Err(WriteError::Drop(Drop::RxRingFull));
+    }
+    ring.prefetch_ahead(true);
+    let head = ring.pop(&mut rx.first, true)?;
+    let first_room = rx.first.len();
+    if first_room < hdr_len + pre || (!mrg && first_room < need) {
+        ring.push_used(head, 0);
+        return Err(WriteError::Drop(Drop::RxBufferTooSmall));
+    }
+    if pre > 0 {
+        rx.first.write_at(hdr_len, e.prefix);
+    }
+    let mut copied = (first_room - hdr_len - pre).min(body_len);
+    rx.first.copy_from(hdr_len + pre, &f.segs, body_off, copied);
+    ring.push_used(head, hdr_len + pre + copied);
+    let mut nbufs: u16 = 1;
+    while copied < body_len {
+        if ring.avail()? == 0 {
+            ring.unpop(nbufs);
+            ring.unpush(nbufs);
+            return Err(WriteError::Drop(Drop::RxRingFull));
+        }
+        let h = ring.pop(&mut rx.more, true)?;
+        let c = rx.more.len().min(body_len - copied);
+        rx.more.copy_from(0, &f.segs, body_off + copied, c);
+        ring.push_used(h, c);
+        copied += c;
+        nbufs += 1;
+    }
+    let mut hdr = [0u8; 12];
+    hdr[10..12].copy_from_slice(&nbufs.to_le_bytes());
+    rx.first.write_at(0, &hdr[..hdr_len as usize]);
+    Ok(())
+}

@@ -70,7 +70,8 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
   --burst N        frames put on a TX ring per poll (default 32)
   --json FILE      also write the report as JSON
   --pingpong A,B   A sends one frame to B, B echoes it back, A measures the round trip; one
-                   frame in flight. A's and B's dst/rate are ignored; other VMs run as given
+                   frame in flight; A's rate, if given, spaces the pings 1/rate apart. A's dst and B's
+                   dst/rate are ignored; other VMs run as given
   --vm SPEC        name=NAME,socket=PATH[,dst=VM|bcast|none][,size=BYTES][,rate=PPS]
                    size: Ethernet frame bytes, 60..9000 (default 64); rate: frames per second
                    (default: unlimited, as fast as the ring takes them); dst default none

@@ -117,6 +117,8 @@ pub struct Port {
     free: Vec<u16>,
     /// Sequence and send time of the ping in flight.
     ping: Option<(u64, u64)>,
+    /// When the last ping was sent (a pinger with a `rate` paces its pings by it).
+    last_ping_at: u64,
     pub c: Counters,
     /// Receive state of each source VM whose stream comes here (indexed by VM).
     pub flows: Vec<Option<FlowRx>>,
@@ -162,6 +164,7 @@ impl Port {
             ready: false,
             free: (0..l.qsize).rev().collect(),
             ping: None,
+            last_ping_at: 0,
             c: Counters::default(),
             flows: sources.iter().map(|&s| s.then(FlowRx::default)).collect(),
             latency: Histogram::new(),
@@ -311,8 +314,16 @@ impl Port {
                     }
                     self.c.ping_timeouts += 1;
                 }
+                // With a rate, pings are spaced 1/rate apart (sparse traffic); without, the next
+                // ping follows each pong at once.
+                if let Some(r) = self.rate
+                    && now.saturating_sub(self.last_ping_at) < (1e9 / r) as u64
+                {
+                    return;
+                }
                 let dst = self.dst_mac.expect("a pinger has a destination");
                 if self.put(dst, KIND_PING, self.c.pings_sent, now) {
+                    self.last_ping_at = now;
                     self.ping = Some((self.c.pings_sent, now));
                     self.c.pings_sent += 1;
                     self.vm.raw_tx().publish();

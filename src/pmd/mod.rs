@@ -336,15 +336,21 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
             break;
         }
     }
+    end_visit(deficit, spec, empty, total, total_bytes, t0)
+}
+
+/// Closes a visit: an idle queue saves up no credit; the queue's counters take what it moved
+/// and the cycles it cost.
+#[inline]
+fn end_visit(deficit: &mut Deficit, spec: &RxqSpec, empty: bool, total: u32, bytes: u64, t0: u64) -> u32 {
     if empty {
-        // An idle queue saves up no credit.
         deficit.idle();
     }
     let qs = &spec.stats;
     bump(&qs.visits, 1);
     if total > 0 {
         bump(&qs.packets, total as u64);
-        bump(&qs.bytes, total_bytes);
+        bump(&qs.bytes, bytes);
         bump(&qs.cycles, cycles().wrapping_sub(t0));
     }
     total
@@ -412,17 +418,7 @@ fn visit_nic(
             break;
         }
     }
-    if empty {
-        deficit.idle();
-    }
-    let qs = &spec.stats;
-    bump(&qs.visits, 1);
-    if total > 0 {
-        bump(&qs.packets, total as u64);
-        bump(&qs.bytes, total_bytes);
-        bump(&qs.cycles, cycles().wrapping_sub(t0));
-    }
-    total
+    end_visit(deficit, spec, empty, total, total_bytes, t0)
 }
 
 /// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the

@@ -45,18 +45,7 @@ mod imp {
     static POOL_SHAPE: Mutex<(u16, u32)> = Mutex::new((DEFAULT_DATA_ROOM, crate::config::DEFAULT_MBUFS));
 
     fn hugepages_usable() -> bool {
-        let mounted =
-            std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.lines().any(|l| l.contains(" hugetlbfs ")));
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let field = |name: &str| -> u64 {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        mounted && field("HugePages_Free:") * field("Hugepagesize:") >= 256 * 1024
+        crate::dpdk::hugepages_free_kb() >= 256 * 1024
     }
 
     fn is_pci(device: &str) -> bool {

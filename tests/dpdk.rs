@@ -13,18 +13,7 @@ fn hugepages_usable() -> bool {
     if std::env::var_os("PVSWITCH_DPDK_NO_HUGE").is_some_and(|v| v != "0") {
         return false;
     }
-    let mounted = std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.lines().any(|l| l.contains(" hugetlbfs ")));
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let free_kb = field("HugePages_Free:") * field("Hugepagesize:");
-    mounted && free_kb >= 256 * 1024
+    dpdk::hugepages_free_kb() >= 256 * 1024
 }
 
 fn eal_args() -> Vec<String> {

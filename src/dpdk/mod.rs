@@ -512,5 +512,21 @@ impl Drop for MbufBurst {
     }
 }
 
+/// Free hugepage memory on a mounted hugetlbfs, in KiB (0 when none is mounted): whether the
+/// EAL can run with hugepages (`--in-memory`) or needs `--no-huge`.
+pub fn hugepages_free_kb() -> u64 {
+    let mounted = std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.lines().any(|l| l.contains(" hugetlbfs ")));
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    if mounted { field("HugePages_Free:") * field("Hugepagesize:") } else { 0 }
+}
+
 mod port;
 pub use port::*;

@@ -5,6 +5,37 @@ mod common;
 
 use common::*;
 
+/// Two sequence-numbered streams of `count` frames, one per queue of VM A, toward VM B (both
+/// testpmd, through pcap files), started: returns the VMs and every frame sent.
+fn two_streams(sw: &Switch, count: u32, len: impl Fn(u32) -> usize) -> (PcapVms, Vec<Vec<u8>>) {
+    let mut sent = Vec::new();
+    for q in 0..2u8 {
+        let frames: Vec<Vec<u8>> = (0..count).map(|i| frame(MAC_B, MAC_A, len(i), q, i)).collect();
+        write_pcap(&sw.dir.join(format!("in{q}.pcap")), &frames);
+        sent.extend(frames);
+    }
+    let mut vms = pcap_vms(&sw.dir, sw, 2, false);
+    vms.a.cmd("set fwd io retry");
+    vms.a.cmd("set burst tx delay 100 retry 100000");
+    vms.a.cmd("start");
+    (vms, sent)
+}
+
+/// Waits for VM B to have everything, stops both VMs and checks that per stream (= per sending
+/// queue) every frame arrived once, in order.
+fn check_streams(sw: &Switch, vms: PcapVms, sent: &[Vec<u8>]) {
+    let PcapVms { a: vm_a, b: mut vm_b } = vms;
+    let total = sent.len() as u64;
+    wait_for("VM B got everything", || (vm_b.port_stats()[1].1 == total).then_some(()));
+    vm_a.quit();
+    vm_b.quit();
+    let mut got = Vec::new();
+    for q in 0..2 {
+        got.extend(read_pcap(&sw.dir.join(format!("out{q}.pcap"))));
+    }
+    assert_delivered(sent, &got);
+}
+
 #[test]
 fn hundreds_of_moves_while_frames_flow() {
     let _g = serial();
@@ -15,19 +46,8 @@ fn hundreds_of_moves_while_frames_flow() {
         &[PortSpec::server("a").queues(2), PortSpec::server("b").queues(2)],
         "rx_retry_us = 60000000",
     );
-    let dir = sw.dir.clone();
-    let count = 250_000u32;
-    let mut sent = Vec::new();
-    for q in 0..2u8 {
-        let frames: Vec<Vec<u8>> = (0..count).map(|i| frame(MAC_B, MAC_A, 64 + (i % 3) as usize * 32, q, i)).collect();
-        write_pcap(&dir.join(format!("in{q}.pcap")), &frames);
-        sent.extend(frames);
-    }
-    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, 2, false);
-    vm_a.cmd("set fwd io retry");
-    vm_a.cmd("set burst tx delay 100 retry 100000");
-    vm_a.cmd("start");
-    let total = 2 * count as u64;
+    let (vms, sent) = two_streams(&sw, 250_000, |i| 64 + (i % 3) as usize * 32);
+    let total = sent.len() as u64;
     let (mut moves, mut during) = (0u32, 0u32);
     let mut before = 0;
     loop {
@@ -50,15 +70,7 @@ fn hundreds_of_moves_while_frames_flow() {
         assert!(moves < 100_000, "traffic does not finish: b {}", sw.port("b"));
     }
     assert!(during >= 100, "only {during} of {moves} moves and rebalances happened while frames were flowing");
-    wait_for("VM B got everything", || (vm_b.port_stats()[1].1 == total).then_some(()));
-    vm_a.quit();
-    vm_b.quit();
-    let mut got = Vec::new();
-    for q in 0..2 {
-        got.extend(read_pcap(&dir.join(format!("out{q}.pcap"))));
-    }
-    // Per stream (= per sending queue): every frame once, in order.
-    assert_delivered(&sent, &got);
+    check_streams(&sw, vms, &sent);
     for p in ["a", "b"] {
         let p = sw.port(p);
         for (k, v) in p["drops"].as_object().unwrap() {
@@ -97,18 +109,8 @@ fn reload_adds_and_removes_poll_cores_under_traffic() {
     let ports = [PortSpec::server("a").queues(2), PortSpec::server("b").queues(2)];
     let cfg = |cores: &[usize]| Switch::config_text(&dir, cores, &ports, "rx_retry_us = 60000000");
     let sw = Switch::start_config(dir.clone(), &cfg(&[1]));
-    let count = 100_000u32;
-    let mut sent = Vec::new();
-    for q in 0..2u8 {
-        let frames: Vec<Vec<u8>> = (0..count).map(|i| frame(MAC_B, MAC_A, 64, q, i)).collect();
-        write_pcap(&dir.join(format!("in{q}.pcap")), &frames);
-        sent.extend(frames);
-    }
-    let PcapVms { a: mut vm_a, b: mut vm_b } = pcap_vms(&dir, &sw, 2, false);
-    vm_a.cmd("set fwd io retry");
-    vm_a.cmd("set burst tx delay 100 retry 100000");
-    vm_a.cmd("start");
-    let total = 2 * count as u64;
+    let (vms, sent) = two_streams(&sw, 100_000, |_| 64);
+    let total = sent.len() as u64;
     let cores_of = |sw: &Switch| -> Vec<u64> {
         let mut c: Vec<u64> =
             sw.ctl("stats")["threads"].as_array().unwrap().iter().map(|t| t["core"].as_u64().unwrap()).collect();
@@ -128,14 +130,7 @@ fn reload_adds_and_removes_poll_cores_under_traffic() {
         round += 1;
         assert!(round < 10_000, "traffic does not finish");
     }
-    wait_for("VM B got everything", || (vm_b.port_stats()[1].1 == total).then_some(()));
-    vm_a.quit();
-    vm_b.quit();
-    let mut got = Vec::new();
-    for q in 0..2 {
-        got.extend(read_pcap(&dir.join(format!("out{q}.pcap"))));
-    }
-    assert_delivered(&sent, &got);
+    check_streams(&sw, vms, &sent);
     // The thread of a removed core really stopped: pvswitchd runs one poll thread + control.
     assert_eq!(sw.threads(), if round % 2 == 0 { 2 } else { 3 });
 }

@@ -4,13 +4,16 @@
 - idle: 64 connected but silent VMs (two testpmd processes of 32 virtio-user ports each, not
   forwarding), 2 poll threads: CPU use of each poll thread, read from /proc over a window;
 - saturation: VM-to-VM 64 B forwarding Mpps (as tools/bench_vm2vm.py), alternating modes;
-- sparse: a ping-pong (pvsgen --pingpong) through an otherwise idle switch: round-trip p50/p99.
+- sparse: a ping-pong (pvsgen --pingpong) through an otherwise idle switch: round-trip p50/p99,
+  beside the machine's own wake-up latency (tools/pvsgen's wakeprobe: an eventfd write waking a
+  thread asleep in epoll on the other CPU, the kernel path an adaptive poll thread sleeps on).
 
 Usage: tools/bench_adaptive.py [--reps 5] [--seconds 4] [--skip-idle] [--skip-saturation] [--skip-sparse]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
 """
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -31,6 +34,8 @@ MODES = {
 # and each ping wakes it through the guest's kick.
 SPARSE = {"back-to-back pings": "name=p", "one ping every 5 ms": "name=p,rate=200"}
 HZ = os.sysconf("SC_CLK_TCK")
+WAKEPROBE = os.path.join(os.path.dirname(PVSWITCHD), "wakeprobe")
+WAKE_ROW = "platform: eventfd wake-up of a thread asleep in epoll, no switch, 5 ms apart"
 
 
 def pmd_cpu_ticks(pid):
@@ -133,6 +138,11 @@ def main():
                                gen_args=["--pingpong", "p,q"])
                 rtt = next(v for v in rep_["vms"] if v["name"] == "p")["pingpong"]["rtt"]
                 r[f"{s}, {m}"] = (rtt["p50_ns"] / 1000, rtt["p99_ns"] / 1000)
+            # The peer for the wake-up: the kernel path alone (eventfd write on CPU 0 waking a
+            # thread blocked in epoll on CPU 1), no switch, at the same spacing.
+            probe = json.loads(subprocess.run([WAKEPROBE, "--gap-us", "5000", "--samples", "400"], check=True,
+                                              capture_output=True, text=True).stdout)
+            r[WAKE_ROW] = (probe["wake_p50_ns"] / 1000, probe["wake_p99_ns"] / 1000)
             rows.append(r)
             print(f"rep {rep + 1}: ping-pong RTT p50/p99 " + "  ".join(f"{m} {v[0]:.2f}/{v[1]:.2f} us" for m, v in r.items()),
                   flush=True)
@@ -144,6 +154,11 @@ def main():
             "| traffic, mode | RTT p50 (median, us) | RTT p99 (median, us) |",
             "|---|---|---|",
         ] + [f"| {k} | {med(r[k][0] for r in rows):.2f} | {med(r[k][1] for r in rows):.2f} |" for k in rows[0]]
+        sparse = list(SPARSE)[1]
+        extra = [r[f"{sparse}, adaptive"][0] - r[f"{sparse}, busy"][0] for r in rows]
+        lines += ["", f"{sparse}: adaptive minus busy, p50: median {med(extra):.2f} us "
+                  f"({min(extra):.2f}..{max(extra):.2f}); the platform's own wake-up, p50: median "
+                  f"{med(r[WAKE_ROW][0] for r in rows):.2f} us"]
     table = "\n".join(lines)
     print("\n" + table)
     if a.out:

@@ -33,6 +33,10 @@ MODES = {
 # Sparse: one ping every 5 ms, so an adaptive thread (1 ms threshold) sleeps before every ping
 # and each ping wakes it through the guest's kick.
 SPARSE = {"back-to-back pings": "name=p", "one ping every 5 ms": "name=p,rate=200"}
+# Small rings, so the few hundred spaced pings of a run cycle through every buffer many times:
+# the switch's first touch of each guest page is a page fault (several us here), which a VM in
+# steady state has long paid. With 1024-entry rings every spaced ping landed on a fresh page.
+SPARSE_QSIZE = 32
 HZ = os.sysconf("SC_CLK_TCK")
 WAKEPROBE = os.path.join(os.path.dirname(PVSWITCHD), "wakeprobe")
 WAKE_ROW = "platform: eventfd wake-up of a thread asleep in epoll, no switch, 5 ms apart"
@@ -135,7 +139,7 @@ def main():
             r = {}
             for s, m in order:
                 rep_ = gen_run([("p", ""), ("q", "")], [SPARSE[s], "name=q"], a.seconds, switch_extra=MODES[m],
-                               gen_args=["--pingpong", "p,q"])
+                               gen_args=["--pingpong", "p,q"], qsize=SPARSE_QSIZE)
                 rtt = next(v for v in rep_["vms"] if v["name"] == "p")["pingpong"]["rtt"]
                 r[f"{s}, {m}"] = (rtt["p50_ns"] / 1000, rtt["p99_ns"] / 1000)
             # The peer for the wake-up: the kernel path alone (eventfd write on CPU 0 waking a

@@ -34,7 +34,7 @@ from bench_vm2vm import PVSWITCHD, ROOT, wait_socket  # noqa: E402
 PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
 
 
-def run(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0"):
+def run(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
     """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
     --vm specs without socket=), returns the generator's JSON report."""
     d = tempfile.mkdtemp(prefix="pvs-fair-")
@@ -48,7 +48,7 @@ def run(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_c
     try:
         wait_socket(os.path.join(d, "ctl.sock"))
         out = os.path.join(d, "gen.json")
-        cmd = [PVSGEN, "--cpus", gen_cpus, "--seconds", str(seconds), "--qsize", "1024", "--quiet", "--json", out]
+        cmd = [PVSGEN, "--cpus", gen_cpus, "--seconds", str(seconds), "--qsize", str(qsize), "--quiet", "--json", out]
         for vm in gen_vms:
             name = vm.split(",")[0].split("=")[1]
             cmd += ["--vm", f"{vm},socket={d}/{name}.sock"]

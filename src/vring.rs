@@ -322,8 +322,23 @@ impl Segs {
         self.total = len;
     }
 
+    /// The first segment's pointer, if it holds `[off, off + len)` (the common case: one
+    /// buffer per frame), so small reads and writes skip the segment walk.
+    #[inline(always)]
+    fn in_first(&self, off: u32, len: usize) -> Option<*mut u8> {
+        let (p, seg) = self.ptrs[0];
+        // SAFETY: off + len <= seg, so the pointer stays inside the first segment.
+        (self.n > 0 && (off as usize).saturating_add(len) <= seg as usize).then(|| unsafe { p.add(off as usize) })
+    }
+
     /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
+    #[inline]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
+        if let Some(p) = self.in_first(off, out.len()) {
+            // SAFETY: as below, for one piece inside the first segment.
+            unsafe { copy_bytes(p, out.as_mut_ptr(), out.len()) };
+            return out.len();
+        }
         let dst = out.as_mut_ptr();
         // SAFETY: each piece lies in mapped guest memory while the ring lock is held (type
         // invariant) and within its segment; `out` is our own buffer, `done + n <= out.len()`.
@@ -331,14 +346,26 @@ impl Segs {
     }
 
     /// Writes `src` at offset `off` of these (device-writable) segments; returns bytes written.
+    #[inline]
     pub fn write_at(&self, off: u32, src: &[u8]) -> usize {
+        if let Some(p) = self.in_first(off, src.len()) {
+            // SAFETY: as below, for one piece inside the first segment.
+            unsafe { copy_bytes(src.as_ptr(), p, src.len()) };
+            return src.len();
+        }
         // SAFETY: as in `read_at`, in the other direction.
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
     /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
+    #[inline]
     pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
+        if let (Some(d), Some(s)) = (self.in_first(dst_off, len as usize), src.in_first(src_off, len as usize)) {
+            // SAFETY: as below, for one piece inside each first segment.
+            unsafe { copy_bytes(s, d, len as usize) };
+            return len;
+        }
         let (mut di, mut doff) = self.locate(dst_off);
         let (mut si, mut soff) = src.locate(src_off);
         let mut left = len;
@@ -525,6 +552,25 @@ impl ActiveRing {
         let mut idx = head as u32;
         let mut seen = 0u32;
         let mut indirect = false;
+        // Fast path: one direct descriptor whose buffer lies in one region (what virtio-net
+        // drivers post for small frames). Anything else takes the general walk below, which
+        // reads the descriptor again and checks everything.
+        if head < self.size {
+            // SAFETY: head < size and the table was validated to hold size entries.
+            let raw = unsafe { ptr::read_volatile(table.add(head as usize)) };
+            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
+            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
+            let flags = u16::from_le_bytes(raw[12..14].try_into().unwrap());
+            let write = if writable { VRING_DESC_F_WRITE } else { 0 };
+            if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) == write
+                && let Some(p) = mem.translate(addr, len as u64)
+            {
+                segs.ptrs[0] = (p, len);
+                segs.n = 1;
+                segs.total = len;
+                return Ok(());
+            }
+        }
         loop {
             if idx >= table_len {
                 return Err(RingError::NextOutOfRange);

@@ -164,7 +164,14 @@ impl GuestMemory {
         // SAFETY: a new shared mapping of a file we own, at an address the kernel picks; it is
         // unmapped in Drop and never handed out as a Rust reference except to atomics.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
         };
         assert!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
         GuestMemory { file, base: p as *mut u8, size, file_len: Cell::new(file_len) }

@@ -37,7 +37,8 @@ fn main() {
     assert_eq!(rc, 0, "epoll_ctl: {}", std::io::Error::last_os_error());
 
     // `kicked` is set before the write; the sleeper clears it and stores its wake time in `woke`.
-    let (kicked, woke, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let (kicked, woke, stop) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
     let sleeper = {
         let (kicked, woke, stop) = (kicked.clone(), woke.clone(), stop.clone());
         std::thread::spawn(move || {

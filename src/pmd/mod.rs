@@ -296,9 +296,9 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         for f in &frames[..got] {
             f.segs.prefetch(hdr_len);
         }
-        let mut bytes = 0u64;
+        let (mut bytes, mut recent) = (0u64, None);
         for f in &mut frames[..got] {
-            classify(env, emc, port, policy, f, hdr_len);
+            classify(env, emc, &mut recent, port, policy, f, hdr_len);
             bytes += f.len as u64;
         }
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, true);
@@ -389,9 +389,9 @@ fn visit_nic(
             f.head = i as u16;
             f.segs.prefetch(0);
         }
-        let mut bytes = 0u64;
+        let (mut bytes, mut recent) = (0u64, None);
         for f in &mut frames[..got] {
-            classify(env, emc, port, policy, f, 0);
+            classify(env, emc, &mut recent, port, policy, f, 0);
             bytes += f.len as u64;
         }
         rx.dropped_full = false;
@@ -425,7 +425,15 @@ fn visit_nic(
 /// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
 /// one: the exact-match cache, then the classifier, then the flow's actions.
 #[inline]
-fn classify(env: &Env, emc: &mut Emc, in_port: &Port, policy: &PortPolicy, f: &mut Frame, hdr_len: u32) {
+fn classify(
+    env: &Env,
+    emc: &mut Emc,
+    recent: &mut Recent,
+    in_port: &Port,
+    policy: &PortPolicy,
+    f: &mut Frame,
+    hdr_len: u32,
+) {
     f.data_off = hdr_len;
     f.len = f.segs.len().saturating_sub(hdr_len);
     f.out = Out::Nowhere;
@@ -440,14 +448,13 @@ fn classify(env: &Env, emc: &mut Emc, in_port: &Port, policy: &PortPolicy, f: &m
         f.out = Out::Drop(Drop::Mtu);
         return;
     }
-    let dst: [u8; 6] = eth[0..6].try_into().unwrap();
     let src: [u8; 6] = eth[6..12].try_into().unwrap();
     if !policy.allows(&src) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
     if env.flows.is_normal() {
-        f.out = normal(env, in_port.id, &dst, &src);
+        f.out = normal_in_burst(env, recent, in_port.id, &eth);
         return;
     }
     let key = FlowKey::extract(in_port.id, &eth[..want]);
@@ -458,7 +465,7 @@ fn classify(env: &Env, emc: &mut Emc, in_port: &Port, policy: &PortPolicy, f: &m
         return;
     }
     f.out = match env.flows.verdict(i) {
-        Verdict::Normal => normal(env, in_port.id, &dst, &src),
+        Verdict::Normal => normal_in_burst(env, recent, in_port.id, &eth),
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
         Verdict::Output(p) if p == in_port.id => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
@@ -467,6 +474,26 @@ fn classify(env: &Env, emc: &mut Emc, in_port: &Port, policy: &PortPolicy, f: &m
         Verdict::Drop => Out::Drop(Drop::FlowDrop),
         Verdict::Actions => Out::Actions(i),
     };
+}
+
+/// The addresses (destination, source) of the last frame of a burst that went through NORMAL,
+/// and where it went.
+type Recent = Option<([u8; 12], Out)>;
+
+/// NORMAL for a frame of a burst: frames of one burst mostly share their addresses, and a
+/// repeat of the previous frame's pair goes where that frame went without learning (already
+/// learned) or looking up again. A burst is switched as of one moment.
+#[inline]
+fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, eth: &[u8; 64]) -> Out {
+    let addrs: [u8; 12] = eth[0..12].try_into().unwrap();
+    if let Some((a, out)) = *recent
+        && a == addrs
+    {
+        return out;
+    }
+    let out = normal(env, in_port, addrs[0..6].try_into().unwrap(), addrs[6..12].try_into().unwrap());
+    *recent = Some((addrs, out));
+    out
 }
 
 /// The NORMAL action: learn the source, forward to where the destination was learned, flood

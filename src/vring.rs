@@ -463,6 +463,18 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
+/// Starts fetching the cache line at `p` for ownership (PREFETCHW), so a store to it soon does
+/// not wait for the line to be taken from the core that last wrote it. `_mm_prefetch` with
+/// `_MM_HINT_ET0` silently compiles to a read prefetch unless the crate is built for a CPU with
+/// `prfchw`, so the instruction is written out; CPUs without it execute it as a NOP.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_for_write(p: *const u8) {
+    // SAFETY: PREFETCHW only hints the cache; it reads no register but `p`, writes nothing, and
+    // never faults.
+    unsafe { core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) };
+}
+
 impl ActiveRing {
     #[inline]
     fn avail_idx_ptr(&self) -> &AtomicU16 {
@@ -628,7 +640,7 @@ impl ActiveRing {
         const BUF_AHEAD: u16 = 2;
         #[cfg(target_arch = "x86_64")]
         {
-            use core::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T0, _mm_prefetch};
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             let ready = self.avail_shadow.wrapping_sub(self.last_avail);
             let head_at = |k: u16| {
                 let slot = (self.last_avail.wrapping_add(k) & (self.size - 1)) as usize;
@@ -655,7 +667,8 @@ impl ActiveRing {
                         // buffers are fetched for ownership: we are about to write them.
                         unsafe {
                             if for_write {
-                                _mm_prefetch(p as *const i8, _MM_HINT_ET0)
+                                prefetch_for_write(p);
+                                prefetch_for_write(p.wrapping_add(64));
                             } else {
                                 _mm_prefetch(p as *const i8, _MM_HINT_T0)
                             }

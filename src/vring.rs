@@ -331,6 +331,19 @@ impl Segs {
         (self.n > 0 && (off as usize).saturating_add(len) <= seg as usize).then(|| unsafe { p.add(off as usize) })
     }
 
+    /// The `N` bytes at `off`, if the chain holds them; read straight from guest memory (no
+    /// copy through a buffer) when they lie in the first segment.
+    #[inline]
+    pub fn read_array<const N: usize>(&self, off: u32) -> Option<[u8; N]> {
+        if let Some(p) = self.in_first(off, N) {
+            // SAFETY: N bytes inside the first segment (type invariant: mapped while the ring
+            // lock is held); an unaligned read into a local.
+            return Some(unsafe { ptr::read_unaligned(p as *const [u8; N]) });
+        }
+        let mut out = [0u8; N];
+        (self.read_at(off, &mut out) == N).then_some(out)
+    }
+
     /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
     #[inline]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {

@@ -438,9 +438,7 @@ fn classify(
     f.len = f.segs.len().saturating_sub(hdr_len);
     f.out = Out::Nowhere;
     f.flow = UNCLASSIFIED;
-    let mut eth = [0u8; 64];
-    let want = if env.flows.is_normal() { 12 } else { (f.len as usize).min(64) };
-    if f.len < 14 || f.segs.read_at(hdr_len, &mut eth[..want]) < want {
+    if f.len < 14 {
         f.out = Out::Drop(Drop::Runt);
         return;
     }
@@ -448,13 +446,27 @@ fn classify(
         f.out = Out::Drop(Drop::Mtu);
         return;
     }
-    let src: [u8; 6] = eth[6..12].try_into().unwrap();
-    if !policy.allows(&src) {
-        f.out = Out::Drop(Drop::PortSecurity);
+    if env.flows.is_normal() {
+        // Only the two addresses are read, straight into registers.
+        let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
+            f.out = Out::Drop(Drop::Runt);
+            return;
+        };
+        f.out = if policy.allows(addrs[6..12].try_into().unwrap()) {
+            normal_in_burst(env, recent, in_port.id, &addrs)
+        } else {
+            Out::Drop(Drop::PortSecurity)
+        };
         return;
     }
-    if env.flows.is_normal() {
-        f.out = normal_in_burst(env, recent, in_port.id, &eth);
+    let mut eth = [0u8; 64];
+    let want = (f.len as usize).min(64);
+    if f.segs.read_at(hdr_len, &mut eth[..want]) < want {
+        f.out = Out::Drop(Drop::Runt);
+        return;
+    }
+    if !policy.allows(eth[6..12].try_into().unwrap()) {
+        f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
     let key = FlowKey::extract(in_port.id, &eth[..want]);
@@ -465,7 +477,7 @@ fn classify(
         return;
     }
     f.out = match env.flows.verdict(i) {
-        Verdict::Normal => normal_in_burst(env, recent, in_port.id, &eth),
+        Verdict::Normal => normal_in_burst(env, recent, in_port.id, eth[0..12].try_into().unwrap()),
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
         Verdict::Output(p) if p == in_port.id => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
@@ -484,15 +496,14 @@ type Recent = Option<([u8; 12], Out)>;
 /// repeat of the previous frame's pair goes where that frame went without learning (already
 /// learned) or looking up again. A burst is switched as of one moment.
 #[inline]
-fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, eth: &[u8; 64]) -> Out {
-    let addrs: [u8; 12] = eth[0..12].try_into().unwrap();
+fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12]) -> Out {
     if let Some((a, out)) = *recent
-        && a == addrs
+        && a == *addrs
     {
         return out;
     }
     let out = normal(env, in_port, addrs[0..6].try_into().unwrap(), addrs[6..12].try_into().unwrap());
-    *recent = Some((addrs, out));
+    *recent = Some((*addrs, out));
     out
 }
 

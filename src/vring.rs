@@ -647,14 +647,26 @@ impl ActiveRing {
     /// current frame's work: the descriptor of the chain four ahead, and the first buffer of the
     /// chain two ahead (whose descriptor an earlier call prefetched). Only available entries
     /// are looked at, and prefetches never fault, so a hostile guest gains nothing here.
+    ///
+    /// Near the end of what the guest had made available when we last looked, the avail index
+    /// is read again, so the first chains the guest added since are prefetched too instead of
+    /// each missing in turn after `avail` finds the shadow empty.
     #[inline]
-    pub fn prefetch_ahead(&self, for_write: bool) {
+    pub fn prefetch_ahead(&mut self, for_write: bool) {
         const DESC_AHEAD: u16 = 4;
         const BUF_AHEAD: u16 = 2;
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let ready = self.avail_shadow.wrapping_sub(self.last_avail);
+            let mut ready = self.avail_shadow.wrapping_sub(self.last_avail);
+            if ready <= DESC_AHEAD {
+                let idx = u16::from_le(self.avail_idx_ptr().load(Ordering::Acquire));
+                // A jump past the ring size is left for `avail` to report.
+                if idx.wrapping_sub(self.last_avail) <= self.size {
+                    self.avail_shadow = idx;
+                    ready = idx.wrapping_sub(self.last_avail);
+                }
+            }
             let head_at = |k: u16| {
                 let slot = (self.last_avail.wrapping_add(k) & (self.size - 1)) as usize;
                 // SAFETY: ring[slot] lies in the validated avail ring.

@@ -6,7 +6,9 @@ One testpmd "VM" with two virtio-user ports in flowgen mode (it generates on bot
 speed and drains what it receives) runs on CPU 0; the switch under test runs on CPU 1:
   - pvswitch: pvswitchd with one poll thread on CPU 1, two vhost-user ports, MAC learning;
   - ceiling:  dpdk-testpmd with two net_vhost ports in io-forward mode on CPU 1.
-The forwarded rate is what the generator receives on both ports over a timed window.
+The forwarded rate is what the generator receives on both ports over a timed window. Around
+each run, lineprobe (tools/pvsgen) times a cache line's trip between the two CPUs, which tells
+the machine's fast phase from its slow one; the summary also gives same-phase pairs apart.
 
 Usage: tools/bench_vm2vm.py [--reps 5] [--seconds 5] [--sizes 64,1518] [--out FILE]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
@@ -14,6 +16,7 @@ Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of 
 
 import argparse
 import glob
+import json
 import os
 import signal
 import statistics
@@ -25,6 +28,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PVSWITCHD = os.path.join(ROOT, "target", "release", "pvswitchd")
+LINEPROBE = os.path.join(ROOT, "target", "release", "lineprobe")
+# One-way cache-line transfer time between CPU 0 and CPU 1 (tools/pvsgen's lineprobe) above
+# which the host is running our two vCPUs far apart: the machine's "slow phase".
+SLOW_LINE_NS = 60
 MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 
 
@@ -171,6 +178,17 @@ def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None,
         stop()
 
 
+def line_ns():
+    """One-way cache-line transfer time between CPUs 0 and 1 right now."""
+    out = subprocess.run([LINEPROBE, "--cpus", "0,1", "--rounds", "100000"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["one_way_ns"]
+
+
+def phase_of(before, after):
+    fast = [ns < SLOW_LINE_NS for ns in (before, after)]
+    return "fast" if all(fast) else "slow" if not any(fast) else "mixed"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
@@ -184,10 +202,16 @@ def main():
         for s in sizes:
             # Alternate which system goes first, so drift hits both alike.
             order = ["pvswitch", "ceiling"] if rep % 2 == 0 else ["ceiling", "pvswitch"]
-            r = {k: measure(k, s, a.seconds) for k in order}
+            r, phase = {}, {}
+            for k in order:
+                before = line_ns()
+                r[k] = measure(k, s, a.seconds)
+                phase[k] = phase_of(before, line_ns())
+            r["phases"] = (phase["pvswitch"], phase["ceiling"])
             rows[s].append(r)
-            print(f"rep {rep + 1} {s:>5} B: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps  "
-                  f"ceiling {r['ceiling'] / 1e6:6.3f} Mpps  ratio {r['pvswitch'] / r['ceiling']:.3f}", flush=True)
+            print(f"rep {rep + 1} {s:>5} B: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps ({phase['pvswitch']})  "
+                  f"ceiling {r['ceiling'] / 1e6:6.3f} Mpps ({phase['ceiling']})  "
+                  f"ratio {r['pvswitch'] / r['ceiling']:.3f}", flush=True)
     lines = [
         f"VM-to-VM forwarding, {a.reps} alternating pairs of {a.seconds:g} s, generator on CPU 0, switch on CPU 1",
         "",
@@ -201,6 +225,13 @@ def main():
         unit = lambda pps: f"{pps / 1e6:.3f} Mpps" + (f" = {pps * s * 8 / 1e9:.2f} Gbit/s" if s > 64 else "")
         lines.append(f"| {s} B | {unit(pv)} | {unit(ce)} | {statistics.median(ratios):.3f} | "
                      f"{min(ratios):.3f}..{max(ratios):.3f} |")
+    lines += ["", f"Phases (lineprobe before and after each run; slow: a cache line takes over {SLOW_LINE_NS} ns "
+              "between the two CPUs), pairs whose two runs saw the same phase throughout:", ""]
+    for s in sizes:
+        for ph in ("fast", "slow"):
+            same = [r["pvswitch"] / r["ceiling"] for r in rows[s] if r["phases"] == (ph, ph)]
+            lines.append(f"- {s} B, both {ph}: " + (f"median ratio {statistics.median(same):.3f} over {len(same)} "
+                         f"pairs ({min(same):.3f}..{max(same):.3f})" if same else "no pair"))
     table = "\n".join(lines)
     print("\n" + table)
     if a.out:

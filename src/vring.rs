@@ -488,6 +488,26 @@ fn prefetch_for_write(p: *const u8) {
     unsafe { core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) };
 }
 
+/// A split-ring descriptor, decoded from the 16 little-endian bytes the guest wrote (read once).
+struct Desc {
+    addr: u64,
+    len: u32,
+    flags: u16,
+    next: u16,
+}
+
+impl From<[u8; 16]> for Desc {
+    #[inline(always)]
+    fn from(raw: [u8; 16]) -> Desc {
+        Desc {
+            addr: u64::from_le_bytes(raw[0..8].try_into().unwrap()),
+            len: u32::from_le_bytes(raw[8..12].try_into().unwrap()),
+            flags: u16::from_le_bytes(raw[12..14].try_into().unwrap()),
+            next: u16::from_le_bytes(raw[14..16].try_into().unwrap()),
+        }
+    }
+}
+
 impl ActiveRing {
     #[inline]
     fn avail_idx_ptr(&self) -> &AtomicU16 {
@@ -582,10 +602,7 @@ impl ActiveRing {
         // reads the descriptor again and checks everything.
         if head < self.size {
             // SAFETY: head < size and the table was validated to hold size entries.
-            let raw = unsafe { ptr::read_volatile(table.add(head as usize)) };
-            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
-            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
-            let flags = u16::from_le_bytes(raw[12..14].try_into().unwrap());
+            let Desc { addr, len, flags, .. } = Desc::from(unsafe { ptr::read_volatile(table.add(head as usize)) });
             let write = if writable { VRING_DESC_F_WRITE } else { 0 };
             if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) == write
                 && let Some(p) = mem.translate(addr, len as u64)
@@ -605,11 +622,7 @@ impl ActiveRing {
                 return Err(RingError::ChainTooLong);
             }
             // SAFETY: idx < table_len and the table was validated to hold table_len entries.
-            let raw = unsafe { ptr::read_volatile(table.add(idx as usize)) };
-            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
-            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
-            let flags = u16::from_le_bytes(raw[12..14].try_into().unwrap());
-            let next = u16::from_le_bytes(raw[14..16].try_into().unwrap());
+            let Desc { addr, len, flags, next } = Desc::from(unsafe { ptr::read_volatile(table.add(idx as usize)) });
             if flags & VRING_DESC_F_INDIRECT != 0 {
                 if indirect || flags & VRING_DESC_F_NEXT != 0 || len == 0 || len % 16 != 0 || len / 16 > 65536 {
                     return Err(RingError::BadIndirect);
@@ -683,8 +696,7 @@ impl ActiveRing {
                 let head = head_at(BUF_AHEAD);
                 if head < self.size {
                     // SAFETY: as above; the descriptor is read once into a local.
-                    let raw = unsafe { ptr::read_volatile(self.desc.add(head as usize)) };
-                    let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
+                    let addr = Desc::from(unsafe { ptr::read_volatile(self.desc.add(head as usize)) }).addr;
                     // SAFETY: mem_ptr comes from the Arc this ring holds.
                     let mem = unsafe { &*self.mem_ptr };
                     if let Some((p, _)) = mem.translate_prefix(addr, 1) {

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fairness import run as gen_run  # noqa: E402
-from bench_vm2vm import PVSWITCHD, Testpmd, measure, wait_socket  # noqa: E402
+from bench_vm2vm import PVSWITCHD, Testpmd, emit, measure, wait_socket  # noqa: E402
 
 MODES = {
     "busy": 'poll_mode = "busy"\n',
@@ -164,10 +164,7 @@ def main():
                   f"({min(extra):.2f}..{max(extra):.2f}); the platform's own wake-up, p50: median "
                   f"{med(r[WAKE_ROW][0] for r in rows):.2f} us"]
     table = "\n".join(lines)
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

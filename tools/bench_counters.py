@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import ROOT, measure  # noqa: E402
+from bench_vm2vm import ROOT, emit, measure  # noqa: E402
 
 PORT = 19400
 # How often the counters are read during a run (pvswitchctl stats and rxq, one Prometheus scrape).
@@ -71,10 +71,7 @@ def main():
         f" | {statistics.median(ratios):.3f} | {min(ratios):.3f}..{max(ratios):.3f} |",
     ]
     table = "\n".join(lines)
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

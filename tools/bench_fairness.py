@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import PVSWITCHD, ROOT, wait_socket  # noqa: E402
+from bench_vm2vm import PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
 
 PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
 
@@ -164,10 +164,7 @@ def main():
                   "| Jain's index (median) | min | total Mpps (median) |", "|---|---|---|",
                   f"| {med(r[0] for r in rows):.4f} | {min(r[0] for r in rows):.4f} | {med(r[1] for r in rows):.2f} |", ""]
     table = "\n".join(lines)
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

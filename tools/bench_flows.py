@@ -20,7 +20,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import measure  # noqa: E402
+from bench_vm2vm import emit, measure  # noqa: E402
 
 
 def flows(n):
@@ -73,10 +73,7 @@ def main():
         lines.append(f"| {n} | {statistics.median(r[n] for r in rows) / 1e6:.3f} | {statistics.median(ratios):.3f} | "
                      f"{min(ratios):.3f}..{max(ratios):.3f} |")
     table = "\n".join(lines)
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

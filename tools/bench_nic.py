@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import PVSWITCHD, Testpmd, wait_socket  # noqa: E402
+from bench_vm2vm import PVSWITCHD, Testpmd, emit, wait_socket  # noqa: E402
 
 
 def start_pvswitch(d):
@@ -99,10 +99,7 @@ def main():
         f"| 64 B | {pv / 1e6:.3f} Mpps | {ce / 1e6:.3f} Mpps | {statistics.median(ratios):.3f} | "
         f"{min(ratios):.3f}..{max(ratios):.3f} |",
     ])
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fairness import PVSGEN  # noqa: E402
-from bench_vm2vm import PVSWITCHD, ROOT, wait_socket  # noqa: E402
+from bench_vm2vm import PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
 
 CTL = os.path.join(ROOT, "target", "release", "pvswitchctl")
 
@@ -95,10 +95,7 @@ def main():
         f"{med(r[1] / r[0] for r in rows):.2f} | {med(r[2] for r in rows):.0f} us | {med(r[3] for r in rows):.0f} | "
         f"{sum(r[4] for r in rows)} |",
     ])
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

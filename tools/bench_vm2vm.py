@@ -178,6 +178,14 @@ def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None,
         stop()
 
 
+def emit(table, out=None):
+    """Prints a benchmark's result table and, with `out`, writes it to that file too."""
+    print("\n" + table)
+    if out:
+        with open(out, "w") as f:
+            f.write(table + "\n")
+
+
 def line_ns():
     """One-way cache-line transfer time between CPUs 0 and 1 right now."""
     out = subprocess.run([LINEPROBE, "--cpus", "0,1", "--rounds", "100000"], check=True, capture_output=True, text=True)
@@ -233,10 +241,7 @@ def main():
             lines.append(f"- {s} B, both {ph}: " + (f"median ratio {statistics.median(same):.3f} over {len(same)} "
                          f"pairs ({min(same):.3f}..{max(same):.3f})" if same else "no pair"))
     table = "\n".join(lines)
-    print("\n" + table)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+    emit(table, a.out)
 
 
 if __name__ == "__main__":

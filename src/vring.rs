@@ -562,15 +562,23 @@ impl ActiveRing {
     /// Number of chains the guest has made available and we have not consumed.
     #[inline]
     pub fn avail(&mut self) -> Result<u16, RingError> {
-        let mut n = self.avail_shadow.wrapping_sub(self.last_avail);
-        if n == 0 {
-            self.avail_shadow = u16::from_le(self.avail_idx_ptr().load(Ordering::Acquire));
-            n = self.avail_shadow.wrapping_sub(self.last_avail);
-            if n > self.size {
-                return Err(RingError::AvailJump);
-            }
+        let n = self.avail_shadow.wrapping_sub(self.last_avail);
+        if n > 0 {
+            return Ok(n);
         }
-        Ok(n)
+        self.refresh_avail().ok_or(RingError::AvailJump)
+    }
+
+    /// Reads the guest's avail index into the shadow and returns how many chains are ready;
+    /// None (shadow unchanged) if the index jumped past the ring size.
+    #[inline]
+    fn refresh_avail(&mut self) -> Option<u16> {
+        let idx = u16::from_le(self.avail_idx_ptr().load(Ordering::Acquire));
+        let n = idx.wrapping_sub(self.last_avail);
+        (n <= self.size).then(|| {
+            self.avail_shadow = idx;
+            n
+        })
     }
 
     /// Takes the next available chain into `segs` (all device-readable if `!writable`, all
@@ -673,12 +681,8 @@ impl ActiveRing {
             use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             let mut ready = self.avail_shadow.wrapping_sub(self.last_avail);
             if ready <= DESC_AHEAD {
-                let idx = u16::from_le(self.avail_idx_ptr().load(Ordering::Acquire));
                 // A jump past the ring size is left for `avail` to report.
-                if idx.wrapping_sub(self.last_avail) <= self.size {
-                    self.avail_shadow = idx;
-                    ready = idx.wrapping_sub(self.last_avail);
-                }
+                ready = self.refresh_avail().unwrap_or(ready);
             }
             let head_at = |k: u16| {
                 let slot = (self.last_avail.wrapping_add(k) & (self.size - 1)) as usize;

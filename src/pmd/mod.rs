@@ -281,7 +281,7 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
         let mut err = None;
         while got < n {
             let f = &mut frames[got];
-            ring.prefetch_ahead(false);
+            ring.prefetch_ahead(None);
             match ring.pop(&mut f.segs, false) {
                 Ok(head) => {
                     f.head = head;

@@ -300,7 +300,7 @@ fn write_frame(
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
     }
-    ring.prefetch_ahead(true);
+    ring.prefetch_ahead(Some(hdr_len));
     let head = ring.pop(&mut rx.first, true)?;
     let first_room = rx.first.len();
     if first_room < hdr_len + pre || (!mrg && first_room < need) {
@@ -329,6 +329,8 @@ fn write_frame(
     }
     let mut hdr = [0u8; 12];
     hdr[10..12].copy_from_slice(&nbufs.to_le_bytes());
-    rx.first.write_at(0, &hdr[..hdr_len as usize]);
+    // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
+    // frame too); not writing it then keeps the guest's cached copy of that line valid.
+    rx.first.update_at(0, &hdr[..hdr_len as usize]);
     Ok(())
 }

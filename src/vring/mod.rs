@@ -16,7 +16,9 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering, fence};
+#[cfg(not(target_arch = "x86_64"))]
+use std::sync::atomic::fence;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 
 use crate::guest_mem::GuestMem;
 
@@ -245,12 +247,34 @@ pub fn ring_addrs(mem: &GuestMem, size: u16, desc: u64, avail: u64, used: u64) -
     if !desc.is_multiple_of(16) || !avail.is_multiple_of(2) || !used.is_multiple_of(4) {
         return None;
     }
-    Some(RingAddrs {
+    let a = RingAddrs {
         size,
         desc: mem.translate_user(desc, 16 * n)?,
         avail: mem.translate_user(avail, 6 + 2 * n)?,
         used: mem.translate_user(used, 6 + 8 * n)?,
-    })
+    };
+    // The host pointers too: a region's mmap_offset is the frontend's to choose, and the
+    // indices are read and written as aligned u16s.
+    ((a.desc as usize).is_multiple_of(16)
+        && (a.avail as usize).is_multiple_of(2)
+        && (a.used as usize).is_multiple_of(4))
+    .then_some(a)
+}
+
+/// A full memory barrier: our stores before it are visible to the guest before our loads after
+/// it read guest memory (the store-load order the notification protocol needs). On x86 this is
+/// a locked no-op on the stack, as Linux's `smp_mb` and DPDK's `rte_smp_mb` are, because that
+/// is cheaper than the MFENCE `fence(SeqCst)` compiles to.
+#[inline(always)]
+fn full_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a locked OR of zero into the word at the stack pointer, which is ours and keeps
+    // its value; the asm may touch memory, so the compiler keeps memory accesses on their side.
+    unsafe {
+        core::arch::asm!("lock or dword ptr [rsp], 0", options(nostack))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    fence(Ordering::SeqCst);
 }
 
 /// A split-ring descriptor, decoded from the 16 little-endian bytes the guest wrote (read once).
@@ -261,9 +285,23 @@ struct Desc {
     next: u16,
 }
 
-impl From<[u8; 16]> for Desc {
+impl Desc {
+    /// Reads the descriptor at `p` once. An 8-aligned table (every ring's own table, and the
+    /// indirect tables drivers allocate) is read as two 8-byte loads; `read_volatile` of the
+    /// byte array compiles to sixteen one-byte loads.
+    ///
+    /// # Safety
+    /// `p` must point at 16 readable bytes.
     #[inline(always)]
-    fn from(raw: [u8; 16]) -> Desc {
+    unsafe fn read(p: *const [u8; 16]) -> Desc {
+        if (p as usize).is_multiple_of(8) {
+            let w = p as *const u64;
+            // SAFETY: 16 readable bytes (caller), 8-aligned (checked): two aligned u64 reads.
+            let (a, b) = unsafe { (u64::from_le(ptr::read_volatile(w)), u64::from_le(ptr::read_volatile(w.add(1)))) };
+            return Desc { addr: a, len: b as u32, flags: (b >> 32) as u16, next: (b >> 48) as u16 };
+        }
+        // SAFETY: 16 readable bytes (caller); a byte array needs no alignment.
+        let raw = unsafe { ptr::read_volatile(p) };
         Desc {
             addr: u64::from_le_bytes(raw[0..8].try_into().unwrap()),
             len: u32::from_le_bytes(raw[8..12].try_into().unwrap()),
@@ -307,7 +345,7 @@ impl ActiveRing {
             // SAFETY: used->flags at offset 0 of the validated used ring.
             unsafe { ptr::write_volatile(self.used as *mut u16, 0) };
         }
-        fence(Ordering::SeqCst);
+        full_fence();
     }
 
     /// Stops asking for kicks (polling again).
@@ -362,6 +400,28 @@ impl ActiveRing {
         Ok(head)
     }
 
+    /// The walk's fast path: whether chain `head` is one direct descriptor of the right
+    /// direction whose buffer lies in one region (what virtio-net drivers post for frames that
+    /// fit one buffer), and if so its buffer, in `segs`. Anything else takes the general walk,
+    /// which reads the descriptor again and checks everything.
+    #[inline(always)]
+    fn take_simple(&self, head: u16, segs: &mut Segs, writable: bool) -> bool {
+        if head >= self.size {
+            return false;
+        }
+        // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
+        let mem = unsafe { &*self.mem_ptr };
+        // SAFETY: head < size and the table was validated to hold size entries.
+        let Desc { addr, len, flags, .. } = unsafe { Desc::read(self.desc.add(head as usize)) };
+        let write = if writable { VRING_DESC_F_WRITE } else { 0 };
+        if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != write {
+            return false;
+        }
+        let Some(p) = mem.translate(addr, len as u64) else { return false };
+        segs.set_one(p, len);
+        true
+    }
+
     fn walk(&self, head: u16, segs: &mut Segs, writable: bool) -> Result<(), RingError> {
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
@@ -370,19 +430,8 @@ impl ActiveRing {
         let mut idx = head as u32;
         let mut seen = 0u32;
         let mut indirect = false;
-        // Fast path: one direct descriptor whose buffer lies in one region (what virtio-net
-        // drivers post for small frames). Anything else takes the general walk below, which
-        // reads the descriptor again and checks everything.
-        if head < self.size {
-            // SAFETY: head < size and the table was validated to hold size entries.
-            let Desc { addr, len, flags, .. } = Desc::from(unsafe { ptr::read_volatile(table.add(head as usize)) });
-            let write = if writable { VRING_DESC_F_WRITE } else { 0 };
-            if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) == write
-                && let Some(p) = mem.translate(addr, len as u64)
-            {
-                segs.set_one(p, len);
-                return Ok(());
-            }
+        if self.take_simple(head, segs, writable) {
+            return Ok(());
         }
         loop {
             if idx >= table_len {
@@ -393,7 +442,7 @@ impl ActiveRing {
                 return Err(RingError::ChainTooLong);
             }
             // SAFETY: idx < table_len and the table was validated to hold table_len entries.
-            let Desc { addr, len, flags, next } = Desc::from(unsafe { ptr::read_volatile(table.add(idx as usize)) });
+            let Desc { addr, len, flags, next } = unsafe { Desc::read(table.add(idx as usize)) };
             if flags & VRING_DESC_F_INDIRECT != 0 {
                 if indirect || flags & VRING_DESC_F_NEXT != 0 || len == 0 || len % 16 != 0 || len / 16 > 65536 {
                     return Err(RingError::BadIndirect);
@@ -432,11 +481,17 @@ impl ActiveRing {
     /// chain two ahead (whose descriptor an earlier call prefetched). Only available entries
     /// are looked at, and prefetches never fault, so a hostile guest gains nothing here.
     ///
+    /// `write_from` is None for buffers we will read (a TX queue). For receive buffers it is
+    /// the offset where the frame will start (after the virtio-net header): the lines from
+    /// there are fetched for ownership, to be written; the header's line only for reading,
+    /// since the header is usually rewritten with the bytes it already holds and then left
+    /// alone (`Segs::update_at`), so the guest's copy of that line stays valid.
+    ///
     /// Near the end of what the guest had made available when we last looked, the avail index
     /// is read again, so the first chains the guest added since are prefetched too instead of
     /// each missing in turn after `avail` finds the shadow empty.
     #[inline]
-    pub fn prefetch_ahead(&mut self, for_write: bool) {
+    pub fn prefetch_ahead(&mut self, write_from: Option<u32>) {
         const DESC_AHEAD: u16 = 4;
         const BUF_AHEAD: u16 = 2;
         #[cfg(target_arch = "x86_64")]
@@ -463,20 +518,19 @@ impl ActiveRing {
                 let head = head_at(BUF_AHEAD);
                 if head < self.size {
                     // SAFETY: as above; the descriptor is read once into a local.
-                    let addr = Desc::from(unsafe { ptr::read_volatile(self.desc.add(head as usize)) }).addr;
+                    let addr = unsafe { Desc::read(self.desc.add(head as usize)) }.addr;
                     // SAFETY: mem_ptr comes from the Arc this ring holds.
                     let mem = unsafe { &*self.mem_ptr };
                     if let Some((p, _)) = mem.translate_prefix(addr, 1) {
-                        // SAFETY: a prefetch hint on a translated, mapped address. Receive
-                        // buffers are fetched for ownership: we are about to write them.
-                        unsafe {
-                            if for_write {
-                                prefetch_for_write(p);
-                                prefetch_for_write(p.wrapping_add(64));
-                            } else {
-                                _mm_prefetch(p as *const i8, _MM_HINT_T0)
-                            }
-                        };
+                        // SAFETY: a prefetch hint on a translated, mapped address.
+                        unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+                        if let Some(off) = write_from {
+                            // The first two lines from the frame's start: a 64-byte frame's.
+                            // Hints: wrapping pointer arithmetic, never dereferenced here.
+                            let frame = p.wrapping_add(off as usize);
+                            prefetch_for_write(frame);
+                            prefetch_for_write(frame.wrapping_add(63));
+                        }
                     }
                 }
             }
@@ -517,7 +571,7 @@ impl ActiveRing {
         self.used_idx_ptr().store(new.to_le(), Ordering::Release);
         self.used_published = new;
         // The guest's used_event / flags must be read after our idx store is visible.
-        fence(Ordering::SeqCst);
+        full_fence();
         if self.event_idx {
             // used_event is avail->ring[size].
             // SAFETY: offset 4 + 2*size is inside the validated avail ring (6 + 2n bytes).

@@ -136,6 +136,30 @@ impl Segs {
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
+    /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small
+    /// `src` in the first segment): a line that is only read stays shared with the guest's
+    /// core, where a store, even of the same bytes, would take it away. Returns the bytes
+    /// that now read as `src`.
+    #[inline]
+    pub fn update_at(&self, off: u32, src: &[u8]) -> usize {
+        const MAX: usize = 16;
+        if src.len() <= MAX
+            && let Some(p) = self.in_first(off, src.len())
+        {
+            let mut cur = [0u8; MAX];
+            // SAFETY: src.len() bytes inside the first segment (type invariant: mapped while
+            // the ring lock is held), copied into a local; then, if they differ, the other way.
+            unsafe {
+                copy_bytes(p, cur.as_mut_ptr(), src.len());
+                if cur[..src.len()] != *src {
+                    copy_bytes(src.as_ptr(), p, src.len());
+                }
+            }
+            return src.len();
+        }
+        self.write_at(off, src)
+    }
+
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
     /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
     #[inline]

@@ -289,7 +289,7 @@ pub(super) fn prefetch_for_write(p: *const u8) {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_bytes;
+    use super::{Segs, copy_bytes};
 
     #[test]
     fn copy_bytes_all_sizes_and_overlaps() {
@@ -306,5 +306,35 @@ mod tests {
                 assert_eq!(dst, want);
             }
         }
+    }
+
+    #[test]
+    fn update_at_writes_only_bytes_that_differ() {
+        // A read-only page: a store into it would fault, so equal bytes must not be stored.
+        // SAFETY: a fresh anonymous mapping of one page, unmapped at the end of the test.
+        let page = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        let mut ro = Segs::default();
+        ro.set_one(page as *mut u8, 4096);
+        for n in [1, 7, 8, 10, 12, 16] {
+            assert_eq!(ro.update_at(100, &[0u8; 16][..n]), n);
+        }
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(page, 4096) };
+
+        let mut buf = [0u8; 64];
+        let mut rw = Segs::default();
+        rw.set_one(buf.as_mut_ptr(), 64);
+        let mut hdr = [0u8; 12];
+        hdr[10] = 1;
+        for n in [10, 12] {
+            assert_eq!(rw.update_at(20, &hdr[..n]), n);
+        }
+        assert_eq!(&buf[20..32], &hdr);
+        hdr[0] = 9;
+        rw.update_at(20, &hdr[..4]);
+        assert_eq!(buf[20], 9);
     }
 }

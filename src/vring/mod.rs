@@ -483,9 +483,9 @@ impl ActiveRing {
     ///
     /// `write_from` is None for buffers we will read (a TX queue). For receive buffers it is
     /// the offset where the frame will start (after the virtio-net header): the lines from
-    /// there are fetched for ownership, to be written; the header's line only for reading,
-    /// since the header is usually rewritten with the bytes it already holds and then left
-    /// alone (`Segs::update_at`), so the guest's copy of that line stays valid.
+    /// there are fetched for ownership, to be written; the header's line only for reading:
+    /// the header usually already holds the bytes we would write, and then `Segs::update_at`
+    /// leaves it alone, so the guest's copy of that line stays valid.
     ///
     /// Near the end of what the guest had made available when we last looked, the avail index
     /// is read again, so the first chains the guest added since are prefetched too instead of

@@ -27,3 +27,4 @@ pub mod stats;
 pub mod topology;
 pub mod vhost_port;
 pub mod vring;
+pub mod wire;

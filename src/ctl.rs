@@ -150,7 +150,7 @@ fn fdb(c: &Control) -> Value {
         .into_iter()
         .map(|(m, p)| {
             json!({
-                "mac": format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]),
+                "mac": m.to_string(),
                 "port": c.port(p as usize).map(|pc| pc.port.name().to_string()),
             })
         })

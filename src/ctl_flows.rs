@@ -5,12 +5,9 @@
 use serde_json::{Value, json};
 
 use crate::control::Control;
-use crate::flow::{Emit, EthHeader, Field, FlowKey, Match, execute, parse_flow};
+use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
 use crate::flow_table::{NO_MATCH, Verdict};
-
-fn fmt_mac(m: &[u8; 6]) -> String {
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
-}
+use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
 
 fn port_name(c: &Control, id: u16) -> String {
     c.port(id as usize).map_or_else(|| format!("#{id}"), |pc| pc.port.name().to_string())
@@ -38,48 +35,42 @@ pub fn flows(c: &Control) -> Value {
 }
 
 /// Where a NORMAL action sends a frame to `dst` from `in_port`, by the learned MACs.
-fn normal_outputs(c: &Control, in_port: u16, dst: &[u8; 6]) -> (String, Vec<u16>) {
+fn normal_outputs(c: &Control, in_port: u16, dst: &MacAddr) -> (String, Vec<u16>) {
     let others = || c.ports.iter().flatten().map(|p| p.port.id).filter(|&p| p != in_port).collect::<Vec<_>>();
-    if dst[0] & 1 != 0 {
+    if dst.is_multicast() {
         return ("broadcast/multicast: flood".into(), others());
     }
     match c.mac.lookup(dst) {
-        Some(p) if p == in_port => (format!("{} was learned on the input port: drop", fmt_mac(dst)), vec![]),
-        Some(p) => (format!("{} learned on {}", fmt_mac(dst), port_name(c, p)), vec![p]),
-        None => (format!("{} not learned: flood", fmt_mac(dst)), others()),
+        Some(p) if p == in_port => (format!("{} was learned on the input port: drop", dst), vec![]),
+        Some(p) => (format!("{} learned on {}", dst, port_name(c, p)), vec![p]),
+        None => (format!("{} not learned: flood", dst), others()),
     }
 }
 
-/// The frame header a key describes (addresses, VLAN tag, ethertype), for running actions.
-fn header_of(key: &FlowKey) -> EthHeader {
-    let mut raw = [0u8; 18];
-    raw[0..6].copy_from_slice(&key.dl_dst());
-    raw[6..12].copy_from_slice(&key.dl_src());
-    let mut n = 12;
+/// The frame header a key describes (addresses and VLAN tag), for running actions.
+fn header_of(key: &FlowKey) -> EthernetRepr {
+    let mut h = EthernetRepr { dst: key.dl_dst(), src: key.dl_src(), ..EthernetRepr::default() };
     if let Some(vid) = key.vlan_vid() {
-        let tci = vid | (key.vlan_pcp().unwrap_or(0) as u16) << 13;
-        raw[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-        raw[14..16].copy_from_slice(&tci.to_be_bytes());
-        n = 16;
+        let tci = vid | (key.vlan_pcp().unwrap_or(0) as u16) << VlanTag::PCP_SHIFT;
+        h.push_tag(VlanTag::new(ethertype::VLAN, tci));
     }
-    raw[n..n + 2].copy_from_slice(&key.dl_type().to_be_bytes());
-    EthHeader::parse(&raw[..n + 2]).map(|(h, _)| h).unwrap_or_default()
+    h
 }
 
-fn describe_header(h: &EthHeader, orig: &EthHeader) -> String {
+fn describe_header(h: &EthernetRepr, orig: &EthernetRepr) -> String {
     if h == orig {
         return String::new();
     }
     let mut parts = Vec::new();
     if h.dst != orig.dst {
-        parts.push(format!("dl_dst={}", fmt_mac(&h.dst)));
+        parts.push(format!("dl_dst={}", h.dst));
     }
     if h.src != orig.src {
-        parts.push(format!("dl_src={}", fmt_mac(&h.src)));
+        parts.push(format!("dl_src={}", h.src));
     }
     let tags: Vec<String> = h.tags[..h.ntags as usize]
         .iter()
-        .map(|(tpid, tci)| format!("0x{tpid:04x}:vid={},pcp={}", tci & 0xfff, tci >> 13))
+        .map(|t| format!("0x{:04x}:vid={},pcp={}", t.tpid, t.vid(), t.pcp()))
         .collect();
     parts.push(if tags.is_empty() { "untagged".into() } else { format!("vlan {}", tags.join(" ")) });
     format!(" ({})", parts.join(", "))
@@ -104,14 +95,14 @@ pub fn trace(c: &Control, args: &[String]) -> Result<Value, String> {
     let pc = c.port(in_port as usize).ok_or("trace: no such port")?;
     let src = key.dl_src();
     if !pc.cfg.allowed_macs.is_empty() && !pc.cfg.allowed_macs.contains(&src) {
-        steps.push(format!("port security: {} may not send from {}: drop", pc.port.name(), fmt_mac(&src)));
+        steps.push(format!("port security: {} may not send from {}: drop", pc.port.name(), src));
         return Ok(json!({ "flow": Value::Null, "outputs": [], "steps": steps }));
     }
     let t = &c.flows;
     let mut outputs: Vec<String> = Vec::new();
     let mut flow_text = Value::Null;
     let dst = key.dl_dst();
-    let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, dst: &[u8; 6], extra: &str| {
+    let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, dst: &MacAddr, extra: &str| {
         let (why, ports) = normal_outputs(c, in_port, dst);
         steps.push(format!("normal: {why}"));
         outputs.extend(ports.into_iter().map(|p| format!("{}{extra}", name(p))));

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-pub type Mac = [u8; 6];
+pub use crate::wire::MacAddr as Mac;
 
 const WAYS: usize = 8;
 
@@ -23,7 +23,7 @@ pub struct MacTable {
 #[inline]
 fn mac_bits(mac: &Mac) -> u64 {
     let mut b = [0u8; 8];
-    b[..6].copy_from_slice(mac);
+    b[..6].copy_from_slice(&mac.0);
     u64::from_le_bytes(b)
 }
 
@@ -97,7 +97,7 @@ impl MacTable {
                 let v = e.load(Relaxed);
                 if v != 0 {
                     let m = v.to_le_bytes();
-                    out.push(([m[0], m[1], m[2], m[3], m[4], m[5]], (v >> 48) as u16 - 1));
+                    out.push((Mac([m[0], m[1], m[2], m[3], m[4], m[5]]), (v >> 48) as u16 - 1));
                 }
             }
         }
@@ -112,8 +112,8 @@ mod tests {
     #[test]
     fn learn_lookup_move_flush() {
         let t = MacTable::new(4);
-        let a = [2, 0, 0, 0, 0, 1];
-        let b = [2, 0, 0, 0, 0, 2];
+        let a = Mac([2, 0, 0, 0, 0, 1]);
+        let b = Mac([2, 0, 0, 0, 0, 2]);
         assert_eq!(t.lookup(&a), None);
         t.learn(&a, 0);
         t.learn(&b, 7);
@@ -130,13 +130,13 @@ mod tests {
     fn full_bucket_evicts_but_stays_consistent() {
         let t = MacTable::new(1);
         for i in 0..100u8 {
-            t.learn(&[2, 0, 0, 0, 1, i], i as u16);
+            t.learn(&Mac([2, 0, 0, 0, 1, i]), i as u16);
         }
         let e = t.entries();
         assert_eq!(e.len(), 8);
         for (m, p) in e {
             assert_eq!(t.lookup(&m), Some(p));
-            assert_eq!(m[5] as u16, p);
+            assert_eq!(m.0[5] as u16, p);
         }
     }
 }

@@ -220,7 +220,7 @@ mod imp {
                 "tx_ring": self.eth.ring_sizes().1,
                 "socket_id": self.eth.socket_id(),
                 "mtu": self.eth.mtu(),
-                "mac": self.eth.mac_addr().ok().map(|m| m.map(|b| format!("{b:02x}")).join(":")),
+                "mac": self.eth.mac_addr().ok().map(|m| m.to_string()),
                 "notes": self.eth.notes(),
                 "mbufs_free": self.pool.available(),
                 "stats": st.map(|s| json!({

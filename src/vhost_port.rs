@@ -16,46 +16,30 @@ use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqH
 use crate::guest_mem::{GuestMem, RegionDesc};
 use crate::port::Port;
 use crate::vring::{MAX_QUEUE_SIZE, ring_addrs};
+use crate::wire::virtio_net::{self, feature};
 
-pub const VIRTIO_NET_F_MTU: u64 = 1 << 3;
-pub const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
-pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
-pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
-pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
-pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+/// The vhost-user transport's own feature bit: the protocol-features handshake is offered.
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
-pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
-/// The device uses buffers in the order they were made available. pvswitchd always does:
-/// chains are popped, and completed, strictly in ring order on both queues.
-pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
-/// What pvswitchd offers every frontend. CTRL_VQ is offered because MQ requires it; the
-/// frontend (QEMU) serves the control queue itself and never hands it to a backend.
-pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
-    | VIRTIO_F_IN_ORDER
-    | VIRTIO_NET_F_MRG_RXBUF
-    | VIRTIO_NET_F_CTRL_VQ
-    | VIRTIO_NET_F_MQ
-    | VIRTIO_RING_F_INDIRECT_DESC
-    | VIRTIO_RING_F_EVENT_IDX
+/// What pvswitchd offers every frontend. IN_ORDER: chains are popped, and completed, strictly
+/// in ring order on both queues. CTRL_VQ is offered because MQ requires it; the frontend
+/// (QEMU) serves the control queue itself and never hands it to a backend.
+pub const OFFERED_FEATURES: u64 = feature::VERSION_1
+    | feature::IN_ORDER
+    | feature::MRG_RXBUF
+    | feature::CTRL_VQ
+    | feature::MQ
+    | feature::RING_INDIRECT_DESC
+    | feature::RING_EVENT_IDX
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
 /// Names of negotiated feature bits, for `pvswitchctl ports`.
-pub fn feature_names(f: u64) -> Vec<&'static str> {
-    [
-        (VIRTIO_F_VERSION_1, "VERSION_1"),
-        (VIRTIO_F_IN_ORDER, "IN_ORDER"),
-        (VIRTIO_NET_F_MRG_RXBUF, "MRG_RXBUF"),
-        (VIRTIO_NET_F_CTRL_VQ, "CTRL_VQ"),
-        (VIRTIO_NET_F_MQ, "MQ"),
-        (VIRTIO_RING_F_INDIRECT_DESC, "INDIRECT_DESC"),
-        (VIRTIO_RING_F_EVENT_IDX, "EVENT_IDX"),
-        (VHOST_USER_F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),
-    ]
-    .iter()
-    .filter(|(b, _)| f & b != 0)
-    .map(|(_, n)| *n)
-    .collect()
+pub fn feature_names(f: u64) -> Vec<String> {
+    let mut v = virtio_net::feature_names(f & !VHOST_USER_F_PROTOCOL_FEATURES);
+    if f & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
+        v.push("PROTOCOL_FEATURES".into());
+    }
+    v
 }
 
 #[derive(Default)]
@@ -131,7 +115,7 @@ impl PortBackend {
     }
 
     fn hdr_len(&self) -> u32 {
-        if self.features & (VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF) != 0 { 12 } else { 10 }
+        virtio_net::hdr_len(self.features) as u32
     }
 
     /// Like `reconcile`, for requests that must be refused (and the connection closed) when the
@@ -146,8 +130,8 @@ impl PortBackend {
     fn reconcile(&mut self, i: usize) -> std::result::Result<(), String> {
         let protocol_negotiated = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
         let hdr_len = self.hdr_len();
-        let mrg = self.features & VIRTIO_NET_F_MRG_RXBUF != 0;
-        let event_idx = self.features & VIRTIO_RING_F_EVENT_IDX != 0;
+        let mrg = self.features & feature::MRG_RXBUF != 0;
+        let event_idx = self.features & feature::RING_EVENT_IDX != 0;
         let v = &self.vrings[i];
         let want = v.kicked && (v.enabled || !protocol_negotiated) && v.addrs.is_some() && v.size > 0;
         let lock = &self.port.vrings[i];

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::wire::MacAddr;
+
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pvswitch/pvswitchd.sock";
 /// Linux vhost-net's VHOST_NET_PKT_WEIGHT and VHOST_NET_WEIGHT.
 pub const DEFAULT_WEIGHT_PACKETS: u32 = 256;
@@ -188,7 +190,7 @@ pub struct PortConfig {
     pub weight_packets: u32,
     pub weight_bytes: u32,
     /// Port security: source MACs this port may send from (empty: any).
-    pub allowed_macs: Vec<[u8; 6]>,
+    pub allowed_macs: Vec<MacAddr>,
     /// Per queue pair: (weight_packets, weight_bytes, pinned poll core).
     pub queue_cfg: Vec<QueueConfig>,
 }
@@ -548,7 +550,7 @@ impl Config {
             let weight_bytes = range(p.weight_bytes, "weight_bytes", 64, 1 << 30, weight_bytes)?;
             let mut allowed_macs = Vec::new();
             for m in &p.allowed_macs {
-                let mac = parse_mac(m.get_ref()).ok_or_else(|| {
+                let mac = m.get_ref().parse::<MacAddr>().map_err(|_| {
                     cx.err(
                         Some(m.span()),
                         format!(
@@ -651,20 +653,6 @@ impl Config {
             flows,
         })
     }
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in mac.iter_mut() {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 #[cfg(test)]

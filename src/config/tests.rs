@@ -161,7 +161,7 @@ mod flow_tests {
             "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\nallowed_macs = [\"02:00:00:00:00:01\"]\nweight_packets = 64\n",
         )
         .unwrap();
-        assert_eq!(c.ports[0].allowed_macs, vec![[2, 0, 0, 0, 0, 1]]);
+        assert_eq!(c.ports[0].allowed_macs, vec![crate::wire::MacAddr([2, 0, 0, 0, 0, 1])]);
         assert_eq!((c.ports[0].weight_packets, c.ports[0].weight_bytes), (64, DEFAULT_WEIGHT_BYTES));
         let e = Config::parse(
             "t.toml",

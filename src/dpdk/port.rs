@@ -305,11 +305,15 @@ impl EthPort {
         &self.notes
     }
 
-    pub fn mac_addr(&self) -> Result<[u8; 6], String> {
+    pub fn mac_addr(&self) -> Result<crate::wire::MacAddr, String> {
         let mut a = sys::rte_ether_addr::default();
         // SAFETY: port_id is valid; a is a valid out pointer.
         let ret = unsafe { sys::rte_eth_macaddr_get(self.port_id, &mut a) };
-        if ret < 0 { Err(format!("dpdk port {}: MAC address: {}", self.name, ret_text(ret))) } else { Ok(a.addr_bytes) }
+        if ret < 0 {
+            Err(format!("dpdk port {}: MAC address: {}", self.name, ret_text(ret)))
+        } else {
+            Ok(crate::wire::MacAddr(a.addr_bytes))
+        }
     }
 
     pub fn stats(&self) -> Result<PortStats, String> {

@@ -16,26 +16,17 @@
 
 use std::fmt;
 
+use crate::wire::arp::ArpPacket;
+use crate::wire::tcp::TcpPacket;
+use crate::wire::{Ipv4Packet, MacAddr, VlanTag, ethernet, ethertype, protocol};
+
 /// Number of `u64` words in a [`FlowKey`].
 pub const WORDS: usize = 4;
 
-/// Ethertypes and IP protocols the extractor understands.
-pub const ETH_TYPE_IP: u16 = 0x0800;
-pub const ETH_TYPE_ARP: u16 = 0x0806;
-pub const ETH_TYPE_VLAN: u16 = 0x8100;
-pub const ETH_TYPE_VLAN_8021AD: u16 = 0x88a8;
 /// What OVS puts in `dl_type` for 802.3 frames whose type/length field is a length (< 0x600).
 pub const ETH_TYPE_NONE: u16 = 0x05ff;
-pub const IP_PROTO_ICMP: u8 = 1;
-pub const IP_PROTO_TCP: u8 = 6;
-pub const IP_PROTO_UDP: u8 = 17;
-pub const IP_PROTO_SCTP: u8 = 132;
-/// The "tag present" bit of `vlan_tci` (the CFI/DEI position, as OVS uses it).
-pub const VLAN_PRESENT: u16 = 0x1000;
-/// The VID bits of a TCI.
-pub const VLAN_VID_MASK: u16 = 0x0fff;
-/// The PCP bits of a TCI.
-pub const VLAN_PCP_MASK: u16 = 0xe000;
+/// The "tag present" bit of `vlan_tci` (the DEI position, as OVS uses it).
+pub const VLAN_PRESENT: u16 = VlanTag::DEI;
 
 /// One field of a [`FlowKey`], with its OVS name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -114,19 +105,6 @@ impl Field {
     }
 }
 
-/// A MAC address as the 48-bit big-endian number a [`FlowKey`] stores.
-#[inline]
-pub const fn mac_to_u64(mac: &[u8; 6]) -> u64 {
-    u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
-}
-
-/// The inverse of [`mac_to_u64`] (bits above 48 are ignored).
-#[inline]
-pub const fn u64_to_mac(v: u64) -> [u8; 6] {
-    let b = v.to_be_bytes();
-    [b[2], b[3], b[4], b[5], b[6], b[7]]
-}
-
 /// Packet header fields, or a mask over them. See the module docs for the layout.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
@@ -135,16 +113,6 @@ pub struct FlowKey {
 
 const K1: u64 = 0x9E37_79B9_7F4A_7C15;
 const K2: u64 = 0xD6E8_FEB8_6659_FD93;
-
-#[inline]
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-#[inline]
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
 
 impl FlowKey {
     /// The mask that matches every bit of every field.
@@ -214,11 +182,11 @@ impl FlowKey {
     pub fn in_port(&self) -> u16 {
         self.get(Field::InPort) as u16
     }
-    pub fn dl_dst(&self) -> [u8; 6] {
-        u64_to_mac(self.get(Field::DlDst))
+    pub fn dl_dst(&self) -> MacAddr {
+        MacAddr::from_u64(self.get(Field::DlDst))
     }
-    pub fn dl_src(&self) -> [u8; 6] {
-        u64_to_mac(self.get(Field::DlSrc))
+    pub fn dl_src(&self) -> MacAddr {
+        MacAddr::from_u64(self.get(Field::DlSrc))
     }
     /// The ethertype after the VLAN tag, if any.
     pub fn dl_type(&self) -> u16 {
@@ -231,12 +199,12 @@ impl FlowKey {
     /// The VLAN id, if the frame has a tag.
     pub fn vlan_vid(&self) -> Option<u16> {
         let t = self.vlan_tci();
-        (t & VLAN_PRESENT != 0).then_some(t & VLAN_VID_MASK)
+        (t & VLAN_PRESENT != 0).then_some(t & VlanTag::VID_MASK)
     }
     /// The VLAN priority, if the frame has a tag.
     pub fn vlan_pcp(&self) -> Option<u8> {
         let t = self.vlan_tci();
-        (t & VLAN_PRESENT != 0).then_some((t >> 13) as u8)
+        (t & VLAN_PRESENT != 0).then_some((t >> VlanTag::PCP_SHIFT) as u8)
     }
     /// IPv4 source, or the ARP sender protocol address.
     pub fn nw_src(&self) -> u32 {
@@ -280,60 +248,47 @@ impl FlowKey {
         let mut k = FlowKey::default();
         k.set(Field::InPort, in_port as u64);
         if let Some(d) = frame.get(0..6) {
-            k.set(Field::DlDst, mac_to_u64(d.try_into().unwrap()));
+            k.set(Field::DlDst, MacAddr::from_bytes(d).to_u64());
         }
         if let Some(s) = frame.get(6..12) {
-            k.set(Field::DlSrc, mac_to_u64(s.try_into().unwrap()));
+            k.set(Field::DlSrc, MacAddr::from_bytes(s).to_u64());
         }
-        let Some(mut ty) = be16(frame, 12) else { return k };
-        let mut off = 14;
-        if (ty == ETH_TYPE_VLAN || ty == ETH_TYPE_VLAN_8021AD)
-            && let (Some(tci), Some(inner)) = (be16(frame, 14), be16(frame, 16))
-        {
-            k.set(Field::VlanTci, (tci | VLAN_PRESENT) as u64);
-            ty = inner;
-            off = 18;
+        let Some((mut ty, off, tag)) = ethernet::l3_start(frame) else { return k };
+        if let Some(t) = tag {
+            k.set(Field::VlanTci, (t.tci | VLAN_PRESENT) as u64);
         }
-        if ty < 0x600 {
+        if ty < ethertype::MIN {
             ty = ETH_TYPE_NONE;
         }
         k.set(Field::DlType, ty as u64);
         let l3 = &frame[off..];
         match ty {
-            ETH_TYPE_IP => k.extract_ipv4(l3),
-            ETH_TYPE_ARP => k.extract_arp(l3),
+            ethertype::IPV4 => k.extract_ipv4(l3),
+            ethertype::ARP => k.extract_arp(l3),
             _ => {}
         }
         k
     }
 
     fn extract_ipv4(&mut self, ip: &[u8]) {
-        if ip.len() < 20 || ip[0] >> 4 != 4 {
+        let Ok(ip) = Ipv4Packet::new_checked(ip) else { return };
+        self.set(Field::NwTos, (ip.tos() & 0xfc) as u64);
+        self.set(Field::NwProto, ip.protocol() as u64);
+        self.set(Field::NwSrc, u32::from(ip.src_addr()) as u64);
+        self.set(Field::NwDst, u32::from(ip.dst_addr()) as u64);
+        if ip.frag_offset() != 0 {
             return;
         }
-        let hlen = (ip[0] & 0x0f) as usize * 4;
-        let total = be16(ip, 2).unwrap_or(0) as usize;
-        if hlen < 20 || total < hlen {
-            return;
-        }
-        let proto = ip[9];
-        self.set(Field::NwTos, (ip[1] & 0xfc) as u64);
-        self.set(Field::NwProto, proto as u64);
-        self.set(Field::NwSrc, be32(ip, 12).unwrap_or(0) as u64);
-        self.set(Field::NwDst, be32(ip, 16).unwrap_or(0) as u64);
-        let frag_offset = be16(ip, 6).unwrap_or(0) & 0x1fff;
-        if frag_offset != 0 {
-            return;
-        }
-        let Some(l4) = ip.get(hlen..) else { return };
-        match proto {
-            IP_PROTO_TCP | IP_PROTO_UDP | IP_PROTO_SCTP => {
-                if let (Some(s), Some(d)) = (be16(l4, 0), be16(l4, 2)) {
-                    self.set(Field::TpSrc, s as u64);
-                    self.set(Field::TpDst, d as u64);
+        let l4 = ip.payload();
+        match ip.protocol() {
+            protocol::TCP | protocol::UDP | protocol::SCTP => {
+                // The three share the position of their ports.
+                if let Ok(t) = TcpPacket::new_ports(l4) {
+                    self.set(Field::TpSrc, t.src_port() as u64);
+                    self.set(Field::TpDst, t.dst_port() as u64);
                 }
             }
-            IP_PROTO_ICMP if l4.len() >= 2 => {
+            protocol::ICMP if l4.len() >= 2 => {
                 self.set(Field::TpSrc, l4[0] as u64);
                 self.set(Field::TpDst, l4[1] as u64);
             }
@@ -342,31 +297,27 @@ impl FlowKey {
     }
 
     fn extract_arp(&mut self, arp: &[u8]) {
-        if arp.len() < 28 || be16(arp, 0) != Some(1) || be16(arp, 2) != Some(ETH_TYPE_IP) || arp[4] != 6 || arp[5] != 4
-        {
-            return;
-        }
-        let op = be16(arp, 6).unwrap_or(0);
+        let Ok(arp) = ArpPacket::new_checked(arp) else { return };
+        let op = arp.operation();
         if op <= 0xff {
             self.set(Field::NwProto, op as u64);
         }
-        self.set(Field::NwSrc, be32(arp, 14).unwrap_or(0) as u64);
-        self.set(Field::NwDst, be32(arp, 24).unwrap_or(0) as u64);
+        self.set(Field::NwSrc, u32::from(arp.sender_ip()) as u64);
+        self.set(Field::NwDst, u32::from(arp.target_ip()) as u64);
     }
 }
 
 impl fmt::Debug for FlowKey {
     /// All fields, e.g. `FlowKey { in_port=1, dl_dst=.., .., tp_dst=80 }`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = |m: [u8; 6]| format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
         let ip = |a: u32| std::net::Ipv4Addr::from(a).to_string();
         write!(
             f,
             "FlowKey {{ in_port={}, dl_dst={}, dl_src={}, dl_type=0x{:04x}, vlan_tci=0x{:04x}, nw_src={}, nw_dst={}, \
              nw_proto={}, nw_tos={}, tp_src={}, tp_dst={} }}",
             self.in_port(),
-            mac(self.dl_dst()),
-            mac(self.dl_src()),
+            self.dl_dst(),
+            self.dl_src(),
             self.dl_type(),
             self.vlan_tci(),
             ip(self.nw_src()),
@@ -400,14 +351,15 @@ pub(crate) mod testutil {
         }
     }
 
-    pub const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
-    pub const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+    use crate::wire::MacAddr;
+    pub const DST: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0xbb]);
+    pub const SRC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0xaa]);
 
     /// Ethernet header with an optional 802.1Q tag and the given ethertype.
     pub fn eth(vlan: Option<u16>, ty: u16) -> Vec<u8> {
         let mut f = Vec::new();
-        f.extend_from_slice(&DST);
-        f.extend_from_slice(&SRC);
+        f.extend_from_slice(&DST.0);
+        f.extend_from_slice(&SRC.0);
         if let Some(tci) = vlan {
             f.extend_from_slice(&0x8100u16.to_be_bytes());
             f.extend_from_slice(&tci.to_be_bytes());
@@ -469,20 +421,17 @@ mod tests {
         k.set(Field::TpDst, 443);
         k.set(Field::NwProto, 6);
         assert_eq!((k.tp_src(), k.tp_dst(), k.nw_proto()), (80, 443, 6));
-        let mac = [1, 2, 3, 4, 5, 6];
-        assert_eq!(u64_to_mac(mac_to_u64(&mac)), mac);
-        assert_eq!(mac_to_u64(&[0xff, 0, 0, 0, 0, 0]), 0xff00_0000_0000);
     }
 
     #[test]
     fn tcp_over_vlan() {
-        let mut f = eth(Some(0x6000 | 100), ETH_TYPE_IP);
+        let mut f = eth(Some(0x6000 | 100), ethertype::IPV4);
         f.extend(ipv4(0xb9, 6, [10, 0, 0, 1], [10, 0, 0, 2], 0x4000, &[], &ports(1234, 80)));
         let k = FlowKey::extract(7, &f);
         assert_eq!(k.in_port(), 7);
         assert_eq!(k.dl_dst(), DST);
         assert_eq!(k.dl_src(), SRC);
-        assert_eq!(k.dl_type(), ETH_TYPE_IP);
+        assert_eq!(k.dl_type(), ethertype::IPV4);
         assert_eq!(k.vlan_tci(), 0x7000 | 100);
         assert_eq!((k.vlan_vid(), k.vlan_pcp()), (Some(100), Some(3)));
         assert_eq!(k.nw_src(), 0x0a00_0001);
@@ -494,7 +443,7 @@ mod tests {
 
     #[test]
     fn udp_with_options_and_8021ad() {
-        let mut f = eth(None, ETH_TYPE_VLAN_8021AD);
+        let mut f = eth(None, ethertype::QINQ);
         f.truncate(12);
         f.extend_from_slice(&[0x88, 0xa8, 0x00, 0x05, 0x08, 0x00]);
         f.extend(ipv4(0, 17, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[1, 1, 1, 0, 1, 1, 1, 0], &ports(53, 5353)));
@@ -506,24 +455,24 @@ mod tests {
 
     #[test]
     fn icmp_sctp_and_fragments() {
-        let mut f = eth(None, ETH_TYPE_IP);
+        let mut f = eth(None, ethertype::IPV4);
         f.extend(ipv4(0, 1, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &[8, 0, 0, 0]));
         let k = FlowKey::extract(0, &f);
         assert_eq!((k.nw_proto(), k.tp_src(), k.tp_dst()), (1, 8, 0));
         assert_eq!(k.vlan_tci(), 0);
         assert_eq!(k.vlan_vid(), None);
 
-        let mut f = eth(None, ETH_TYPE_IP);
+        let mut f = eth(None, ethertype::IPV4);
         f.extend(ipv4(0, 132, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
         assert_eq!(FlowKey::extract(0, &f).tp_dst(), 10);
 
         // A non-first fragment: nw fields yes, ports no.
-        let mut f = eth(None, ETH_TYPE_IP);
+        let mut f = eth(None, ethertype::IPV4);
         f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0x2000 | 185, &[], &ports(9, 10)));
         let k = FlowKey::extract(0, &f);
         assert_eq!((k.nw_proto(), k.nw_src(), k.tp_src(), k.tp_dst()), (6, 0x0101_0101, 0, 0));
         // The first fragment (MF set, offset 0) has ports.
-        let mut f = eth(None, ETH_TYPE_IP);
+        let mut f = eth(None, ethertype::IPV4);
         f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0x2000, &[], &ports(9, 10)));
         assert_eq!(FlowKey::extract(0, &f).tp_src(), 9);
     }
@@ -531,15 +480,15 @@ mod tests {
     #[test]
     fn malformed_ipv4_sets_no_nw_fields() {
         for bad in [0x45u8 ^ 0x10, 0x44] {
-            let mut f = eth(None, ETH_TYPE_IP);
+            let mut f = eth(None, ethertype::IPV4);
             let mut ip = ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10));
             ip[0] = bad;
             f.extend(ip);
             let k = FlowKey::extract(0, &f);
-            assert_eq!((k.dl_type(), k.nw_src(), k.nw_proto(), k.tp_src()), (ETH_TYPE_IP, 0, 0, 0));
+            assert_eq!((k.dl_type(), k.nw_src(), k.nw_proto(), k.tp_src()), (ethertype::IPV4, 0, 0, 0));
         }
         // Ports cut off: nw fields yes, ports no.
-        let mut f = eth(None, ETH_TYPE_IP);
+        let mut f = eth(None, ethertype::IPV4);
         f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
         let k = FlowKey::extract(0, &f[..14 + 20 + 3]);
         assert_eq!((k.nw_proto(), k.tp_src()), (6, 0));
@@ -547,14 +496,14 @@ mod tests {
 
     #[test]
     fn arp() {
-        let mut f = eth(Some(3), ETH_TYPE_ARP);
+        let mut f = eth(Some(3), ethertype::ARP);
         f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-        f.extend_from_slice(&SRC);
+        f.extend_from_slice(&SRC.0);
         f.extend_from_slice(&[10, 0, 0, 1]);
-        f.extend_from_slice(&DST);
+        f.extend_from_slice(&DST.0);
         f.extend_from_slice(&[10, 0, 0, 2]);
         let k = FlowKey::extract(1, &f);
-        assert_eq!((k.dl_type(), k.nw_proto(), k.nw_src(), k.nw_dst()), (ETH_TYPE_ARP, 2, 0x0a00_0001, 0x0a00_0002));
+        assert_eq!((k.dl_type(), k.nw_proto(), k.nw_src(), k.nw_dst()), (ethertype::ARP, 2, 0x0a00_0001, 0x0a00_0002));
         assert_eq!(k.vlan_vid(), Some(3));
         f[18 + 6] = 1; // opcode 0x0102: too big for nw_proto
         assert_eq!(FlowKey::extract(1, &f).nw_proto(), 0);
@@ -564,16 +513,16 @@ mod tests {
 
     #[test]
     fn short_frames() {
-        let mut f = eth(Some(5), ETH_TYPE_IP);
+        let mut f = eth(Some(5), ethertype::IPV4);
         f.extend(ipv4(0, 6, [1, 1, 1, 1], [2, 2, 2, 2], 0, &[], &ports(9, 10)));
         for n in 0..f.len() {
             let k = FlowKey::extract(3, &f[..n]);
             assert_eq!(k.in_port(), 3);
-            assert_eq!(k.dl_dst(), if n >= 6 { DST } else { [0; 6] });
+            assert_eq!(k.dl_dst(), if n >= 6 { DST } else { MacAddr::ZERO });
             if n < 18 {
                 // The tag is not parsed without its inner ethertype; dl_type is then the TPID.
                 assert_eq!(k.vlan_tci(), 0);
-                assert_eq!(k.dl_type(), if n >= 14 { ETH_TYPE_VLAN } else { 0 });
+                assert_eq!(k.dl_type(), if n >= 14 { ethertype::VLAN } else { 0 });
             }
         }
         // 802.3 length field.

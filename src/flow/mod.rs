@@ -28,14 +28,10 @@ mod key;
 mod parse;
 mod print;
 
-pub use action::{Action, Emit, EthHeader, MAX_TAGS, execute};
+pub use action::{Action, Emit, execute};
 pub use classifier::{Classifier, Linear};
 pub use emc::Emc;
-pub use key::{
-    ETH_TYPE_ARP, ETH_TYPE_IP, ETH_TYPE_NONE, ETH_TYPE_VLAN, ETH_TYPE_VLAN_8021AD, Field, FlowKey, IP_PROTO_ICMP,
-    IP_PROTO_SCTP, IP_PROTO_TCP, IP_PROTO_UDP, VLAN_PCP_MASK, VLAN_PRESENT, VLAN_VID_MASK, WORDS, mac_to_u64,
-    u64_to_mac,
-};
+pub use key::{ETH_TYPE_NONE, Field, FlowKey, VLAN_PRESENT, WORDS};
 pub use parse::{FlowError, parse_flow};
 
 /// The priority of a flow that does not give one (as OVS).

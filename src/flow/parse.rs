@@ -19,11 +19,9 @@
 use std::fmt;
 
 use super::action::Action;
-use super::key::{
-    ETH_TYPE_ARP, ETH_TYPE_IP, ETH_TYPE_VLAN, ETH_TYPE_VLAN_8021AD, Field, IP_PROTO_ICMP, IP_PROTO_SCTP, IP_PROTO_TCP,
-    IP_PROTO_UDP, VLAN_PRESENT, mac_to_u64,
-};
+use super::key::{Field, VLAN_PRESENT};
 use super::{DEFAULT_PRIORITY, Flow, Match};
+use crate::wire::{MacAddr, ethertype, protocol};
 
 /// Why a flow string did not parse, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,20 +79,6 @@ pub(crate) fn parse_uint(v: &str, max: u64) -> Option<u64> {
     u64::from_str_radix(digits, radix).ok().filter(|&n| n <= max)
 }
 
-/// `aa:bb:cc:dd:ee:ff` (1 or 2 hex digits per octet).
-pub(crate) fn parse_mac(v: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = v.split(':');
-    for octet in mac.iter_mut() {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-        *octet = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
-
 /// Dotted-quad IPv4 address.
 fn parse_ipv4(v: &str) -> Option<u32> {
     let mut a = 0u32;
@@ -150,12 +134,12 @@ impl<'a> Builder<'a> {
             None => (tok, None),
         };
         let proto = |name| match name {
-            "ip" => Some((ETH_TYPE_IP, None)),
-            "arp" => Some((ETH_TYPE_ARP, None)),
-            "icmp" => Some((ETH_TYPE_IP, Some(IP_PROTO_ICMP))),
-            "tcp" => Some((ETH_TYPE_IP, Some(IP_PROTO_TCP))),
-            "udp" => Some((ETH_TYPE_IP, Some(IP_PROTO_UDP))),
-            "sctp" => Some((ETH_TYPE_IP, Some(IP_PROTO_SCTP))),
+            "ip" => Some((ethertype::IPV4, None)),
+            "arp" => Some((ethertype::ARP, None)),
+            "icmp" => Some((ethertype::IPV4, Some(protocol::ICMP))),
+            "tcp" => Some((ethertype::IPV4, Some(protocol::TCP))),
+            "udp" => Some((ethertype::IPV4, Some(protocol::UDP))),
+            "sctp" => Some((ethertype::IPV4, Some(protocol::SCTP))),
             _ => None,
         };
         if let Some((ty, nw_proto)) = proto(name) {
@@ -197,11 +181,11 @@ impl<'a> Builder<'a> {
                 self.set(Field::InPort, p as u64, 0xffff, at, tok)?;
             }
             "dl_src" | "dl_dst" => {
-                let Some((a, m)) = masked(v, [0xff; 6], parse_mac) else {
+                let Some((a, m)) = masked(v, MacAddr::BROADCAST, |s| s.parse().ok()) else {
                     return bad("an Ethernet address (aa:bb:cc:dd:ee:ff), optionally with /mask");
                 };
                 let f = if name == "dl_src" { Field::DlSrc } else { Field::DlDst };
-                self.set(f, mac_to_u64(&a), mac_to_u64(&m), at, tok)?;
+                self.set(f, a.to_u64(), m.to_u64(), at, tok)?;
             }
             "dl_type" => {
                 let Some(t) = parse_uint(v, 0xffff) else { return bad("an ethertype 0..0xffff (e.g. 0x0800)") };
@@ -264,8 +248,8 @@ impl<'a> Builder<'a> {
         let exact = |f: Field| (self.m.mask.get(f) == f.max()).then(|| self.m.key.get(f));
         let dl_type = exact(Field::DlType).map(|t| t as u16);
         let nw_proto = exact(Field::NwProto).map(|p| p as u8);
-        let ip = dl_type == Some(ETH_TYPE_IP);
-        let arp = dl_type == Some(ETH_TYPE_ARP);
+        let ip = dl_type == Some(ethertype::IPV4);
+        let arp = dl_type == Some(ethertype::ARP);
         let mut first: Option<(usize, String)> = None;
         for f in Field::ALL {
             let Some((at, _)) = self.src[f as usize] else { continue };
@@ -277,7 +261,10 @@ impl<'a> Builder<'a> {
                 Field::NwTos if !ip => "nw_tos: requires ip (dl_type=0x0800), e.g. \"ip,nw_tos=...\"".into(),
                 Field::TpSrc | Field::TpDst
                     if !ip
-                        || !matches!(nw_proto, Some(IP_PROTO_TCP | IP_PROTO_UDP | IP_PROTO_SCTP | IP_PROTO_ICMP)) =>
+                        || !matches!(
+                            nw_proto,
+                            Some(protocol::TCP | protocol::UDP | protocol::SCTP | protocol::ICMP)
+                        ) =>
                 {
                     format!(
                         "{name}: requires ip with nw_proto tcp (6), udp (17), sctp (132) or icmp (1, where \
@@ -343,10 +330,10 @@ fn parse_action(at: usize, tok: &str, port: &dyn Fn(&str) -> Option<u16>) -> Res
             None => return bad("a VLAN priority 0..7"),
         },
         "push_vlan" => match parse_uint(v, 0xffff).map(|t| t as u16) {
-            Some(t @ (ETH_TYPE_VLAN | ETH_TYPE_VLAN_8021AD)) => Action::PushVlan(t),
+            Some(t @ (ethertype::VLAN | ethertype::QINQ)) => Action::PushVlan(t),
             _ => return bad("a VLAN TPID, 0x8100 or 0x88a8"),
         },
-        "mod_dl_src" | "mod_dl_dst" => match parse_mac(v) {
+        "mod_dl_src" | "mod_dl_dst" => match v.parse::<MacAddr>().ok() {
             Some(mac) if name.eq_ignore_ascii_case("mod_dl_src") => Action::SetDlSrc(mac),
             Some(mac) => Action::SetDlDst(mac),
             None => return bad("an Ethernet address (aa:bb:cc:dd:ee:ff)"),
@@ -394,8 +381,9 @@ pub fn parse_flow(s: &str, port: &dyn Fn(&str) -> Option<u16>) -> Result<Flow, F
 
 #[cfg(test)]
 mod tests {
-    use super::super::key::{FlowKey, IP_PROTO_TCP};
+    use super::super::key::FlowKey;
     use super::*;
+    use crate::wire::{MacAddr, protocol};
 
     fn port(s: &str) -> Option<u16> {
         match s {
@@ -423,15 +411,15 @@ mod tests {
         let f = parse("priority=100,tcp,in_port=vm1,nw_dst=10.0.0.0/24 tp_dst=80, actions=output:vm2").unwrap();
         assert_eq!(f.priority, 100);
         let (k, m) = (f.m.key, f.m.mask);
-        assert_eq!((k.in_port(), k.dl_type(), k.nw_proto(), k.tp_dst()), (1, ETH_TYPE_IP, IP_PROTO_TCP, 80));
+        assert_eq!((k.in_port(), k.dl_type(), k.nw_proto(), k.tp_dst()), (1, ethertype::IPV4, protocol::TCP, 80));
         assert_eq!((k.nw_dst(), m.nw_dst()), (0x0a00_0000, 0xffff_ff00));
         assert_eq!(m.nw_src(), 0);
         assert_eq!(f.actions, vec![Action::Output(2)]);
 
         let f = parse("dl_src=02:00:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff/01:00:00:00:00:00,actions=drop").unwrap();
         assert_eq!(f.priority, DEFAULT_PRIORITY);
-        assert_eq!(f.m.key.dl_dst(), [1, 0, 0, 0, 0, 0]);
-        assert_eq!(f.m.mask.dl_src(), [0xff; 6]);
+        assert_eq!(f.m.key.dl_dst(), MacAddr([1, 0, 0, 0, 0, 0]));
+        assert_eq!(f.m.mask.dl_src(), MacAddr::BROADCAST);
         assert!(f.actions.is_empty());
 
         let f = parse("dl_vlan=10 actions=normal").unwrap();
@@ -449,7 +437,7 @@ mod tests {
         let f = parse("tp_dst=80,nw_proto=6,ip,tcp,priority=5,priority=5 actions=drop").unwrap();
         assert_eq!(f.priority, 5);
         // dl_type in decimal; an empty match.
-        assert_eq!(parse("dl_type=2054,nw_proto=1 actions=drop").unwrap().m.key.dl_type(), ETH_TYPE_ARP);
+        assert_eq!(parse("dl_type=2054,nw_proto=1 actions=drop").unwrap().m.key.dl_type(), ethertype::ARP);
         assert_eq!(parse("actions=drop").unwrap().m, Match::default());
         assert_eq!(parse("  actions=drop").unwrap().m.mask, FlowKey::default());
     }
@@ -475,8 +463,8 @@ mod tests {
                 Action::SetVlanPcp(7),
                 Action::StripVlan,
                 Action::PushVlan(0x88a8),
-                Action::SetDlSrc([2, 0, 0, 0, 0, 1]),
-                Action::SetDlDst([2, 0, 0, 0, 0, 2]),
+                Action::SetDlSrc(MacAddr([2, 0, 0, 0, 0, 1])),
+                Action::SetDlDst(MacAddr([2, 0, 0, 0, 0, 2])),
             ]
         );
         assert!(parse("actions=").unwrap().actions.is_empty());
@@ -485,8 +473,8 @@ mod tests {
         assert_eq!(
             f.actions,
             vec![
-                Action::SetDlSrc([2, 0, 0, 0, 0, 1]),
-                Action::SetDlDst([2, 0, 0, 0, 0, 2]),
+                Action::SetDlSrc(MacAddr([2, 0, 0, 0, 0, 1])),
+                Action::SetDlDst(MacAddr([2, 0, 0, 0, 0, 2])),
                 Action::Output(0),
                 Action::InPort
             ]

@@ -13,13 +13,13 @@ use std::fmt::Write;
 use std::net::Ipv4Addr;
 
 use super::action::Action;
-use super::key::{ETH_TYPE_ARP, ETH_TYPE_IP, Field, VLAN_PRESENT, mac_to_u64, u64_to_mac};
+use super::key::{Field, VLAN_PRESENT};
 use super::{Flow, Match};
+use crate::wire::{MacAddr, ethertype};
 
 /// `aa:bb:cc:dd:ee:ff` for a MAC in [`FlowKey`](super::FlowKey) form.
 fn mac(v: u64) -> String {
-    let m = u64_to_mac(v);
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    MacAddr::from_u64(v).to_string()
 }
 
 impl Action {
@@ -36,8 +36,8 @@ impl Action {
             Action::SetVlanPcp(p) => format!("mod_vlan_pcp:{p}"),
             Action::StripVlan => "strip_vlan".into(),
             Action::PushVlan(t) => format!("push_vlan:0x{t:04x}"),
-            Action::SetDlSrc(m) => format!("mod_dl_src:{}", mac(mac_to_u64(&m))),
-            Action::SetDlDst(m) => format!("mod_dl_dst:{}", mac(mac_to_u64(&m))),
+            Action::SetDlSrc(m) => format!("mod_dl_src:{}", m),
+            Action::SetDlDst(m) => format!("mod_dl_dst:{}", m),
         }
     }
 }
@@ -56,7 +56,7 @@ impl Match {
         let mut type_named = false;
         if full(Field::DlType) {
             match k.dl_type() {
-                ETH_TYPE_IP => {
+                ethertype::IPV4 => {
                     type_named = true;
                     let short = match k.nw_proto() {
                         1 => "icmp",
@@ -68,7 +68,7 @@ impl Match {
                     proto_named = short != "ip" && full(Field::NwProto);
                     parts.push(if proto_named { short } else { "ip" }.into());
                 }
-                ETH_TYPE_ARP => {
+                ethertype::ARP => {
                     type_named = true;
                     parts.push("arp".into());
                 }

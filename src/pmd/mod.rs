@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
-use crate::flow::{Action, Emc, Emit, EthHeader, FlowKey, execute};
+use crate::flow::{Action, Emc, Emit, FlowKey, execute};
 use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
 use crate::idle::Sleeper;
 
@@ -24,6 +24,7 @@ use crate::port::Port;
 use crate::sched::{Deficit, Quantum};
 use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
+use crate::wire::{EthernetFrame, EthernetRepr, MacAddr};
 use output::deliver;
 
 /// A receive queue: queue pair `qpair` of `port` (its guest TX virtqueue is 2*qpair+1), and
@@ -452,7 +453,7 @@ fn classify(
             f.out = Out::Drop(Drop::Runt);
             return;
         };
-        f.out = if policy.allows(addrs[6..12].try_into().unwrap()) {
+        f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
             normal_in_burst(env, recent, in_port.id, &addrs)
         } else {
             Out::Drop(Drop::PortSecurity)
@@ -465,7 +466,8 @@ fn classify(
         f.out = Out::Drop(Drop::Runt);
         return;
     }
-    if !policy.allows(eth[6..12].try_into().unwrap()) {
+    // At least the 14-byte header: shorter frames were dropped as runts above.
+    if !policy.allows(&EthernetFrame::new_unchecked(&eth[..want]).src_addr()) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
@@ -477,7 +479,7 @@ fn classify(
         return;
     }
     f.out = match env.flows.verdict(i) {
-        Verdict::Normal => normal_in_burst(env, recent, in_port.id, eth[0..12].try_into().unwrap()),
+        Verdict::Normal => normal_in_burst(env, recent, in_port.id, eth[..12].try_into().unwrap()),
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
         Verdict::Output(p) if p == in_port.id => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
@@ -502,7 +504,7 @@ fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12
     {
         return out;
     }
-    let out = normal(env, in_port, addrs[0..6].try_into().unwrap(), addrs[6..12].try_into().unwrap());
+    let out = normal(env, in_port, &MacAddr::from_bytes(&addrs[0..6]), &MacAddr::from_bytes(&addrs[6..12]));
     *recent = Some((*addrs, out));
     out
 }
@@ -510,11 +512,11 @@ fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12
 /// The NORMAL action: learn the source, forward to where the destination was learned, flood
 /// broadcast, multicast and unknown unicast.
 #[inline]
-fn normal(env: &Env, in_port: u16, dst: &[u8; 6], src: &[u8; 6]) -> Out {
-    if src[0] & 1 == 0 {
+fn normal(env: &Env, in_port: u16, dst: &MacAddr, src: &MacAddr) -> Out {
+    if src.is_unicast() {
         env.cx.mac.learn(src, in_port);
     }
-    if dst[0] & 1 != 0 {
+    if dst.is_multicast() {
         return Out::Flood;
     }
     match env.cx.mac.lookup(dst) {

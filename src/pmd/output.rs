@@ -5,6 +5,7 @@
 //! each frame once into the guest's receive buffers.
 
 use super::*;
+use crate::wire::{VirtioNetHdr, ethernet};
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
 /// destination costs one lock, one used-index store and at most one interrupt.
@@ -209,12 +210,13 @@ fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
 /// Runs a flow's action list on one frame: each output sends the frame as the header
 /// rewrites before it left it. Best effort, like flooding: a full or absent port misses it.
 fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) {
-    let mut raw = [0u8; 22];
-    let n = f.segs.read_at(f.data_off, &mut raw[..(f.len as usize).min(22)]);
-    let Some((hdr, covered)) = EthHeader::parse(&raw[..n]) else { return };
+    const MAX: usize = ethernet::MAX_EMIT_LEN + 2;
+    let mut raw = [0u8; MAX];
+    let n = f.segs.read_at(f.data_off, &mut raw[..(f.len as usize).min(MAX)]);
+    let Ok((hdr, covered)) = EthernetRepr::parse(&raw[..n]) else { return };
     execute(env.flows.actions(fi), &hdr, |emit, h| {
-        let mut buf = [0u8; 20];
-        let len = h.write(&mut buf);
+        let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
+        let len = h.emit(&mut buf);
         let shape = Shape { prefix: &buf[..len], skip: covered as u32 };
         match emit {
             Emit::Port(p) if p != in_port => send_one(env, p, f, shape, rx, true),
@@ -327,8 +329,7 @@ fn write_frame(
         copied += c;
         nbufs += 1;
     }
-    let mut hdr = [0u8; 12];
-    hdr[10..12].copy_from_slice(&nbufs.to_le_bytes());
+    let hdr = VirtioNetHdr { num_buffers: nbufs, ..VirtioNetHdr::PLAIN }.to_bytes();
     // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
     // frame too); not writing it then keeps the guest's cached copy of that line valid.
     rx.first.update_at(0, &hdr[..hdr_len as usize]);

@@ -268,6 +268,10 @@ mod tests {
         let f = frame(&[(0x8100, 1), (0x8100, 2), (0x8100, 3)], ethertype::IPV4);
         assert_eq!(EthernetRepr::parse(&f).unwrap().1, 20);
         assert!(EthernetRepr::parse(&f[..13]).is_err());
+        // A tag whose inner ethertype is cut off is not taken.
+        let f = frame(&[(0x8100, 5)], ethertype::IPV4);
+        assert_eq!(EthernetRepr::parse(&f[..17]).unwrap().0.ntags, 0);
+        assert_eq!(EthernetRepr::parse(&f[..18]).unwrap().0.ntags, 1);
     }
 
     #[test]

@@ -33,8 +33,8 @@ const DONT_FRAG: u16 = 0x4000;
 const MORE_FRAGS: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
-/// A checked view of an IPv4 packet. `new_checked` checks the header only: flow keys are
-/// extracted from the first bytes of a frame, so the payload may be cut short in the buffer.
+/// A checked view of an IPv4 packet. `new_checked` checks the fixed header only: flow keys
+/// are extracted from the first bytes of a frame, so options and payload may be cut short.
 #[derive(Debug, Clone, Copy)]
 pub struct Ipv4Packet<T: AsRef<[u8]>> {
     buffer: T,
@@ -45,8 +45,9 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ipv4Packet { buffer }
     }
 
-    /// A view of a buffer holding a whole IPv4 header: version 4, header length at least 20
-    /// and inside the buffer, total length at least the header length.
+    /// A view of a buffer holding the fixed 20-byte header of a well-formed IPv4 header:
+    /// version 4, header length at least 20, total length at least the header length. The
+    /// options may extend past the buffer (see [`Ipv4Packet::header_complete`]).
     pub fn new_checked(buffer: T) -> Result<Ipv4Packet<T>, Error> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -56,10 +57,12 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         if p.version() != 4 || p.header_len() < MIN_HEADER_LEN || (p.total_len() as usize) < p.header_len() {
             return Err(Error::Malformed);
         }
-        if p.header_len() > p.buffer.as_ref().len() {
-            return Err(Error::Truncated);
-        }
         Ok(p)
+    }
+
+    /// Whether the buffer holds the whole header, options included.
+    pub fn header_complete(&self) -> bool {
+        self.header_len() <= self.buffer.as_ref().len()
     }
 
     /// Whether the buffer holds the whole packet (`total_len` bytes).
@@ -142,15 +145,16 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ipv4Addr::from(u32::from_be_bytes(self.b()[field::DST..field::DST + 4].try_into().unwrap()))
     }
 
-    /// Whether the header checksum is right.
+    /// Whether the header checksum is right (false if the header is cut off).
     pub fn verify_checksum(&self) -> bool {
-        checksum::checksum(&self.b()[..self.header_len()]) == 0
+        self.header_complete() && checksum::checksum(&self.b()[..self.header_len()]) == 0
     }
 
     /// The payload as far as the buffer holds it (it ends at `total_len`).
     pub fn payload(&self) -> &[u8] {
-        let end = (self.total_len() as usize).min(self.b().len());
-        &self.b()[self.header_len()..end]
+        let b = self.b();
+        let end = (self.total_len() as usize).min(b.len());
+        b.get(self.header_len()..end).unwrap_or(&[])
     }
 
     /// The TCP/UDP pseudo header for this packet's payload of `l4_len` bytes.
@@ -256,9 +260,11 @@ mod tests {
         let mut v6 = b;
         v6[0] = 0x65;
         assert_eq!(Ipv4Packet::new_checked(&v6[..]).unwrap_err(), Error::Malformed);
+        // Options cut off by the buffer: the fixed header is still readable.
         let mut long_ihl = b;
         long_ihl[0] = 0x46;
-        assert_eq!(Ipv4Packet::new_checked(&long_ihl[..21]).unwrap_err(), Error::Truncated);
+        let p = Ipv4Packet::new_checked(&long_ihl[..21]).unwrap();
+        assert!(!p.header_complete() && p.payload().is_empty() && !p.verify_checksum());
     }
 
     #[test]

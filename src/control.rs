@@ -227,7 +227,7 @@ impl Control {
         if fault_fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        crate::mem_fault::install(fault_fd)?;
+        crate::mem::fault::install(fault_fd)?;
         epoll_add(epoll, fault_fd, TOK_MEM_FAULT << 32);
         let metrics = match cfg.metrics_listen {
             Some(addr) => {
@@ -322,7 +322,7 @@ impl Control {
         let mut buf = [0u8; 8];
         // SAFETY: reading the eventfd counter into a local buffer.
         unsafe { libc::read(self.fault_fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
-        let (addr, total) = crate::mem_fault::last_fault();
+        let (addr, total) = crate::mem::fault::last_fault();
         for i in 0..self.ports.len() {
             let Some(pc) = self.ports[i].as_mut() else { continue };
             if pc.conn.as_ref().is_some_and(|c| c.backend.lock().unwrap().mem_contains(addr)) {

@@ -13,7 +13,7 @@ use vhost::VhostUserMemoryRegionBase;
 use vhost::vhost_user::message::*;
 use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
 
-use crate::guest_mem::{GuestMem, RegionDesc};
+use crate::mem::{GuestMem, RegionDesc};
 use crate::port::Port;
 use crate::vring::{MAX_QUEUE_SIZE, ring_addrs};
 use crate::wire::virtio_net::{self, feature};

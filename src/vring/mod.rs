@@ -3,7 +3,7 @@
 //! Why not virtio-queue: its `add_used` publishes `used->idx` once per element and it has no
 //! batch API, while a burst here must publish once; and walking chains into a fixed segment
 //! array (no allocation) is the hot loop itself. Layout and rules follow the virtio 1.2 spec,
-//! section 2.7. This module and `guest_mem` hold the data path's `unsafe`; see DESIGN.md.
+//! section 2.7. This module and `mem` hold the data path's `unsafe`; see DESIGN.md.
 //!
 //! Concurrency: a `VringLock` guards one ring. The poll thread that owns a guest TX queue
 //! takes it for a visit; any poll thread that delivers into a guest RX queue takes it for a burst;
@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::sync::atomic::fence;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 
-use crate::guest_mem::GuestMem;
+use crate::mem::GuestMem;
 
-mod segs;
-pub use segs::Segs;
+pub use crate::mem::Segs;
+pub use crate::mem::segs::MAX_SEGS;
 #[cfg(target_arch = "x86_64")]
-use segs::prefetch_for_write;
+use crate::mem::segs::prefetch_for_write;
 
 const VRING_DESC_F_NEXT: u16 = 1;
 const VRING_DESC_F_WRITE: u16 = 2;
@@ -35,9 +35,6 @@ const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 
 /// Largest ring the spec allows for split queues.
 pub const MAX_QUEUE_SIZE: u16 = 32768;
-/// Most buffer segments one chain may have after translation. Linux needs at most
-/// MAX_SKB_FRAGS + 2 (19); more is treated as malformed.
-pub const MAX_SEGS: usize = 64;
 
 /// Why a queue was stopped. Shown in `pvswitchctl ports` and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,7 +462,7 @@ impl ActiveRing {
             let mut left = len as u64;
             while left > 0 {
                 let (p, n) = mem.translate_prefix(a, left).ok_or(RingError::BadAddress)?;
-                segs.push(p, n as u32)?;
+                segs.push(p, n as u32).map_err(|_| RingError::TooManySegments)?;
                 a += n;
                 left -= n;
             }

@@ -34,7 +34,7 @@ struct Region {
     size: u64,
     host: *mut u8,
     /// Known to the SIGBUS handler while mapped (dropped before `map`: fields drop in order).
-    _fault_reg: Option<crate::mem_fault::Registration>,
+    _fault_reg: Option<crate::mem::fault::Registration>,
     map: MmapRegion,
 }
 
@@ -121,7 +121,7 @@ impl GuestMem {
                 MmapRegion::from_file(FileOffset::new(file, 0), len).map_err(|e| MemError::Map(i, e.to_string()))?;
             // SAFETY: mmap_offset + size <= len, checked above; the pointer stays inside the map.
             let host = unsafe { map.as_ptr().add(d.mmap_offset as usize) };
-            let _fault_reg = crate::mem_fault::register(map.as_ptr() as usize, len);
+            let _fault_reg = crate::mem::fault::register(map.as_ptr() as usize, len);
             regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _fault_reg, map });
         }
         Ok(GuestMem { regions })

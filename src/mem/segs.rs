@@ -4,7 +4,13 @@
 
 use std::ptr;
 
-use super::{MAX_SEGS, RingError};
+/// Most buffer segments one chain may have after translation. Linux needs at most
+/// MAX_SKB_FRAGS + 2 (19); more is treated as malformed.
+pub const MAX_SEGS: usize = 64;
+
+/// A chain has more segments than [`MAX_SEGS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegsFull;
 
 /// Buffer segments of one descriptor chain, translated to host pointers. Valid only while the
 /// lock of the ring they came from is held (the ring's `GuestMem` keeps them mapped).
@@ -29,22 +35,22 @@ impl Segs {
         self.total == 0
     }
 
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.n = 0;
         self.total = 0;
     }
 
     /// Makes these segments the one buffer `[p, p + len)` (the walk's fast path).
     #[inline(always)]
-    pub(super) fn set_one(&mut self, p: *mut u8, len: u32) {
+    pub(crate) fn set_one(&mut self, p: *mut u8, len: u32) {
         self.ptrs[0] = (p, len);
         self.n = 1;
         self.total = len;
     }
 
-    pub(super) fn push(&mut self, p: *mut u8, len: u32) -> Result<(), RingError> {
+    pub(crate) fn push(&mut self, p: *mut u8, len: u32) -> Result<(), SegsFull> {
         if self.n == MAX_SEGS {
-            return Err(RingError::TooManySegments);
+            return Err(SegsFull);
         }
         self.ptrs[self.n] = (p, len);
         self.n += 1;
@@ -281,7 +287,7 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
 /// `prfchw`, so the instruction is written out; CPUs without it execute it as a NOP.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) fn prefetch_for_write(p: *const u8) {
+pub(crate) fn prefetch_for_write(p: *const u8) {
     // SAFETY: PREFETCHW only hints the cache; it reads no register but `p`, writes nothing, and
     // never faults.
     unsafe { core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) };

@@ -16,13 +16,13 @@ use vhost::vhost_user::{BackendReqHandler, Listener};
 
 use crate::config::{Config, PortConfig, SocketMode};
 use crate::ctl;
-use crate::flow_table::FlowTable;
-use crate::mac_table::MacTable;
-use crate::plan::Mailbox;
+use crate::datapath::counters::RxqStats;
+use crate::datapath::counters::ThreadStats;
+use crate::datapath::mac_table::MacTable;
+use crate::datapath::plan::Mailbox;
+use crate::flow::table::FlowTable;
 use crate::port::Port;
-use crate::stats::RxqStats;
-use crate::stats::ThreadStats;
-use crate::vhost_port::PortBackend;
+use crate::port::vhost::PortBackend;
 
 pub(crate) const TOK_PORT_LISTEN: u64 = 1;
 const TOK_PORT_CONN: u64 = 2;
@@ -103,7 +103,7 @@ pub struct Control {
     pub live: Vec<bool>,
     pub handles: Vec<Option<std::thread::JoinHandle<()>>>,
     /// Starts a poll thread (set by pvswitchd's main).
-    pub spawner: Option<crate::plan::Spawner>,
+    pub spawner: Option<crate::datapath::plan::Spawner>,
     /// Each poll thread's receive queues as (port id, queue pair).
     pub thread_queues: Vec<Vec<(u16, usize)>>,
     pub flows: Arc<FlowTable>,
@@ -156,7 +156,7 @@ fn early_vring_enable(conn: &mut Conn) -> Option<vhost::vhost_user::Result<()>> 
         return None;
     }
     let mut backend = conn.backend.lock().unwrap();
-    if backend.features() & crate::vhost_port::VHOST_USER_F_PROTOCOL_FEATURES != 0 {
+    if backend.features() & crate::port::vhost::VHOST_USER_F_PROTOCOL_FEATURES != 0 {
         return None; // the crate handles it
     }
     // SAFETY: consuming the 20 bytes we just peeked, into the same local buffer.

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::control::Control;
 use crate::ctl_stats::drops_json;
-use crate::stats::PortTotals;
-use crate::vhost_port::feature_names;
+use crate::datapath::counters::PortTotals;
+use crate::port::vhost::feature_names;
 
 /// The request's "args" strings (absent: none).
 fn args(v: &Value) -> Vec<String> {
@@ -83,7 +83,7 @@ fn ports(c: &Control) -> Value {
             let (size, enabled, running) = vr.get(i).copied().unwrap_or((0, false, false));
             let owner = c.thread_queues.iter().position(|q| q.contains(&(p.id, i / 2)));
             let qs = if i % 2 == 1 { c.rxq_stats.get(&(p.id, i / 2)) } else { None };
-            let counter = |f: fn(&crate::stats::RxqStats) -> &std::sync::atomic::AtomicU64| {
+            let counter = |f: fn(&crate::datapath::counters::RxqStats) -> &std::sync::atomic::AtomicU64| {
                 qs.map(|s| f(s).load(std::sync::atomic::Ordering::Relaxed))
             };
             queues.push(json!({
@@ -103,7 +103,7 @@ fn ports(c: &Control) -> Value {
             for q in 0..p.queue_pairs() {
                 let owner = c.thread_queues.iter().position(|t| t.contains(&(p.id, q)));
                 let qs = c.rxq_stats.get(&(p.id, q));
-                let load = |f: fn(&crate::stats::RxqStats) -> &std::sync::atomic::AtomicU64| {
+                let load = |f: fn(&crate::datapath::counters::RxqStats) -> &std::sync::atomic::AtomicU64| {
                     qs.map(|s| f(s).load(std::sync::atomic::Ordering::Relaxed))
                 };
                 queues.push(json!({"index": q, "kind": "nic_rx", "poll_thread": owner,

@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 
 use crate::control::Control;
+use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
-use crate::flow_table::{NO_MATCH, Verdict};
 use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
 
 fn port_name(c: &Control, id: u16) -> String {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::control::Control;
-use crate::stats::{DROP_REASONS, NDROPS, PortTotals, ThreadStats};
+use crate::datapath::counters::{DROP_REASONS, NDROPS, PortTotals, ThreadStats};
 
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -166,7 +166,7 @@ fn wake_hist(th: &ThreadStats) -> Value {
 }
 
 pub fn stats(c: &Control) -> Value {
-    let hz = crate::stats::cycles_per_sec();
+    let hz = crate::datapath::counters::cycles_per_sec();
     let mut out = Vec::new();
     for (i, th) in c.threads.iter().enumerate().filter(|(i, _)| c.live[*i]) {
         let now = ThreadTotals::read(th);
@@ -357,7 +357,8 @@ pub fn metrics(c: &Control) -> String {
         (
             "pvswitch_rxq_packets_total",
             "Frames taken from a receive queue.",
-            (|s: &crate::stats::RxqStats| s.packets.load(Relaxed)) as fn(&crate::stats::RxqStats) -> u64,
+            (|s: &crate::datapath::counters::RxqStats| s.packets.load(Relaxed))
+                as fn(&crate::datapath::counters::RxqStats) -> u64,
         ),
         ("pvswitch_rxq_bytes_total", "Bytes taken from a receive queue.", |s| s.bytes.load(Relaxed)),
         ("pvswitch_rxq_cycles_total", "TSC cycles spent on a receive queue's busy visits.", |s| s.cycles.load(Relaxed)),

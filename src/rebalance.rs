@@ -195,9 +195,9 @@ impl Control {
         Ok(())
     }
 
-    fn spawn(&mut self, index: usize, plan: crate::plan::Plan) -> std::io::Result<()> {
+    fn spawn(&mut self, index: usize, plan: crate::datapath::plan::Plan) -> std::io::Result<()> {
         let core = self.threads[index].core;
-        let start = crate::plan::ThreadStart {
+        let start = crate::datapath::plan::ThreadStart {
             index,
             core,
             stats: self.threads[index].clone(),
@@ -238,9 +238,13 @@ impl Control {
         let numa = crate::topology::Numa::discover();
         for &core in &added {
             let i = self.threads.len();
-            let st = Arc::new(crate::stats::ThreadStats::new(core, numa.node_of_cpu(core), crate::config::MAX_PORTS));
+            let st = Arc::new(crate::datapath::counters::ThreadStats::new(
+                core,
+                numa.node_of_cpu(core),
+                crate::config::MAX_PORTS,
+            ));
             self.threads.push(st);
-            self.mailboxes.push(Arc::new(crate::plan::Mailbox::default()));
+            self.mailboxes.push(Arc::new(crate::datapath::plan::Mailbox::default()));
             self.thread_queues.push(Vec::new());
             self.live.push(true);
             let plan = self.plans().pop().expect("the new thread's plan");

@@ -18,8 +18,8 @@ use vhost::vhost_user::Listener;
 
 use crate::config::{Config, PortConfig, SocketMode};
 use crate::control::{Control, PortCtl, RECONNECT_MIN, TOK_PORT_LISTEN, epoll_add, epoll_del};
-use crate::flow_table::FlowTable;
-use crate::plan::{Plan, PortPolicy, PortTable, RxqSpec};
+use crate::datapath::plan::{Plan, PortPolicy, PortTable, RxqSpec};
+use crate::flow::table::FlowTable;
 use crate::port::Port;
 
 /// How long the control thread waits for a poll thread to adopt a plan before it warns.
@@ -33,7 +33,7 @@ impl Control {
         let port = match &cfg.dpdk {
             None => Arc::new(Port::new(id, cfg.clone())),
             Some(d) => {
-                let nic = crate::nic::NicPort::open(d, cfg.mtu, self.threads.len(), &self.cfg.dpdk)
+                let nic = crate::port::nic::NicPort::open(d, cfg.mtu, self.threads.len(), &self.cfg.dpdk)
                     .inspect_err(|e| log::error!("port {}: {e}; the switch runs on without it", cfg.name))
                     .map_err(|e| failed = Some(e))
                     .ok();

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use pvswitch::dpdk::{self, BURST, DEFAULT_DATA_ROOM, Eal, EthPort, Mbuf, MbufBurst, Mempool, PortSetup};
+use pvswitch::port::dpdk::{self, BURST, DEFAULT_DATA_ROOM, Eal, EthPort, Mbuf, MbufBurst, Mempool, PortSetup};
 
 fn hugepages_usable() -> bool {
     if std::env::var_os("PVSWITCH_DPDK_NO_HUGE").is_some_and(|v| v != "0") {

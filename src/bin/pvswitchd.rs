@@ -8,10 +8,10 @@ use std::sync::atomic::AtomicBool;
 use log::{error, info};
 use pvswitch::config::{Config, MAX_PORTS};
 use pvswitch::control::{Control, block_signals};
-use pvswitch::mac_table::MacTable;
-use pvswitch::plan::ThreadStart;
-use pvswitch::pmd::{Ctx, PollThread};
-use pvswitch::stats::{ThreadStats, cycles_per_sec};
+use pvswitch::datapath::counters::{ThreadStats, cycles_per_sec};
+use pvswitch::datapath::mac_table::MacTable;
+use pvswitch::datapath::plan::ThreadStart;
+use pvswitch::datapath::{Ctx, PollThread};
 use pvswitch::topology::Numa;
 
 const USAGE: &str = "usage: pvswitchd [--config FILE] | --check FILE | --version";
@@ -73,14 +73,14 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     // DPDK starts only if a dpdk port is configured, before the poll threads; EAL pins this
     // (control) thread to the CPUs that are not poll cores. A failure leaves the dpdk ports
     // "failed" and the switch runs on.
-    let nic = pvswitch::nic::wanted(&cfg);
+    let nic = pvswitch::port::nic::wanted(&cfg);
     if nic {
         let mut control_cpus: Vec<usize> =
             online.iter().map(|c| c.id).filter(|c| !cfg.poll_cores.contains(c)).collect();
         if control_cpus.is_empty() {
             control_cpus = online.iter().map(|c| c.id).collect();
         }
-        if let Err(e) = pvswitch::nic::init(&cfg, &control_cpus) {
+        if let Err(e) = pvswitch::port::nic::init(&cfg, &control_cpus) {
             error!("dpdk: {e}; dpdk ports will not start");
         }
     }
@@ -132,7 +132,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
                     core_affinity::set_for_current(c);
                 }
                 if nic {
-                    pvswitch::nic::thread_register();
+                    pvswitch::port::nic::thread_register();
                 }
                 PollThread::new(cx, plan).run();
             })

@@ -27,6 +27,7 @@ mod emc;
 mod key;
 mod parse;
 mod print;
+pub mod table;
 
 pub use action::{Action, Emit, execute};
 pub use classifier::{Classifier, Linear};

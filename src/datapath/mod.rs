@@ -7,25 +7,32 @@
 //! The data path reads in one direction:
 //! `visit` (port rx) -> burst of `Frame`s -> `classify` -> `deliver` (actions) -> `write_frame` (port tx).
 
+pub mod counters;
+pub mod idle;
+pub mod mac_table;
+pub mod nic_io;
+mod output;
+pub mod plan;
+pub mod sched;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
+use self::idle::Sleeper;
+use crate::flow::table::{FlowTable, NO_MATCH, Verdict};
 use crate::flow::{Action, Emc, Emit, FlowKey, execute};
-use crate::flow_table::{FlowTable, NO_MATCH, Verdict};
-use crate::idle::Sleeper;
 
-mod output;
-use crate::mac_table::MacTable;
-use crate::nic::{NicRx, TxBatches};
-use crate::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
+use self::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
+use self::mac_table::MacTable;
+use self::nic_io::{NicRx, TxBatches};
+use self::output::deliver;
+use self::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
+use self::sched::{Deficit, Quantum};
 use crate::port::Port;
-use crate::sched::{Deficit, Quantum};
-use crate::stats::{self, Drop, PortCounters, ThreadStats, bump, cycles};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
 use crate::wire::{EthernetFrame, EthernetRepr, MacAddr};
-use output::deliver;
 
 /// A receive queue: queue pair `qpair` of `port` (its guest TX virtqueue is 2*qpair+1), and
 /// the poll thread's state for it, which survives plan changes that keep the queue here.
@@ -380,7 +387,7 @@ fn visit_nic(
     let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
     while budget.allows() {
         let max = cx.burst.min(budget.burst_limit()) as usize;
-        let Some(got) = nic.rx(spec.qpair, nic_rx, max.min(frames.len())) else { break };
+        let Some(got) = nic_rx.receive(nic, spec.qpair, max.min(frames.len())) else { break };
         if got == 0 {
             empty = total == 0;
             break;

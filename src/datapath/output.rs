@@ -265,7 +265,7 @@ fn o_close(open: Option<Open>, env: &Env) {
 }
 
 enum WriteError {
-    Drop(stats::Drop),
+    Drop(Drop),
     Ring(RingError),
 }
 

@@ -1,18 +1,16 @@
 //! DPDK ports (physical NICs and DPDK vdevs) as switch ports.
 //!
-//! A NIC receive queue is another kind of receive queue in a poll thread's plan (`pmd.rs`
-//! visits it with the same deficit round robin budget as a guest's TX queue); a NIC is another
-//! destination in `deliver`. This module holds what the data path needs for that, on top of
-//! the safe DPDK wrapper (`dpdk.rs`):
+//! A NIC receive queue is another kind of receive queue in a poll thread's plan (the data
+//! path visits it with the same deficit round robin budget as a guest's TX queue); a NIC is
+//! another destination in delivery. This module holds the port side of that, on top of the
+//! safe DPDK wrapper (`port::dpdk`); the poll thread's own NIC state is `datapath::nic_io`:
 //!
 //! - EAL start-up from the configuration (`init`), once, only if a dpdk port is configured;
 //! - one mbuf pool per NUMA socket used (`pool_for`);
-//! - `NicPort`: one open ethdev port with its pool;
-//! - per poll thread: `NicRx`, the burst of mbufs being switched, and `TxBatches`, one pending
-//!   transmit burst per NIC port, flushed with one `tx_burst` at the end of each delivery.
+//! - `NicPort`: one open ethdev port with its pool.
 //!
 //! Without the cargo feature `dpdk` the same names exist but no `NicPort` can be built (the
-//! type is empty), so the data path compiles unchanged and the NIC branches vanish.
+//! type is empty), so the data path compiles unchanged and the NIC arms are unreachable.
 
 use crate::config::Config;
 
@@ -33,10 +31,7 @@ mod imp {
     use serde_json::{Value, json};
 
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
-    use crate::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
-    use crate::plan::PortTable;
-    use crate::stats::{Drop, PortCounters, ThreadStats, bump};
-    use crate::vring::Segs;
+    use crate::port::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
 
     /// Why the EAL did not start, if it did not (every dpdk port then fails with it).
     static EAL_ERROR: Mutex<Option<String>> = Mutex::new(None);
@@ -45,7 +40,7 @@ mod imp {
     static POOL_SHAPE: Mutex<(u16, u32)> = Mutex::new((DEFAULT_DATA_ROOM, crate::config::DEFAULT_MBUFS));
 
     fn hugepages_usable() -> bool {
-        crate::dpdk::hugepages_free_kb() >= 256 * 1024
+        crate::port::dpdk::hugepages_free_kb() >= 256 * 1024
     }
 
     fn is_pci(device: &str) -> bool {
@@ -182,18 +177,23 @@ mod imp {
             self.eth.socket_id()
         }
 
-        /// Receives up to `max` frames from queue `q` into `rx` (which must be empty). None if
-        /// another thread holds the queue (a plan change in flight).
+        /// Receives up to `max` frames from queue `q` into `burst` (which must be empty). None
+        /// if another thread holds the queue (a plan change in flight).
         #[inline]
-        pub fn rx(&self, q: usize, rx: &mut NicRx, max: usize) -> Option<usize> {
+        pub fn rx(&self, q: usize, burst: &mut MbufBurst, max: usize) -> Option<usize> {
             let mut h = self.eth.try_rx_queue(q as u16)?;
-            Some(h.rx_max(&mut rx.burst, max))
+            Some(h.rx_max(burst, max))
+        }
+
+        /// The pool transmit mbufs for this port come from.
+        pub(crate) fn pool(&self) -> &Mempool {
+            &self.pool
         }
 
         /// Sends `burst` on the TX queue of poll thread `thread` with one tx_burst; returns
         /// how many the driver took. Unsent mbufs stay in `burst`.
         #[inline]
-        fn send(&self, thread: usize, burst: &mut MbufBurst) -> usize {
+        pub(crate) fn send(&self, thread: usize, burst: &mut MbufBurst) -> usize {
             let q = (thread % self.eth.tx_queues() as usize) as u16;
             // With fewer TX queues than threads two threads may share one: the holder only
             // runs one tx_burst, so spin.
@@ -236,129 +236,6 @@ mod imp {
             })
         }
     }
-
-    /// A poll thread's burst of mbufs received from a NIC queue, while it is switched.
-    #[derive(Default)]
-    pub struct NicRx {
-        burst: MbufBurst,
-    }
-
-    impl NicRx {
-        /// Points `segs` at frame `i`'s data, as the frame's source. A chained mbuf (the
-        /// driver scattered a frame over several) gets no data and is dropped as a runt.
-        #[inline]
-        pub fn source(&self, i: usize, segs: &mut Segs) {
-            let m = &self.burst.as_slice()[i];
-            let d: &[u8] = if m.nb_segs() == 1 { m.data() } else { &[] };
-            // SAFETY: the mbuf is owned by `self.burst` and neither freed nor written until
-            // `clear`, which the caller runs only after the frames pointing here are delivered
-            // (they are only read: classify, copy into guest buffers or new mbufs).
-            unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
-        }
-
-        /// Frees the burst's mbufs (their frames have been copied wherever they went).
-        #[inline]
-        pub fn clear(&mut self) {
-            self.burst.clear();
-        }
-    }
-
-    /// One NIC port's pending transmit burst, and fresh mbufs for it.
-    #[derive(Default)]
-    struct Batch {
-        burst: MbufBurst,
-        spare: MbufBurst,
-    }
-
-    /// A poll thread's pending transmit bursts, one per NIC port (by port id).
-    #[derive(Default)]
-    pub struct TxBatches {
-        batches: Vec<Option<Box<Batch>>>,
-        /// Ports with frames waiting.
-        dirty: Vec<u16>,
-    }
-
-    impl TxBatches {
-        /// Copies a frame (`prefix`, then `len` bytes of `src` from `off`) into a new mbuf and
-        /// queues it for NIC port `id`; a full batch is sent at once.
-        #[inline]
-        #[allow(clippy::too_many_arguments)]
-        pub fn write(
-            &mut self,
-            id: u16,
-            nic: &NicPort,
-            thread: usize,
-            pc: &PortCounters,
-            src: &Segs,
-            off: u32,
-            len: u32,
-            prefix: &[u8],
-        ) -> Result<u32, Drop> {
-            let total = prefix.len() + len as usize;
-            let i = id as usize;
-            if self.batches.len() <= i {
-                self.batches.resize_with(i + 1, || None);
-            }
-            let Batch { burst: b, spare } = &mut **self.batches[i].get_or_insert_with(Default::default);
-            // Mbufs come from the pool a burst at a time.
-            if spare.is_empty() && spare.alloc(&nic.pool, dpdk::BURST).is_err() {
-                return Err(Drop::NicTxFull);
-            }
-            let Some(mut m) = spare.pop() else { return Err(Drop::NicTxFull) };
-            let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
-                let _ = spare.push(m);
-                return Err(Drop::Mtu);
-            };
-            room[..prefix.len()].copy_from_slice(prefix);
-            src.read_at(off, &mut room[prefix.len()..]);
-            if b.is_empty() {
-                self.dirty.push(id);
-            }
-            let _ = b.push(m);
-            if b.is_full() {
-                flush_one(b, nic, thread, pc);
-                self.dirty.retain(|&d| d != id);
-            }
-            Ok(total as u32)
-        }
-
-        #[inline]
-        pub fn is_empty(&self) -> bool {
-            self.dirty.is_empty()
-        }
-
-        /// Sends every pending batch with one tx_burst each.
-        #[inline]
-        pub fn flush(&mut self, ports: &PortTable, thread: usize, st: &ThreadStats) {
-            for id in self.dirty.drain(..) {
-                let Some(b) = self.batches[id as usize].as_mut().map(|b| &mut b.burst) else { continue };
-                let pc = &st.ports[id as usize];
-                match ports.get(id).and_then(|p| p.nic.as_ref()) {
-                    Some(nic) => flush_one(b, nic, thread, pc),
-                    None => {
-                        pc.drop(Drop::PortDown, b.len() as u64);
-                        b.clear();
-                    }
-                }
-            }
-        }
-    }
-
-    /// One tx_burst; what the driver did not take is freed and counted `nic_tx_full`.
-    #[inline]
-    fn flush_one(b: &mut MbufBurst, nic: &NicPort, thread: usize, pc: &PortCounters) {
-        let n = b.len();
-        let bytes: u64 = b.iter().map(|m| m.len() as u64).sum();
-        let sent = nic.send(thread, b);
-        let left: u64 = b.iter().map(|m| m.len() as u64).sum();
-        b.clear();
-        bump(&pc.tx_batches, (sent > 0) as u64);
-        bump(&pc.tx_packets, sent as u64);
-        bump(&pc.tx_bytes, bytes - left);
-        if sent < n {
-            pc.drop(Drop::NicTxFull, (n - sent) as u64);
-        }
-    }
 }
 
 #[cfg(not(feature = "dpdk"))]
@@ -366,9 +243,6 @@ mod stub {
     use serde_json::Value;
 
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
-    use crate::plan::PortTable;
-    use crate::stats::{Drop, PortCounters, ThreadStats};
-    use crate::vring::Segs;
 
     pub fn init(_cfg: &Config, _control_cpus: &[usize]) -> Result<(), String> {
         Ok(())
@@ -389,47 +263,8 @@ mod stub {
         pub fn socket_id(&self) -> Option<u32> {
             match *self {}
         }
-        pub fn rx(&self, _: usize, _: &mut NicRx, _: usize) -> Option<usize> {
-            match *self {}
-        }
         pub fn info(&self) -> Value {
             match *self {}
         }
-    }
-
-    #[derive(Default)]
-    pub struct NicRx {
-        _none: (),
-    }
-
-    impl NicRx {
-        pub fn source(&self, _: usize, _: &mut Segs) {}
-        pub fn clear(&mut self) {}
-    }
-
-    #[derive(Default)]
-    pub struct TxBatches {
-        _none: (),
-    }
-
-    impl TxBatches {
-        #[allow(clippy::too_many_arguments)]
-        pub fn write(
-            &mut self,
-            _: u16,
-            nic: &NicPort,
-            _: usize,
-            _: &PortCounters,
-            _: &Segs,
-            _: u32,
-            _: u32,
-            _: &[u8],
-        ) -> Result<u32, Drop> {
-            match *nic {}
-        }
-        pub fn is_empty(&self) -> bool {
-            true
-        }
-        pub fn flush(&mut self, _: &PortTable, _: usize, _: &ThreadStats) {}
     }
 }

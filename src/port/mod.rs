@@ -1,10 +1,15 @@
 //! A switch port as the data path sees it: its id, its virtqueues, and what the control plane
 //! negotiated for it. Shared (`Arc<Port>`) between the control thread and all poll threads.
 
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+pub mod nic;
+pub mod vhost;
+
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::config::PortConfig;
-use crate::nic::NicPort;
+use crate::port::nic::NicPort;
 use crate::vring::VringLock;
 
 pub struct Port {

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::flow_table::FlowTable;
-use crate::mac_table::Mac;
+use crate::datapath::counters::RxqStats;
+use crate::datapath::mac_table::Mac;
+use crate::flow::table::FlowTable;
 use crate::port::Port;
-use crate::stats::RxqStats;
 
 /// Per-port settings the data path applies, replaced as a whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub struct RxqSpec {
 pub struct ThreadStart {
     pub index: usize,
     pub core: usize,
-    pub stats: Arc<crate::stats::ThreadStats>,
+    pub stats: Arc<crate::datapath::counters::ThreadStats>,
     pub mailbox: Arc<Mailbox>,
     pub plan: Plan,
     /// Adaptive polling: sleep after this many idle microseconds; None: busy polling.
@@ -148,7 +148,7 @@ impl Mailbox {
 
     /// Wakes the thread if it sleeps (a plan, or shutdown).
     pub fn wake(&self) {
-        self.woken_at.store(crate::stats::cycles(), Ordering::Relaxed);
+        self.woken_at.store(crate::datapath::counters::cycles(), Ordering::Relaxed);
         let one = 1u64.to_ne_bytes();
         // SAFETY: writing 8 bytes from a local buffer to our eventfd.
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };

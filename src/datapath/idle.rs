@@ -17,8 +17,8 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::plan::Mailbox;
-use crate::stats::{ThreadStats, bump, cycles, cycles_per_sec};
+use crate::datapath::counters::{ThreadStats, bump, cycles, cycles_per_sec};
+use crate::datapath::plan::Mailbox;
 use crate::vring::VringLock;
 
 const WAKE_TOKEN: u64 = u64::MAX;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::datapath::counters::bump;
 use crate::flow::{Action, Classifier, Emc, Flow, FlowKey, parse_flow};
-use crate::stats::bump;
 
 /// What classification returns when no flow matches.
 pub const NO_MATCH: u32 = u32::MAX;

@@ -4,16 +4,11 @@
 pub mod config;
 pub mod control;
 pub mod ctl;
-pub mod ctl_flows;
-pub mod ctl_stats;
 pub mod datapath;
 pub mod flow;
 pub mod mem;
-pub mod metrics_http;
-pub mod placement;
 pub mod port;
-pub mod rebalance;
-pub mod reload;
+pub mod switch;
 pub mod topology;
 pub mod vring;
 pub mod wire;

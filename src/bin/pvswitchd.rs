@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use log::{error, info};
-use pvswitch::config::{Config, MAX_PORTS};
-use pvswitch::control::{Control, block_signals};
-use pvswitch::datapath::counters::{ThreadStats, cycles_per_sec};
+use pvswitch::config::Config;
+use pvswitch::control::Control;
+use pvswitch::control::os::SignalFd;
+use pvswitch::datapath::counters::cycles_per_sec;
 use pvswitch::datapath::mac_table::MacTable;
 use pvswitch::datapath::plan::ThreadStart;
 use pvswitch::datapath::{Ctx, PollThread};
-use pvswitch::topology::Numa;
+use pvswitch::switch::Switch;
 
 const USAGE: &str = "usage: pvswitchd [--config FILE] | --check FILE | --version";
 
@@ -66,8 +67,7 @@ fn main() -> ExitCode {
 
 fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     // Block signals before spawning threads so only the control thread's signalfd sees them.
-    let signal_fd = block_signals()?;
-    let numa = Numa::discover();
+    let signals = SignalFd::block_signals()?;
     // The calling thread's CPU set, read before any thread is pinned.
     let online = core_affinity::get_core_ids().unwrap_or_default();
     // DPDK starts only if a dpdk port is configured, before the poll threads; EAL pins this
@@ -87,14 +87,10 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     let nic_poll_interval_us = cfg.dpdk.nic_poll_interval_us;
     let mac = Arc::new(MacTable::new(4096));
     let shutdown = Arc::new(AtomicBool::new(false));
-    let stats: Vec<Arc<ThreadStats>> = cfg
-        .poll_cores
-        .iter()
-        .map(|&core| Arc::new(ThreadStats::new(core, numa.node_of_cpu(core), MAX_PORTS)))
-        .collect();
     let (burst, retry_us) = (cfg.burst, cfg.rx_retry_us);
     // The control thread opens every port and decides the initial placement (round robin).
-    let mut control = Control::new(cfg, Some(config_path), stats, mac.clone(), signal_fd)?;
+    let sw = Switch::new(cfg, Some(config_path), mac.clone()).map_err(std::io::Error::other)?;
+    let mut control = Control::new(sw, signals)?;
 
     // How a poll thread starts: now, and when a reload adds a poll core.
     let spawner = {
@@ -138,11 +134,11 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
             })
         }
     };
-    control.spawner = Some(Box::new(spawner));
-    control.start_threads()?;
+    control.sw.spawner = Some(Box::new(spawner));
+    control.sw.start_threads()?;
     control.run();
     shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
-    control.stop_threads();
+    control.sw.stop_threads();
     drop(control);
     Ok(())
 }

@@ -121,6 +121,42 @@ struct RawPort {
     queue: Vec<RawQueue>,
 }
 
+/// How unpinned queues are spread over threads (`rxq_assign`); see `switch::placement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RxqAssign {
+    /// `"roundrobin"`: queues by id, dealt in turn; loads ignored.
+    RoundRobin,
+    /// `"cycles"`: queues by load descending, dealt ascending-then-descending (OVS's default).
+    #[default]
+    Cycles,
+    /// `"group"`: queues by load descending, each to the least loaded thread.
+    Group,
+}
+
+impl std::str::FromStr for RxqAssign {
+    type Err = String;
+
+    /// Parses the configuration spelling: `roundrobin`, `cycles` or `group`.
+    fn from_str(s: &str) -> Result<RxqAssign, String> {
+        match s {
+            "roundrobin" => Ok(RxqAssign::RoundRobin),
+            "cycles" => Ok(RxqAssign::Cycles),
+            "group" => Ok(RxqAssign::Group),
+            _ => Err(format!("rxq_assign: expected \"roundrobin\", \"cycles\" or \"group\", not {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for RxqAssign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RxqAssign::RoundRobin => "roundrobin",
+            RxqAssign::Cycles => "cycles",
+            RxqAssign::Group => "group",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollMode {
     Busy,
@@ -177,14 +213,25 @@ impl Default for DpdkConfig {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct PortConfig {
-    pub name: String,
-    /// Some for a `type = "dpdk"` port (then `socket` is empty and `queue_pairs` 0).
-    pub dpdk: Option<DpdkPortConfig>,
+/// A `type = "vhost-user"` port: a VM's virtio-net device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostUserConfig {
     pub socket: PathBuf,
     pub mode: SocketMode,
     pub queue_pairs: u16,
+}
+
+/// What a port connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    VhostUser(VhostUserConfig),
+    Dpdk(DpdkPortConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    pub name: String,
+    pub endpoint: Endpoint,
     pub mtu: u32,
     /// Visit budget of each of this port's receive queues (deficit round robin quanta).
     pub weight_packets: u32,
@@ -206,10 +253,29 @@ impl PortConfig {
     /// Whether `other` can be applied to a running port in place (only MTU, weights and port
     /// security differ); otherwise a reload replaces the port.
     pub fn same_endpoint(&self, other: &PortConfig) -> bool {
-        self.socket == other.socket
-            && self.mode == other.mode
-            && self.queue_pairs == other.queue_pairs
-            && self.dpdk == other.dpdk
+        self.endpoint == other.endpoint
+    }
+
+    pub fn vhost_user(&self) -> Option<&VhostUserConfig> {
+        match &self.endpoint {
+            Endpoint::VhostUser(v) => Some(v),
+            Endpoint::Dpdk(_) => None,
+        }
+    }
+
+    pub fn dpdk(&self) -> Option<&DpdkPortConfig> {
+        match &self.endpoint {
+            Endpoint::Dpdk(d) => Some(d),
+            Endpoint::VhostUser(_) => None,
+        }
+    }
+
+    /// The port's `type` as the configuration file names it.
+    pub fn type_name(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::VhostUser(_) => "vhost-user",
+            Endpoint::Dpdk(_) => "dpdk",
+        }
     }
 }
 
@@ -234,7 +300,7 @@ pub struct Config {
     /// Where the Prometheus endpoint listens, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// How `rebalance` assigns receive queues to poll threads.
-    pub rxq_assign: crate::placement::Policy,
+    pub rxq_assign: RxqAssign,
     /// A poll thread with pinned queues (affinity) polls nothing else.
     pub rxq_isolate: bool,
     /// Rebalance on its own every `rebalance_interval_s` when a poll thread was busier than
@@ -361,7 +427,7 @@ impl Config {
             None => vec![ncpu.saturating_sub(1)],
         };
         let rxq_assign = match &sw.rxq_assign {
-            None => crate::placement::Policy::RoundRobin,
+            None => RxqAssign::RoundRobin,
             Some(s) => s.get_ref().parse().map_err(|e: String| cx.err(Some(s.span()), format!("rxq_assign: {e}")))?,
         };
         let rebalance_interval_s = range(sw.rebalance_interval_s, "rebalance_interval_s", 1, 86400, 60)?;
@@ -469,7 +535,7 @@ impl Config {
                     ));
                 }
             };
-            let (socket, mode, queue_pairs, dpdk) = if is_dpdk {
+            let endpoint = if is_dpdk {
                 if let Some(s) = &p.socket {
                     return Err(cx.err(Some(s.span()), "socket: only for vhost-user ports (a dpdk port has `device`)"));
                 }
@@ -506,7 +572,7 @@ impl Config {
                     rx_ring: q16(&p.rx_ring, "rx_ring", 32, 32768)?.unwrap_or(1024),
                     tx_ring: q16(&p.tx_ring, "tx_ring", 32, 32768)?.unwrap_or(1024),
                 };
-                (PathBuf::new(), SocketMode::Server, 0, Some(d))
+                Endpoint::Dpdk(d)
             } else {
                 if let Some(d) = &p.device {
                     return Err(cx.err(Some(d.span()), "device: only for dpdk ports"));
@@ -543,7 +609,7 @@ impl Config {
                         );
                     }
                 };
-                (socket, mode, queue_pairs, None)
+                Endpoint::VhostUser(VhostUserConfig { socket, mode, queue_pairs })
             };
             let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
             let weight_packets = range(p.weight_packets, "weight_packets", 1, 1 << 20, weight_packets)?;
@@ -563,7 +629,10 @@ impl Config {
             }
             let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
             // Receive queues: a vhost-user port's queue pairs, a dpdk port's rx queues.
-            let nrxq = dpdk.as_ref().map_or(queue_pairs, |d| d.rx_queues);
+            let nrxq = match &endpoint {
+                Endpoint::VhostUser(v) => v.queue_pairs,
+                Endpoint::Dpdk(d) => d.rx_queues,
+            };
             let mut queue_cfg = vec![QueueConfig { weight_packets, weight_bytes, affinity }; nrxq as usize];
             for q in &p.queue {
                 let i = *q.index.get_ref();
@@ -590,10 +659,7 @@ impl Config {
             }
             ports.push(PortConfig {
                 name: name.clone(),
-                dpdk,
-                socket,
-                mode,
-                queue_pairs,
+                endpoint,
                 mtu,
                 weight_packets,
                 weight_bytes,

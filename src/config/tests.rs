@@ -17,9 +17,9 @@ mod basics {
         assert_eq!(c.poll_cores, vec![1]);
         assert_eq!(c.weight_packets, 256);
         assert_eq!(c.weight_bytes, 512 * 1024);
-        assert_eq!(c.ports[0].socket, PathBuf::from("/tmp/x/vm1.sock"));
-        assert_eq!(c.ports[0].queue_pairs, 2);
-        assert_eq!(c.ports[0].mode, SocketMode::Server);
+        assert_eq!(c.ports[0].vhost_user().unwrap().socket, PathBuf::from("/tmp/x/vm1.sock"));
+        assert_eq!(c.ports[0].vhost_user().unwrap().queue_pairs, 2);
+        assert_eq!(c.ports[0].vhost_user().unwrap().mode, SocketMode::Server);
     }
 
     #[test]
@@ -72,12 +72,12 @@ mod dpdk_tests {
             ),
         )
         .unwrap();
-        let d = c.ports[0].dpdk.as_ref().unwrap();
+        let d = c.ports[0].dpdk().unwrap();
         assert_eq!(
             (d.device.as_str(), d.rx_queues, d.tx_queues, d.rx_ring, d.tx_ring),
             ("net_ring0", 1, Some(2), 512, 1024)
         );
-        assert_eq!((c.ports[0].mtu, c.ports[0].queue_pairs), (9000, 0));
+        assert_eq!((c.ports[0].mtu, c.ports[0].vhost_user().is_none()), (9000, true));
         assert_eq!(c.dpdk.eal_args, Some(vec!["--no-huge".to_string()]));
         assert_eq!((c.dpdk.mbufs, c.dpdk.nic_poll_interval_us), (4095, 100));
         let e = Config::parse("t.toml", &format!("{NIC}socket = \"/s\"\n")).unwrap_err();
@@ -190,7 +190,7 @@ mod placement_tests {
         .unwrap();
         assert_eq!(c.sleep_after_us(0), Some(50));
         assert_eq!(c.sleep_after_us(1), None);
-        assert_eq!(c.rxq_assign, crate::placement::Policy::Group);
+        assert_eq!(c.rxq_assign, crate::config::RxqAssign::Group);
         assert!(c.auto_rebalance && c.rxq_isolate);
         let q = &c.ports[0].queue_cfg;
         assert_eq!((q[0].weight_packets, q[0].affinity), (DEFAULT_WEIGHT_PACKETS, None));

@@ -14,122 +14,248 @@ pub fn bump(c: &AtomicU64, n: u64) {
     let _ = (c, n);
 }
 
-/// Why a frame was dropped. The order is the order of `PortCounters::drops`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Drop {
-    /// The destination guest had no receive buffers (its RX ring was full).
-    RxRingFull = 0,
-    /// The destination guest's receive buffers were too small for the frame.
-    RxBufferTooSmall,
-    /// The destination port has no running receive queue (not connected, not enabled).
-    PortDown,
-    /// A frame from a guest longer than the port's MTU allows.
-    Mtu,
-    /// A frame shorter than an Ethernet header.
-    Runt,
-    /// A descriptor chain that broke its queue (the queue is stopped).
-    Malformed,
-    /// Port security: the frame's source MAC is not one the port may use.
-    PortSecurity,
-    /// No flow matched the frame (a flow table without a catch-all).
-    NoMatch,
-    /// The matching flow's actions drop the frame.
-    FlowDrop,
-    /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
-    NicTxFull,
+/// The counters of one kind of thing, declared once: the macro makes the struct of atomics the
+/// data path bumps (one writer each), the struct of totals the control plane reads
+/// (`Serialize`d field by field: these names are the JSON and Prometheus names), and the list of
+/// field names with their help text (for Prometheus and the documentation check).
+macro_rules! counters {
+    ($(#[$m:meta])* pub struct $name:ident => $total:ident {
+        $( $(#[doc = $doc:literal])+ $field:ident : $ty:ty, )*
+    }) => {
+        $(#[$m])*
+        #[derive(Default)]
+        pub struct $name {
+            $( $(#[doc = $doc])+ pub $field: $ty, )*
+        }
+
+        /// Totals of the counters, as the control plane reads them.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+        pub struct $total {
+            $( pub $field: <$ty as Counter>::Total, )*
+        }
+
+        impl $name {
+            /// Every counter: (name, help).
+            pub const FIELDS: &'static [(&'static str, &'static str)] =
+                &[ $( (stringify!($field), concat!($($doc),+)) ),* ];
+
+            /// Reads every counter (relaxed loads).
+            pub fn read(&self) -> $total {
+                $total { $( $field: self.$field.read(), )* }
+            }
+
+            /// Zeroes every counter. Only for a slot no writer uses any more.
+            pub fn reset(&self) {
+                $( self.$field.reset(); )*
+            }
+        }
+
+        impl Total for $total {
+            fn add(&mut self, o: &Self) {
+                $( self.$field.add(&o.$field); )*
+            }
+            fn since(&self, base: &Self) -> Self {
+                $total { $( $field: self.$field.since(&base.$field), )* }
+            }
+        }
+    };
 }
 
-pub const NDROPS: usize = 10;
-pub const DROP_REASONS: [&str; NDROPS] = [
-    "rx_ring_full",
-    "rx_buffer_too_small",
-    "port_down",
-    "mtu_exceeded",
-    "runt",
-    "malformed",
-    "port_security",
-    "no_match",
-    "flow_drop",
-    "nic_tx_full",
-];
+/// A counter as its writer holds it, and what reading it gives.
+pub trait Counter: Default {
+    type Total: Total + Default + std::fmt::Debug + PartialEq + Eq + serde::Serialize;
+    fn read(&self) -> Self::Total;
+    fn reset(&self);
+}
 
-/// Counters for one port, kept by one poll thread. `rx` is what the switch received from the
-/// port (the guest transmitted); `tx` is what the switch sent to it (the guest received).
-#[repr(align(64))]
+/// Read totals: summed over threads, and differenced between two samples.
+pub trait Total: Copy {
+    fn add(&mut self, o: &Self);
+    /// `self - base`, saturating (a freed port slot's counters restart from zero).
+    fn since(&self, base: &Self) -> Self;
+}
+
+impl Counter for AtomicU64 {
+    type Total = u64;
+    fn read(&self) -> u64 {
+        self.load(Relaxed)
+    }
+    fn reset(&self) {
+        self.store(0, Relaxed)
+    }
+}
+
+impl Total for u64 {
+    fn add(&mut self, o: &u64) {
+        *self += o
+    }
+    fn since(&self, base: &u64) -> u64 {
+        self.saturating_sub(*base)
+    }
+}
+
+/// The drop reasons, declared once: the `Drop` enum, the counters by reason and their names.
+macro_rules! drop_reasons {
+    ($( $(#[doc = $doc:literal])+ $variant:ident = $name:literal, )*) => {
+        /// Why a frame was dropped.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Drop {
+            $( $(#[doc = $doc])+ $variant, )*
+        }
+
+        /// Every drop reason: (name, help), in `Drop` order.
+        pub const DROP_REASONS: &[(&str, &str)] = &[ $( ($name, concat!($($doc),+)) ),* ];
+    };
+}
+
+drop_reasons! {
+    /// The destination guest had no receive buffers (its RX ring was full).
+    RxRingFull = "rx_ring_full",
+    /// The destination guest's receive buffers were too small for the frame.
+    RxBufferTooSmall = "rx_buffer_too_small",
+    /// The destination port has no running receive queue (not connected, not enabled).
+    PortDown = "port_down",
+    /// A frame from a guest longer than the port's MTU allows.
+    Mtu = "mtu_exceeded",
+    /// A frame shorter than an Ethernet header.
+    Runt = "runt",
+    /// A descriptor chain that broke its queue (the queue is stopped).
+    Malformed = "malformed",
+    /// Port security: the frame's source MAC is not one the port may use.
+    PortSecurity = "port_security",
+    /// No flow matched the frame (a flow table without a catch-all).
+    NoMatch = "no_match",
+    /// The matching flow's actions drop the frame.
+    FlowDrop = "flow_drop",
+    /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
+    NicTxFull = "nic_tx_full",
+}
+
+pub const NDROPS: usize = DROP_REASONS.len();
+
+/// Frames dropped, by reason.
 #[derive(Default)]
-pub struct PortCounters {
-    pub rx_packets: AtomicU64,
-    pub rx_bytes: AtomicU64,
-    pub tx_packets: AtomicU64,
-    pub tx_bytes: AtomicU64,
-    pub interrupts: AtomicU64,
-    /// Bursts taken from this port's queues (rx_packets / rx_bursts is the average burst).
-    pub rx_bursts: AtomicU64,
-    /// Batches delivered into this port's queues, each one used-index store.
-    pub tx_batches: AtomicU64,
-    pub drops: [AtomicU64; NDROPS],
+pub struct DropCounters([AtomicU64; NDROPS]);
+
+/// Frames dropped, by reason, as read; serialized as `{"reason": count, ...}`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DropTotals(pub [u64; NDROPS]);
+
+impl DropCounters {
+    #[inline]
+    pub fn count(&self, why: Drop, n: u64) {
+        bump(&self.0[why as usize], n);
+    }
+}
+
+impl Counter for DropCounters {
+    type Total = DropTotals;
+    fn read(&self) -> DropTotals {
+        DropTotals(std::array::from_fn(|i| self.0[i].load(Relaxed)))
+    }
+    fn reset(&self) {
+        self.0.iter().for_each(|c| c.store(0, Relaxed));
+    }
+}
+
+impl Total for DropTotals {
+    fn add(&mut self, o: &Self) {
+        self.0.iter_mut().zip(o.0).for_each(|(a, b)| *a += b);
+    }
+    fn since(&self, base: &Self) -> Self {
+        DropTotals(std::array::from_fn(|i| self.0[i].saturating_sub(base.0[i])))
+    }
+}
+
+impl DropTotals {
+    pub fn get(&self, why: Drop) -> u64 {
+        self.0[why as usize]
+    }
+}
+
+impl serde::Serialize for DropTotals {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(NDROPS))?;
+        for ((name, _), n) in DROP_REASONS.iter().zip(self.0) {
+            m.serialize_entry(name, &n)?;
+        }
+        m.end()
+    }
+}
+
+counters! {
+    /// Counters for one port, kept by one poll thread. `rx` is what the switch received from the
+    /// port (the guest transmitted); `tx` is what the switch sent to it (the guest received).
+    #[repr(align(64))]
+    pub struct PortCounters => PortTotals {
+        /// Frames received from the port (the guest sent them).
+        rx_packets: AtomicU64,
+        /// Bytes received from the port.
+        rx_bytes: AtomicU64,
+        /// Frames sent to the port (the guest received them).
+        tx_packets: AtomicU64,
+        /// Bytes sent to the port.
+        tx_bytes: AtomicU64,
+        /// Interrupts sent to the guest.
+        interrupts: AtomicU64,
+        /// Bursts taken from the port's queues (rx_packets / rx_bursts is the average burst).
+        rx_bursts: AtomicU64,
+        /// Batches delivered into the port's queues, each one used-index store.
+        tx_batches: AtomicU64,
+        /// Frames dropped, by reason.
+        drops: DropCounters,
+    }
 }
 
 impl PortCounters {
-    /// Zeroes the counters of a port slot being freed. Only the control thread calls this, and
-    /// only once no poll thread's plan holds the port, so no writer races with it.
-    pub fn reset(&self) {
-        for c in [&self.rx_packets, &self.rx_bytes, &self.tx_packets, &self.tx_bytes, &self.interrupts]
-            .into_iter()
-            .chain([&self.rx_bursts, &self.tx_batches])
-            .chain(&self.drops)
-        {
-            c.store(0, Relaxed);
-        }
-    }
-
     #[inline]
     pub fn drop(&self, why: Drop, n: u64) {
-        bump(&self.drops[why as usize], n);
+        self.drops.count(why, n);
     }
 }
 
-/// Totals as read by the control plane.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
-pub struct PortTotals {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub interrupts: u64,
-    pub rx_bursts: u64,
-    pub tx_batches: u64,
-    pub drops: [u64; NDROPS],
-}
-
-impl PortTotals {
-    pub fn add(&mut self, c: &PortCounters) {
-        self.rx_packets += c.rx_packets.load(Relaxed);
-        self.rx_bytes += c.rx_bytes.load(Relaxed);
-        self.tx_packets += c.tx_packets.load(Relaxed);
-        self.tx_bytes += c.tx_bytes.load(Relaxed);
-        self.interrupts += c.interrupts.load(Relaxed);
-        self.rx_bursts += c.rx_bursts.load(Relaxed);
-        self.tx_batches += c.tx_batches.load(Relaxed);
-        for (t, d) in self.drops.iter_mut().zip(&c.drops) {
-            *t += d.load(Relaxed);
-        }
+counters! {
+    /// Counters for one receive queue (a guest's TX virtqueue, a NIC receive queue), written by
+    /// the poll thread that owns the queue. A queue moves between threads only through two plan
+    /// swaps (it leaves one thread, which acknowledges, before it joins another), so there is one
+    /// writer at a time.
+    #[repr(align(64))]
+    pub struct RxqStats => RxqTotals {
+        /// Frames taken from the queue.
+        packets: AtomicU64,
+        /// Bytes taken from the queue.
+        bytes: AtomicU64,
+        /// TSC cycles spent in visits that found frames (the queue's share of its thread's busy time).
+        cycles: AtomicU64,
+        /// Visits of the poll thread to the queue.
+        visits: AtomicU64,
+        /// Bursts taken from the queue.
+        bursts: AtomicU64,
     }
 }
 
-/// Counters for one receive queue (a guest's TX virtqueue), written by the poll thread that owns
-/// the queue. A queue moves between threads only through two plan swaps (it leaves one thread,
-/// which acknowledges, before it joins another), so there is one writer at a time.
-#[repr(align(64))]
-#[derive(Default)]
-pub struct RxqStats {
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
-    /// TSC cycles spent in visits that found frames (the queue's share of its thread's busy time).
-    pub cycles: AtomicU64,
-    pub visits: AtomicU64,
-    pub bursts: AtomicU64,
+counters! {
+    /// A poll thread's loop counters.
+    pub struct LoopCounters => LoopTotals {
+        /// Poll loop iterations.
+        iterations: AtomicU64,
+        /// TSC cycles in iterations that moved frames.
+        busy_cycles: AtomicU64,
+        /// TSC cycles in iterations that found nothing.
+        idle_cycles: AtomicU64,
+        /// Times the thread went to sleep (adaptive polling).
+        sleeps: AtomicU64,
+        /// TSC cycles the thread slept.
+        asleep_cycles: AtomicU64,
+        /// Wake-ups by a guest's kick.
+        wakeups_kick: AtomicU64,
+        /// Wake-ups by the control thread (a plan, shutdown).
+        wakeups_control: AtomicU64,
+        /// Wake-ups by the NIC poll timer.
+        wakeups_timeout: AtomicU64,
+    }
 }
 
 /// One poll thread's counters.
@@ -137,18 +263,9 @@ pub struct RxqStats {
 pub struct ThreadStats {
     pub core: usize,
     pub numa_node: Option<usize>,
-    pub iterations: AtomicU64,
-    pub busy_cycles: AtomicU64,
-    pub idle_cycles: AtomicU64,
-    /// Adaptive polling: times the thread went to sleep, and cycles spent asleep.
-    pub sleeps: AtomicU64,
-    pub asleep_cycles: AtomicU64,
+    pub loops: LoopCounters,
     /// 1 while the thread sleeps.
     pub sleeping: AtomicU64,
-    /// What woke it: a guest's kick, the control thread (plan, shutdown), or a timeout.
-    pub wakeups_kick: AtomicU64,
-    pub wakeups_control: AtomicU64,
-    pub wakeups_timeout: AtomicU64,
     /// Control wake-ups by latency from the wake request to the thread running again:
     /// bucket i counts latencies below 2^i microseconds (the last bucket: the rest).
     pub wake_latency_us: [AtomicU64; WAKE_BUCKETS],
@@ -162,22 +279,13 @@ impl ThreadStats {
         ThreadStats {
             core,
             numa_node,
-            iterations: AtomicU64::new(0),
-            busy_cycles: AtomicU64::new(0),
-            idle_cycles: AtomicU64::new(0),
-            sleeps: AtomicU64::new(0),
+            loops: LoopCounters::default(),
             sleeping: AtomicU64::new(0),
-            asleep_cycles: AtomicU64::new(0),
-            wakeups_kick: AtomicU64::new(0),
-            wakeups_control: AtomicU64::new(0),
-            wakeups_timeout: AtomicU64::new(0),
             wake_latency_us: std::array::from_fn(|_| AtomicU64::new(0)),
             ports: (0..nports).map(|_| PortCounters::default()).collect(),
         }
     }
-}
 
-impl ThreadStats {
     /// Counts one control wake-up that took `cycles` TSC cycles to reach the thread.
     pub fn record_wake_latency(&self, cycles: u64) {
         let us = cycles * 1_000_000 / cycles_per_sec();

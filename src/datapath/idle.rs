@@ -141,20 +141,20 @@ impl Sleeper {
                 self.arm_timer(self.nic_interval_ns);
             }
             let t0 = cycles();
-            bump(&st.sleeps, 1);
+            bump(&st.loops.sleeps, 1);
             st.sleeping.store(1, Relaxed);
             let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
             // SAFETY: our epoll fd and a local event buffer of the given length.
             let n = unsafe { libc::epoll_wait(self.epoll, evs.as_mut_ptr(), evs.len() as i32, timeout) };
             let t1 = cycles();
             st.sleeping.store(0, Relaxed);
-            bump(&st.asleep_cycles, t1.wrapping_sub(t0));
+            bump(&st.loops.asleep_cycles, t1.wrapping_sub(t0));
             let evs = &evs[..n.max(0) as usize];
             if evs.iter().any(|e| e.u64 == WAKE_TOKEN) {
                 let mut buf = [0u8; 8];
                 // SAFETY: draining our own non-blocking eventfd into a local buffer.
                 unsafe { libc::read(self.wake_fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
-                bump(&st.wakeups_control, 1);
+                bump(&st.loops.wakeups_control, 1);
                 let posted = mailbox.woken_at.load(Relaxed);
                 st.record_wake_latency(t1.saturating_sub(posted));
             }
@@ -165,10 +165,10 @@ impl Sleeper {
                 unsafe { libc::read(self.timer.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, 8) };
             }
             if evs.iter().any(|e| e.u64 != WAKE_TOKEN && e.u64 != TIMER_TOKEN) {
-                bump(&st.wakeups_kick, 1);
+                bump(&st.loops.wakeups_kick, 1);
             }
             if evs.iter().all(|e| e.u64 == TIMER_TOKEN) {
-                bump(&st.wakeups_timeout, 1);
+                bump(&st.loops.wakeups_timeout, 1);
             }
         }
         for vq in queues {

@@ -30,7 +30,7 @@ use self::nic_io::{NicRx, TxBatches};
 use self::output::deliver;
 use self::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use self::sched::{Deficit, Quantum};
-use crate::port::Port;
+use crate::port::{Port, PortKind};
 use crate::vring::{ActiveRing, RingError, Segs, Vring, VringGuard};
 use crate::wire::{EthernetFrame, EthernetRepr, MacAddr};
 
@@ -206,30 +206,29 @@ impl PollThread {
             let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
             let mut got = 0;
             for rxq in self.rxqs.iter_mut() {
-                got += if rxq.spec.port.nic.is_some() {
-                    visit_nic(&env, &mut self.emc, &mut self.frames, &mut self.rx, &mut self.nic_rx, rxq)
-                } else {
-                    visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq)
+                got += match &rxq.spec.port.kind {
+                    PortKind::Nic(_) => {
+                        visit_nic(&env, &mut self.emc, &mut self.frames, &mut self.rx, &mut self.nic_rx, rxq)
+                    }
+                    PortKind::VhostUser(_) => visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, rxq),
+                    PortKind::Failed => 0,
                 };
             }
             if !self.rx.nic_tx.is_empty() {
                 self.rx.nic_tx.flush(env.ports, self.cx.index, &st);
             }
             let t1 = cycles();
-            bump(if got > 0 { &st.busy_cycles } else { &st.idle_cycles }, t1.wrapping_sub(t0));
-            bump(&st.iterations, 1);
+            bump(if got > 0 { &st.loops.busy_cycles } else { &st.loops.idle_cycles }, t1.wrapping_sub(t0));
+            bump(&st.loops.iterations, 1);
             t0 = t1;
             if let Some(s) = self.sleeper.as_mut() {
                 if got > 0 {
                     s.busy();
                 } else {
                     let (mb, have, shutdown) = (&self.cx.mailbox, self.generation, &self.cx.shutdown);
-                    let queues = self
-                        .rxqs
-                        .iter()
-                        .filter(|r| r.spec.port.nic.is_none())
-                        .map(|r| &r.spec.port.vrings[2 * r.spec.qpair + 1]);
-                    let nic = self.rxqs.iter().any(|r| r.spec.port.nic.is_some());
+                    let queues =
+                        self.rxqs.iter().filter_map(|r| r.spec.port.queues().map(|q| q.guest_tx(r.spec.qpair)));
+                    let nic = self.rxqs.iter().any(|r| r.spec.port.nic().is_some());
                     s.idle(queues, nic, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired());
                     // Time asleep is neither busy nor idle polling.
                     t0 = cycles();
@@ -256,7 +255,8 @@ fn visit(env: &Env, emc: &mut Emc, frames: &mut [Frame], rx: &mut RxScratch, rxq
     let (port, qpair) = (&spec.port, spec.qpair);
     env.src_q.set(qpair);
     let vq_index = 2 * qpair + 1;
-    let vq = &port.vrings[vq_index];
+    let Some(queues) = port.queues() else { return 0 };
+    let vq = queues.guest_tx(qpair);
     if !vq.is_ready() {
         return 0;
     }
@@ -379,7 +379,7 @@ fn visit_nic(
     let cx = env.cx;
     let Rxq { spec, blocked_since, deficit } = rxq;
     let port = &spec.port;
-    let Some(nic) = port.nic.as_ref() else { return 0 };
+    let Some(nic) = port.nic() else { return 0 };
     let pc = &cx.stats.ports[port.id as usize];
     let policy = &env.ports.policy[port.id as usize];
     let t0 = cycles();

@@ -119,7 +119,7 @@ mod imp {
             for id in self.dirty.drain(..) {
                 let Some(b) = self.batches[id as usize].as_mut().map(|b| &mut b.burst) else { continue };
                 let pc = &st.ports[id as usize];
-                match ports.get(id).and_then(|p| p.nic.as_ref()) {
+                match ports.get(id).and_then(|p| p.nic()) {
                     Some(nic) => flush_one(b, nic, thread, pc),
                     None => {
                         pc.drop(Drop::PortDown, b.len() as u64);

@@ -5,6 +5,7 @@
 //! each frame once into the guest's receive buffers.
 
 use super::*;
+use crate::port::PortKind;
 use crate::wire::{VirtioNetHdr, ethernet};
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -22,10 +23,12 @@ struct Open<'a> {
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
-        if port.nic.is_some() {
-            return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0 });
-        }
-        let (vq_index, vq) = port.rx_queue_for(env.src_q.get())?;
+        let queues = match &port.kind {
+            PortKind::VhostUser(q) => q,
+            PortKind::Nic(_) => return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0 }),
+            PortKind::Failed => return None,
+        };
+        let (vq_index, vq) = queues.rx_queue_for(env.src_q.get())?;
         let guard = vq.lock();
         guard.is_ready().then_some(Open { cx: env.cx, port, vq_index, guard: Some(guard), packets: 0, bytes: 0 })
     }
@@ -41,7 +44,7 @@ impl<'a> Open<'a> {
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
         let Some(guard) = self.guard.as_mut() else {
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
-            let nic = self.port.nic.as_ref().ok_or(Drop::PortDown)?;
+            let nic = self.port.nic().ok_or(Drop::PortDown)?;
             let pc = &self.cx.stats.ports[self.port.id as usize];
             let (off, len) = (f.data_off + e.skip, f.len - e.skip);
             return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix).map(|_| ());

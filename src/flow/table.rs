@@ -8,7 +8,6 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::config::Config;
 use crate::datapath::counters::bump;
 use crate::flow::{Action, Classifier, Emc, Flow, FlowKey, parse_flow};
 
@@ -68,17 +67,18 @@ pub struct FlowTable {
 }
 
 impl FlowTable {
-    /// Compiles `cfg`'s flows (which `Config::parse` has validated), naming ports by the ids
-    /// `port_id` gives. Counters of flows that are unchanged from `old` carry over.
-    pub fn build(
-        cfg: &Config,
+    /// Compiles flows given in ovs-ofctl syntax (the configuration has validated them), naming
+    /// ports by the ids `port_id` gives. Counters of flows that are unchanged from `old` carry
+    /// over.
+    pub fn build<'a>(
+        texts: impl IntoIterator<Item = &'a str>,
         port_id: &dyn Fn(&str) -> Option<u16>,
         threads: usize,
         old: Option<&FlowTable>,
     ) -> Result<FlowTable, String> {
-        let mut entries = Vec::with_capacity(cfg.flows.len());
-        for src in &cfg.flows {
-            let flow = parse_flow(&src.text, port_id).map_err(|e| format!("flow \"{}\": {}", src.text, e.message))?;
+        let mut entries = Vec::new();
+        for text in texts {
+            let flow = parse_flow(text, port_id).map_err(|e| format!("flow \"{text}\": {}", e.message))?;
             let verdict = verdict(&flow.actions);
             entries.push(FlowEntry { flow, verdict, base: (0, 0) });
         }

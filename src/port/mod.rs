@@ -1,5 +1,12 @@
-//! A switch port as the data path sees it: its id, its virtqueues, and what the control plane
-//! negotiated for it. Shared (`Arc<Port>`) between the control thread and all poll threads.
+//! A switch port as the data path sees it: its id, its name, the largest frame it accepts, and
+//! what kind of port it is. Shared (`Arc<Port>`) between the control thread and all poll
+//! threads; the port's configuration and connection state belong to the switch model
+//! (`switch`), not to this type.
+//!
+//! - [`vhost`]: the control-plane half of a vhost-user port: the backend of one connection,
+//!   which starts, stops and remaps the port's virtqueues.
+//! - [`nic`]: DPDK ports (NICs and vdevs): EAL start-up, mbuf pools, `NicPort`.
+//! - [`dpdk`] (cargo feature `dpdk`): the safe wrapper over DPDK's C API.
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
@@ -8,75 +15,126 @@ pub mod vhost;
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use crate::config::PortConfig;
-use crate::port::nic::NicPort;
 use crate::vring::VringLock;
+use nic::NicPort;
 
 pub struct Port {
     /// Index into every per-thread counter array and into the port table.
     pub id: u16,
-    pub cfg: PortConfig,
-    /// Virtqueues by vhost-user index: 2q is the guest's RX queue of pair q (the switch
-    /// writes into it), 2q+1 its TX queue (the switch reads from it).
-    pub vrings: Box<[VringLock]>,
+    name: String,
     /// Largest frame accepted from this port: MTU plus Ethernet header and one VLAN tag.
     max_frame: AtomicU32,
-    /// A dpdk port's device (then `vrings` is empty); None for a vhost-user port, or a dpdk
-    /// port that failed to open.
-    pub nic: Option<NicPort>,
+    pub kind: PortKind,
 }
 
+pub enum PortKind {
+    /// A VM's virtio-net device over vhost-user: its virtqueues.
+    VhostUser(VhostQueues),
+    /// A NIC or DPDK vdev, open.
+    Nic(NicPort),
+    /// A dpdk port that did not open (the error is in the switch model); it has no queues.
+    Failed,
+}
+
+/// Bytes of Ethernet header (and one VLAN tag) a frame may carry beyond the MTU.
+const L2_OVERHEAD: u32 = 18;
+
 impl Port {
-    pub fn new(id: u16, cfg: PortConfig) -> Port {
-        let nq = 2 * cfg.queue_pairs as usize;
-        let max_frame = AtomicU32::new(cfg.mtu + 18);
-        Port { id, cfg, vrings: (0..nq).map(|_| VringLock::default()).collect(), max_frame, nic: None }
+    /// A vhost-user port with `queue_pairs` pairs of (not yet started) virtqueues.
+    pub fn vhost_user(id: u16, name: &str, mtu: u32, queue_pairs: u16) -> Port {
+        Port::with_kind(id, name, mtu, PortKind::VhostUser(VhostQueues::new(queue_pairs)))
     }
 
     /// A dpdk port: `nic` is its open device, None if it failed to open.
-    pub fn with_nic(id: u16, cfg: PortConfig, nic: Option<NicPort>) -> Port {
-        Port { nic, ..Port::new(id, cfg) }
+    pub fn dpdk(id: u16, name: &str, mtu: u32, nic: Option<NicPort>) -> Port {
+        Port::with_kind(id, name, mtu, nic.map_or(PortKind::Failed, PortKind::Nic))
     }
 
-    /// Whether this is a dpdk port (open or failed).
-    pub fn is_dpdk(&self) -> bool {
-        self.cfg.dpdk.is_some()
+    fn with_kind(id: u16, name: &str, mtu: u32, kind: PortKind) -> Port {
+        Port { id, name: name.to_string(), max_frame: AtomicU32::new(mtu + L2_OVERHEAD), kind }
     }
 
     pub fn name(&self) -> &str {
-        &self.cfg.name
+        &self.name
     }
 
-    /// Queue pairs of a vhost-user port; receive queues of a dpdk port.
-    pub fn queue_pairs(&self) -> usize {
-        match &self.nic {
-            Some(n) => n.rx_queues(),
-            None => self.vrings.len() / 2,
+    /// The virtqueues of a vhost-user port.
+    #[inline]
+    pub fn queues(&self) -> Option<&VhostQueues> {
+        match &self.kind {
+            PortKind::VhostUser(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// The device of an open dpdk port.
+    #[inline]
+    pub fn nic(&self) -> Option<&NicPort> {
+        match &self.kind {
+            PortKind::Nic(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Receive queues: a vhost-user port's queue pairs (each pair's guest TX queue), a NIC's
+    /// receive queues; none for a failed dpdk port.
+    pub fn rx_queues(&self) -> usize {
+        match &self.kind {
+            PortKind::VhostUser(q) => q.pairs(),
+            PortKind::Nic(n) => n.rx_queues(),
+            PortKind::Failed => 0,
         }
     }
 
     /// Applies a new MTU (a reload); frames are checked against it from the next burst.
     pub fn set_mtu(&self, mtu: u32) {
-        self.max_frame.store(mtu + 18, Relaxed);
+        self.max_frame.store(mtu + L2_OVERHEAD, Relaxed);
     }
 
     #[inline]
     pub fn max_frame(&self) -> u32 {
         self.max_frame.load(Relaxed)
     }
+}
 
-    /// The guest RX queue that frames from source queue pair `src_q` are delivered into:
-    /// pair `src_q` modulo this port's count (the next running one if that is not running).
-    /// It depends on the source queue, not on the poll thread, so a queue moved between
-    /// threads keeps its frames in one receive queue, in order. Two threads delivering into
-    /// the same queue serialize on its ring lock.
+/// A vhost-user port's virtqueues by vhost-user index: 2q is the guest's RX queue of pair q
+/// (the switch writes into it), 2q+1 its TX queue (the switch reads from it).
+pub struct VhostQueues {
+    rings: Box<[VringLock]>,
+}
+
+impl VhostQueues {
+    fn new(pairs: u16) -> VhostQueues {
+        VhostQueues { rings: (0..2 * pairs as usize).map(|_| VringLock::default()).collect() }
+    }
+
+    /// Every virtqueue, by vhost-user index.
+    pub fn all(&self) -> &[VringLock] {
+        &self.rings
+    }
+
+    pub fn pairs(&self) -> usize {
+        self.rings.len() / 2
+    }
+
+    /// The guest's TX queue of pair `q` (a receive queue of the switch).
+    #[inline]
+    pub fn guest_tx(&self, q: usize) -> &VringLock {
+        &self.rings[2 * q + 1]
+    }
+
+    /// The guest RX queue that frames from source queue pair `src_q` are delivered into, with
+    /// its vhost-user index: pair `src_q` modulo this port's count (the next running one if that
+    /// is not running). It depends on the source queue, not on the poll thread, so a queue
+    /// moved between threads keeps its frames in one receive queue, in order. Two threads
+    /// delivering into the same queue serialize on its ring lock.
     #[inline]
     pub fn rx_queue_for(&self, src_q: usize) -> Option<(usize, &VringLock)> {
-        let n = self.vrings.len() / 2;
+        let n = self.pairs();
         if n == 0 {
             return None;
         }
         let first = src_q % n;
-        (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.vrings[v])).find(|(_, v)| v.is_ready())
+        (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.rings[v])).find(|(_, v)| v.is_ready())
     }
 }

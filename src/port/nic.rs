@@ -21,7 +21,7 @@ pub use stub::*;
 
 /// Whether the configuration has a dpdk port.
 pub fn wanted(cfg: &Config) -> bool {
-    cfg.ports.iter().any(|p| p.dpdk.is_some())
+    cfg.ports.iter().any(|p| p.dpdk().is_some())
 }
 
 #[cfg(feature = "dpdk")]
@@ -61,7 +61,7 @@ mod imp {
             None if hugepages_usable() => a.push("--in-memory".into()),
             None => a.extend(["--no-huge", "-m", "512", "--no-shconf"].map(String::from)),
         }
-        if !cfg.ports.iter().filter_map(|p| p.dpdk.as_ref()).any(|d| is_pci(&d.device))
+        if !cfg.ports.iter().filter_map(|p| p.dpdk()).any(|d| is_pci(&d.device))
             && !has("--no-pci")
             && !has("-a")
             && !has("--allow")
@@ -88,7 +88,7 @@ mod imp {
         if !super::wanted(cfg) {
             return Ok(());
         }
-        let max_mtu = cfg.ports.iter().filter(|p| p.dpdk.is_some()).map(|p| p.mtu).max().unwrap_or(1500);
+        let max_mtu = cfg.ports.iter().filter(|p| p.dpdk().is_some()).map(|p| p.mtu).max().unwrap_or(1500);
         let room = (max_mtu + 18 + PKTMBUF_HEADROOM as u32).clamp(DEFAULT_DATA_ROOM as u32, u16::MAX as u32);
         *POOL_SHAPE.lock().unwrap() = (room as u16, cfg.dpdk.mbufs);
         let args = eal_args(cfg, control_cpus);

@@ -42,6 +42,27 @@ pub fn feature_names(f: u64) -> Vec<String> {
     v
 }
 
+/// One virtqueue as the frontend set it up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VringStatus {
+    pub size: u16,
+    pub enabled: bool,
+    /// Whether the data path serves it now.
+    pub running: bool,
+}
+
+/// What one connection's frontend has negotiated and set up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub features: u64,
+    pub memory_regions: usize,
+    pub memory_bytes: u64,
+    /// The NUMA node of the memory holding the first ring (None until known).
+    pub numa_node: Option<usize>,
+    /// By vhost-user queue index.
+    pub vrings: Vec<VringStatus>,
+}
+
 #[derive(Default)]
 struct VringConf {
     size: u16,
@@ -64,6 +85,11 @@ pub struct PortBackend {
     vrings: Vec<VringConf>,
 }
 
+/// The port's virtqueues (a backend only exists for a vhost-user port).
+fn rings(port: &Port) -> &[crate::vring::VringLock] {
+    port.queues().map_or(&[], |q| q.all())
+}
+
 fn invalid(what: &str) -> Error {
     warn!("vhost-user: {what}");
     Error::InvalidParam
@@ -71,7 +97,7 @@ fn invalid(what: &str) -> Error {
 
 impl PortBackend {
     pub fn new(port: Arc<Port>) -> PortBackend {
-        let n = port.vrings.len();
+        let n = port.queues().map_or(0, |q| q.all().len());
         PortBackend {
             port,
             owner: false,
@@ -92,19 +118,25 @@ impl PortBackend {
     }
 
     /// The NUMA node of the memory holding the port's first configured ring.
-    pub fn numa_node(&self) -> Option<usize> {
+    fn numa_node(&self) -> Option<usize> {
         let mem = self.mem.as_ref()?;
         let (desc, _, _) = self.vrings.iter().find_map(|v| v.addrs)?;
         mem.numa_node_of(desc)
     }
 
-    pub fn mem_regions(&self) -> usize {
-        self.mem.as_ref().map_or(0, |m| m.region_count())
-    }
-
-    /// (size, enabled, running) of each vring, for status output.
-    pub fn vring_status(&self) -> Vec<(u16, bool, bool)> {
-        self.vrings.iter().map(|v| (v.size, v.enabled, v.running)).collect()
+    /// What the frontend has set up so far, for the switch model (`pvswitchctl ports`).
+    pub fn status(&self) -> Status {
+        Status {
+            features: self.features,
+            memory_regions: self.mem.as_ref().map_or(0, |m| m.region_count()),
+            memory_bytes: self.mem.as_ref().map_or(0, |m| m.total_size()),
+            numa_node: self.numa_node(),
+            vrings: self
+                .vrings
+                .iter()
+                .map(|v| VringStatus { size: v.size, enabled: v.enabled, running: v.running })
+                .collect(),
+        }
     }
 
     fn vring(&mut self, index: u32) -> Result<&mut VringConf> {
@@ -134,7 +166,7 @@ impl PortBackend {
         let event_idx = self.features & feature::RING_EVENT_IDX != 0;
         let v = &self.vrings[i];
         let want = v.kicked && (v.enabled || !protocol_negotiated) && v.addrs.is_some() && v.size > 0;
-        let lock = &self.port.vrings[i];
+        let lock = &rings(&self.port)[i];
         let mut g = lock.lock();
         if let Some(base) = g.stop() {
             self.vrings[i].base = base;
@@ -175,7 +207,7 @@ impl PortBackend {
     /// Stops every ring (the connection ended or the device was reset).
     pub fn stop_all(&mut self) {
         for (i, v) in self.vrings.iter_mut().enumerate() {
-            let mut g = self.port.vrings[i].lock();
+            let mut g = rings(&self.port)[i].lock();
             g.stop();
             g.broken = None;
             v.running = false;
@@ -288,7 +320,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
     fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
         self.vring(index)?;
         let i = index as usize;
-        if let Some(base) = self.port.vrings[i].lock().stop() {
+        if let Some(base) = rings(&self.port)[i].lock().stop() {
             self.vrings[i].base = base;
         }
         let v = &mut self.vrings[i];
@@ -312,7 +344,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
             None => None,
         };
         self.vring(index as u32)?.call = fd;
-        self.port.vrings[index as usize].lock().set_call(call);
+        rings(&self.port)[index as usize].lock().set_call(call);
         Ok(())
     }
 
@@ -330,7 +362,7 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
     }
 
     fn get_queue_num(&mut self) -> Result<u64> {
-        Ok(self.port.queue_pairs() as u64)
+        Ok(self.port.rx_queues() as u64)
     }
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {

@@ -4,17 +4,13 @@
 
 use serde_json::{Value, json};
 
-use crate::control::Control;
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
+use crate::switch::Switch;
 use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
 
-fn port_name(c: &Control, id: u16) -> String {
-    c.port(id as usize).map_or_else(|| format!("#{id}"), |pc| pc.port.name().to_string())
-}
-
-pub fn flows(c: &Control) -> Value {
-    let name = |id: u16| port_name(c, id);
+pub fn flows(c: &Switch) -> Value {
+    let name = |id: u16| c.port_name(id);
     let t = &c.flows;
     let age = t.age_secs();
     let mut out = Vec::new();
@@ -35,14 +31,14 @@ pub fn flows(c: &Control) -> Value {
 }
 
 /// Where a NORMAL action sends a frame to `dst` from `in_port`, by the learned MACs.
-fn normal_outputs(c: &Control, in_port: u16, dst: &MacAddr) -> (String, Vec<u16>) {
-    let others = || c.ports.iter().flatten().map(|p| p.port.id).filter(|&p| p != in_port).collect::<Vec<_>>();
+fn normal_outputs(c: &Switch, in_port: u16, dst: &MacAddr) -> (String, Vec<u16>) {
+    let others = || c.ports.iter().flatten().map(|p| p.id()).filter(|&p| p != in_port).collect::<Vec<_>>();
     if dst.is_multicast() {
         return ("broadcast/multicast: flood".into(), others());
     }
     match c.mac.lookup(dst) {
         Some(p) if p == in_port => (format!("{} was learned on the input port: drop", dst), vec![]),
-        Some(p) => (format!("{} learned on {}", dst, port_name(c, p)), vec![p]),
+        Some(p) => (format!("{} learned on {}", dst, c.port_name(p)), vec![p]),
         None => (format!("{} not learned: flood", dst), others()),
     }
 }
@@ -77,25 +73,25 @@ fn describe_header(h: &EthernetRepr, orig: &EthernetRepr) -> String {
 }
 
 /// `trace in_port=vm1,dl_dst=...,tcp,tp_dst=80`: the fields not given are zero.
-pub fn trace(c: &Control, args: &[String]) -> Result<Value, String> {
+pub fn trace(c: &Switch, args: &[String]) -> Result<Value, String> {
     let spec = args.join(",");
     if spec.is_empty() {
         return Err("trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip".into());
     }
-    let ids = |n: &str| c.ports.iter().flatten().find(|p| p.port.name() == n).map(|p| p.port.id);
+    let ids = |n: &str| c.port_by_name(n).map(|p| p.id());
     let f = parse_flow(&format!("{spec},actions=drop"), &ids).map_err(|e| format!("trace: {}", e.message))?;
     if f.m.mask.get(Field::InPort) == 0 {
         return Err("trace: expected in_port=PORT in the frame description".into());
     }
     let key = f.m.key;
     let in_port = key.in_port();
-    let name = |id: u16| port_name(c, id);
+    let name = |id: u16| c.port_name(id);
     let mut steps = Vec::new();
     steps.push(format!("frame: {}", Match::exact(key).to_ovs_string(&name)));
     let pc = c.port(in_port as usize).ok_or("trace: no such port")?;
     let src = key.dl_src();
     if !pc.cfg.allowed_macs.is_empty() && !pc.cfg.allowed_macs.contains(&src) {
-        steps.push(format!("port security: {} may not send from {}: drop", pc.port.name(), src));
+        steps.push(format!("port security: {} may not send from {}: drop", pc.name(), src));
         return Ok(json!({ "flow": Value::Null, "outputs": [], "steps": steps }));
     }
     let t = &c.flows;
@@ -123,7 +119,7 @@ pub fn trace(c: &Control, args: &[String]) -> Result<Value, String> {
                 Verdict::Drop => steps.push("actions drop the frame".into()),
                 _ => {
                     let orig = header_of(&key);
-                    let others = |p: u16| c.ports.iter().flatten().map(|x| x.port.id).filter(move |&x| x != p);
+                    let others = |p: u16| c.ports.iter().flatten().map(|x| x.id()).filter(move |&x| x != p);
                     execute(&e.flow.actions, &orig, |emit, h| {
                         let extra = describe_header(h, &orig);
                         match emit {

@@ -20,13 +20,13 @@
 //!
 //! The policies:
 //!
-//! - [`Policy::RoundRobin`]: queues by id; each to the next eligible thread in thread-index
+//! - [`RxqAssign::RoundRobin`]: queues by id; each to the next eligible thread in thread-index
 //!   order, wrapping around (0, 1, .., n-1, 0, 1, ..). Loads are ignored.
-//! - [`Policy::Cycles`] (OVS's `cycles`): queues by load descending (ties by id); dealt over the
+//! - [`RxqAssign::Cycles`] (OVS's `cycles`): queues by load descending (ties by id); dealt over the
 //!   eligible threads in ascending-then-descending order, each end thread taking two in a row
 //!   (0, 1, .., n-1, n-1, .., 1, 0, 0, 1, ..). A sorted round robin: it ignores what the threads
 //!   already hold (pinned queues on non-isolated threads).
-//! - [`Policy::Group`] (OVS's `group`): queues by load descending (ties by id); each to the
+//! - [`RxqAssign::Group`] (OVS's `group`): queues by load descending (ties by id); each to the
 //!   eligible thread with the least total load so far, pinned queues included; ties go to the
 //!   thread with the fewest queues, then the lowest index. This is greedy "longest processing
 //!   time first": within one eligible set without pins, the most and least loaded threads differ
@@ -36,9 +36,8 @@
 //! the output does not depend on the order of `queues`, except among duplicate ids.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
+use crate::config::RxqAssign;
 use crate::topology::Numa;
 
 /// A receive queue's identity: (port id, queue pair).
@@ -71,42 +70,6 @@ pub struct QueueInfo {
     pub load: u64,
     /// The core `affinity` pins it to, if any.
     pub pinned: Option<usize>,
-}
-
-/// How unpinned queues are spread over threads (`rxq_assign`); see the module documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// `"roundrobin"`: queues by id, dealt in turn; loads ignored.
-    RoundRobin,
-    /// `"cycles"`: queues by load descending, dealt ascending-then-descending (OVS's default).
-    #[default]
-    Cycles,
-    /// `"group"`: queues by load descending, each to the least loaded thread.
-    Group,
-}
-
-impl FromStr for Policy {
-    type Err = String;
-
-    /// Parses the configuration spelling: `roundrobin`, `cycles` or `group`.
-    fn from_str(s: &str) -> Result<Policy, String> {
-        match s {
-            "roundrobin" => Ok(Policy::RoundRobin),
-            "cycles" => Ok(Policy::Cycles),
-            "group" => Ok(Policy::Group),
-            _ => Err(format!("rxq_assign: expected \"roundrobin\", \"cycles\" or \"group\", not {s:?}")),
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Policy::RoundRobin => "roundrobin",
-            Policy::Cycles => "cycles",
-            Policy::Group => "group",
-        })
-    }
 }
 
 /// The result of [`place`].
@@ -163,7 +126,7 @@ pub fn improvement(before: &Placement, after: &Placement, queue_loads: &[QueueIn
 
 /// Assigns `queues` to `threads` under `policy` (see the module documentation for the rules).
 /// Queues are named `port:queue` in warnings; [`place_named`] takes port names.
-pub fn place(threads: &[ThreadInfo], queues: &[QueueInfo], policy: Policy, isolate_pinned: bool) -> Placement {
+pub fn place(threads: &[ThreadInfo], queues: &[QueueInfo], policy: RxqAssign, isolate_pinned: bool) -> Placement {
     place_named(threads, queues, policy, isolate_pinned, &|(port, q)| format!("{port}:{q}"))
 }
 
@@ -171,7 +134,7 @@ pub fn place(threads: &[ThreadInfo], queues: &[QueueInfo], policy: Policy, isola
 pub fn place_named(
     threads: &[ThreadInfo],
     queues: &[QueueInfo],
-    policy: Policy,
+    policy: RxqAssign,
     isolate_pinned: bool,
     name: &dyn Fn(QueueId) -> String,
 ) -> Placement {
@@ -223,8 +186,8 @@ pub fn place_named(
     }
     let open: Vec<usize> = (0..n).filter(|t| !isolated.contains(t)).collect();
 
-    // Policy order.
-    if policy != Policy::RoundRobin {
+    // RxqAssign order.
+    if policy != RxqAssign::RoundRobin {
         unpinned.sort_by(|a, b| b.load.cmp(&a.load).then(a.id.cmp(&b.id)));
     }
 
@@ -249,10 +212,10 @@ pub fn place_named(
             continue;
         }
         let t = match policy {
-            Policy::RoundRobin | Policy::Cycles => {
+            RxqAssign::RoundRobin | RxqAssign::Cycles => {
                 let k = cursors.entry(eligible.clone()).or_insert(0);
                 let len = eligible.len();
-                let i = if policy == Policy::RoundRobin {
+                let i = if policy == RxqAssign::RoundRobin {
                     *k % len
                 } else {
                     let pos = *k % (2 * len);
@@ -261,7 +224,9 @@ pub fn place_named(
                 *k += 1;
                 eligible[i]
             }
-            Policy::Group => *eligible.iter().min_by_key(|&&t| (load[t], assignment[t].len(), t)).expect("non-empty"),
+            RxqAssign::Group => {
+                *eligible.iter().min_by_key(|&&t| (load[t], assignment[t].len(), t)).expect("non-empty")
+            }
         };
         assignment[t].push(q.id);
         load[t] += q.load;
@@ -321,7 +286,7 @@ mod tests {
         assert_eq!(threads.iter().map(|t| t.node).collect::<Vec<_>>(), [Some(0), Some(0), Some(1), Some(1)]);
         let queues: Vec<QueueInfo> =
             (1..=4u16).flat_map(|port| (0..2).map(move |qp| q(port, qp, Some(usize::from(port > 2)), 7))).collect();
-        let p = place(&threads, &queues, Policy::RoundRobin, true);
+        let p = place(&threads, &queues, RxqAssign::RoundRobin, true);
         assert_eq!(p.assignment.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 2, 2]);
         assert_eq!(p.assignment.concat(), [(1, 0), (2, 0), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1), (4, 1)]);
         check_local_and_complete(&numa, &threads, &queues, &p);
@@ -335,7 +300,7 @@ mod tests {
         assert_eq!(threads.iter().map(|t| t.core).collect::<Vec<_>>(), [1, 2, 3, 4]);
         // Loads are ignored: one huge queue doesn't change the deal.
         let queues: Vec<QueueInfo> = (0..10).map(|i| q(1, i, Some(0), if i == 0 { 1000 } else { 1 })).collect();
-        let p = place(&threads, &queues, Policy::RoundRobin, true);
+        let p = place(&threads, &queues, RxqAssign::RoundRobin, true);
         assert_eq!(p.assignment.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 2, 2]);
         assert_eq!(p.assignment[0], [(1, 0), (1, 4), (1, 8)]);
         check_local_and_complete(&numa, &threads, &queues, &p);
@@ -350,7 +315,7 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let queues = six_loads();
-        let p = place(&threads, &queues, Policy::Cycles, true);
+        let p = place(&threads, &queues, RxqAssign::Cycles, true);
         // Deal order 100, 90, 10, 10, 5, 5 over threads 0, 1, 1, 0, 0, 1.
         assert_eq!(p.assignment, vec![vec![(1, 0), (1, 3), (1, 4)], vec![(1, 1), (1, 2), (1, 5)]]);
         let loads = p.thread_loads(&queues);
@@ -365,7 +330,7 @@ mod tests {
         let numa = synthetic("pack:1 numa:1 core:4 pu:1", None);
         let threads = ThreadInfo::on_cores(&[1, 2, 3], &numa);
         let queues: Vec<QueueInfo> = (0..7).map(|i| q(2, i, Some(0), 70 - 10 * i as u64)).collect();
-        let p = place(&threads, &queues, Policy::Cycles, true);
+        let p = place(&threads, &queues, RxqAssign::Cycles, true);
         // 0, 1, 2, 2, 1, 0, 0
         assert_eq!(p.assignment, vec![vec![(2, 0), (2, 5), (2, 6)], vec![(2, 1), (2, 4)], vec![(2, 2), (2, 3)]]);
     }
@@ -375,11 +340,11 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let queues = six_loads();
-        let p = place(&threads, &queues, Policy::Group, true);
+        let p = place(&threads, &queues, RxqAssign::Group, true);
         assert_eq!(p.assignment, vec![vec![(1, 0), (1, 3)], vec![(1, 1), (1, 2), (1, 4), (1, 5)]]);
         assert_eq!(p.thread_loads(&queues), [110, 110]);
         assert_eq!(spread(&p.thread_loads(&queues)), 0.0);
-        assert_ne!(p, place(&threads, &queues, Policy::Cycles, true));
+        assert_ne!(p, place(&threads, &queues, RxqAssign::Cycles, true));
         check_local_and_complete(&numa, &threads, &queues, &p);
     }
 
@@ -395,7 +360,7 @@ mod tests {
                     q(3, i, Some(0), (seed >> 33) % 1000)
                 })
                 .collect();
-            let p = place(&threads, &queues, Policy::Group, true);
+            let p = place(&threads, &queues, RxqAssign::Group, true);
             let loads = p.thread_loads(&queues);
             let largest = queues.iter().map(|x| x.load).max().unwrap();
             // Greedy least-loaded: max and min differ by at most the largest queue.
@@ -409,11 +374,11 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let queues = vec![pin(q(9, 0, Some(0), 100), 1), q(1, 0, Some(0), 50), q(1, 1, Some(0), 50)];
-        let p = place(&threads, &queues, Policy::Group, false);
+        let p = place(&threads, &queues, RxqAssign::Group, false);
         assert_eq!(p.assignment, vec![vec![(9, 0)], vec![(1, 0), (1, 1)]]);
         // All loads zero (nothing measured yet): falls back to queue counts.
         let queues: Vec<QueueInfo> = (0..5).map(|i| q(1, i, Some(0), 0)).collect();
-        let p = place(&threads, &queues, Policy::Group, true);
+        let p = place(&threads, &queues, RxqAssign::Group, true);
         assert_eq!(p.assignment, vec![vec![(1, 0), (1, 2), (1, 4)], vec![(1, 1), (1, 3)]]);
     }
 
@@ -423,14 +388,14 @@ mod tests {
         let threads = ThreadInfo::on_cores(&[1, 2, 3], &numa);
         let mut queues: Vec<QueueInfo> = (0..4).map(|i| q(1, i, Some(0), 10)).collect();
         queues.push(pin(q(9, 0, Some(0), 50), 2));
-        for policy in [Policy::RoundRobin, Policy::Cycles, Policy::Group] {
+        for policy in [RxqAssign::RoundRobin, RxqAssign::Cycles, RxqAssign::Group] {
             let p = place(&threads, &queues, policy, true);
             assert_eq!(p.isolated, [1]);
             assert_eq!(p.assignment[1], [(9, 0)], "{policy}");
             assert_eq!(p.assignment[0].len() + p.assignment[2].len(), 4);
             assert!(p.warnings.is_empty());
         }
-        let p = place(&threads, &queues, Policy::RoundRobin, false);
+        let p = place(&threads, &queues, RxqAssign::RoundRobin, false);
         assert!(p.isolated.is_empty());
         assert_eq!(p.assignment, vec![vec![(1, 0), (1, 3)], vec![(1, 1), (9, 0)], vec![(1, 2)]]);
     }
@@ -440,7 +405,7 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let queues = vec![pin(q(9, 0, Some(0), 50), 3), q(1, 0, Some(0), 10)];
-        let p = place(&threads, &queues, Policy::RoundRobin, true);
+        let p = place(&threads, &queues, RxqAssign::RoundRobin, true);
         assert_eq!(
             p.warnings,
             ["queue 9:0 is pinned to core 3, which runs no poll thread; placing it like an unpinned queue"]
@@ -454,7 +419,7 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 5], &numa);
         let queues = vec![pin(q(4, 1, Some(1), 50), 1)];
-        let p = place_named(&threads, &queues, Policy::Cycles, true, &vm_name);
+        let p = place_named(&threads, &queues, RxqAssign::Cycles, true, &vm_name);
         assert_eq!(p.assignment, vec![vec![(4, 1)], vec![]]);
         assert_eq!(
             p.warnings,
@@ -469,13 +434,13 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let pins = vec![pin(q(8, 0, Some(0), 5), 1), pin(q(9, 0, Some(0), 5), 2)];
-        let p = place(&threads, &pins, Policy::Group, true);
+        let p = place(&threads, &pins, RxqAssign::Group, true);
         assert_eq!(p.isolated, [0, 1]);
         assert!(p.warnings.is_empty());
 
         let mut queues = pins.clone();
         queues.push(q(1, 0, Some(0), 3));
-        let p = place(&threads, &queues, Policy::Group, true);
+        let p = place(&threads, &queues, RxqAssign::Group, true);
         assert!(p.isolated.is_empty());
         assert_eq!(p.warnings.len(), 1);
         assert!(p.warnings[0].starts_with("every poll thread polls pinned queues; not isolating"), "{:?}", p.warnings);
@@ -487,7 +452,7 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
         let queues = vec![q(3, 0, Some(1), 10), q(1, 0, Some(0), 10)];
-        let p = place_named(&threads, &queues, Policy::RoundRobin, true, &vm_name);
+        let p = place_named(&threads, &queues, RxqAssign::RoundRobin, true, &vm_name);
         assert_eq!(
             p.warnings,
             ["no poll thread on NUMA node 1; queue vm3:0 polled from node 0, crossing the interconnect"]
@@ -508,7 +473,7 @@ mod tests {
             q(3, 1, Some(2), 10),
             q(4, 0, Some(3), 10),
         ];
-        let p = place(&threads, &queues, Policy::Group, true);
+        let p = place(&threads, &queues, RxqAssign::Group, true);
         assert_eq!(p.isolated, [2]);
         assert_eq!(
             p.warnings,
@@ -534,7 +499,7 @@ mod tests {
                 queues.push(q(port, qp, Some(node), 10 * (qp as u64 + 1)));
             }
         }
-        for policy in [Policy::RoundRobin, Policy::Cycles, Policy::Group] {
+        for policy in [RxqAssign::RoundRobin, RxqAssign::Cycles, RxqAssign::Group] {
             let p = place(&threads, &queues, policy, true);
             check_local_and_complete(&numa, &threads, &queues, &p);
             // Node 2's single thread takes all of its 4 queues.
@@ -543,7 +508,7 @@ mod tests {
             let mut counts: Vec<usize> = p.assignment[..3].iter().map(Vec::len).collect();
             counts.sort_unstable();
             assert_eq!(counts.iter().sum::<usize>(), 8);
-            if policy != Policy::Group {
+            if policy != RxqAssign::Group {
                 assert_eq!(counts, [2, 3, 3], "{policy}");
             }
         }
@@ -554,7 +519,7 @@ mod tests {
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 5], &numa);
         let queues: Vec<QueueInfo> = (0..4).map(|i| q(6, i, None, 1)).collect();
-        let p = place(&threads, &queues, Policy::RoundRobin, true);
+        let p = place(&threads, &queues, RxqAssign::RoundRobin, true);
         assert!(p.warnings.is_empty());
         assert_eq!(p.assignment, vec![vec![(6, 0), (6, 2)], vec![(6, 1), (6, 3)]]);
     }
@@ -562,7 +527,7 @@ mod tests {
     #[test]
     fn no_threads() {
         let queues = vec![q(1, 0, Some(0), 1), pin(q(1, 1, None, 1), 3)];
-        let p = place(&[], &queues, Policy::Cycles, true);
+        let p = place(&[], &queues, RxqAssign::Cycles, true);
         assert!(p.assignment.is_empty());
         assert_eq!(p.warnings.len(), 3);
         assert_eq!(p.warnings.iter().filter(|w| w.starts_with("no poll thread available")).count(), 2);
@@ -578,7 +543,7 @@ mod tests {
             })
             .collect();
         queues.push(pin(q(9, 0, Some(1), 99), threads[3].core));
-        for policy in [Policy::RoundRobin, Policy::Cycles, Policy::Group] {
+        for policy in [RxqAssign::RoundRobin, RxqAssign::Cycles, RxqAssign::Group] {
             for isolate in [true, false] {
                 let a = place(&threads, &queues, policy, isolate);
                 assert_eq!(a, place(&threads, &queues, policy, isolate));
@@ -606,8 +571,8 @@ mod tests {
         assert_eq!(lopsided.thread_loads(&queues), [190, 30]);
         let numa = two_nodes();
         let threads = ThreadInfo::on_cores(&[1, 2], &numa);
-        let cycles = place(&threads, &queues, Policy::Cycles, true);
-        let group = place(&threads, &queues, Policy::Group, true);
+        let cycles = place(&threads, &queues, RxqAssign::Cycles, true);
+        let group = place(&threads, &queues, RxqAssign::Group, true);
         assert_eq!(improvement(&lopsided, &group, &queues), 1.0);
         assert_eq!(improvement(&group, &group, &queues), 0.0);
         assert_eq!(improvement(&group, &lopsided, &queues), 0.0); // already perfect: nothing to gain
@@ -620,7 +585,7 @@ mod tests {
         let mut queues = queues;
         queues.push(pin(q(9, 0, Some(0), 10_000), 3));
         let threads = ThreadInfo::on_cores(&[1, 2, 3], &numa);
-        let group3 = place(&threads, &queues, Policy::Group, true);
+        let group3 = place(&threads, &queues, RxqAssign::Group, true);
         assert_eq!(group3.isolated, [2]);
         assert_eq!(spread(&group3.movable_loads(&queues)), 0.0);
         let mut lopsided3 = lopsided.clone();
@@ -631,10 +596,10 @@ mod tests {
 
     #[test]
     fn policy_names() {
-        for p in [Policy::RoundRobin, Policy::Cycles, Policy::Group] {
-            assert_eq!(p.to_string().parse::<Policy>(), Ok(p));
+        for p in [RxqAssign::RoundRobin, RxqAssign::Cycles, RxqAssign::Group] {
+            assert_eq!(p.to_string().parse::<RxqAssign>(), Ok(p));
         }
-        assert_eq!(Policy::default(), Policy::Cycles);
-        assert!("balanced".parse::<Policy>().is_err());
+        assert_eq!(RxqAssign::default(), RxqAssign::Cycles);
+        assert!("balanced".parse::<RxqAssign>().is_err());
     }
 }

@@ -1,19 +1,25 @@
 //! The optional Prometheus endpoint (`[switch] metrics_listen`): a tiny HTTP/1.0 responder on
-//! the control thread's epoll loop. `GET /metrics` returns `ctl_stats::metrics`; anything else
+//! the control thread's epoll loop. `GET /metrics` returns `ctl::stats::metrics`; anything else
 //! gets 404, a malformed or oversized request 400. One request per connection.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
 use std::time::Duration;
+
+use vmm_sys_util::epoll::Epoll;
+
+use super::os::{Token, unwatch, watch};
 
 const MAX_REQUEST: usize = 8192;
 
 pub struct MetricsServer {
-    pub listener: TcpListener,
-    clients: HashMap<u64, (TcpStream, Vec<u8>)>,
-    next: u64,
+    epoll: Rc<Epoll>,
+    listener: TcpListener,
+    clients: HashMap<u32, (TcpStream, Vec<u8>)>,
+    next: u32,
 }
 
 pub enum Event {
@@ -26,28 +32,27 @@ pub enum Event {
 }
 
 impl MetricsServer {
-    pub fn bind(addr: SocketAddr) -> std::io::Result<MetricsServer> {
+    pub fn bind(epoll: Rc<Epoll>, addr: SocketAddr) -> std::io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)
             .map_err(|e| std::io::Error::new(e.kind(), format!("metrics_listen {addr}: {e}")))?;
         listener.set_nonblocking(true)?;
-        Ok(MetricsServer { listener, clients: HashMap::new(), next: 0 })
+        watch(&epoll, listener.as_raw_fd(), Token::MetricsListen);
+        Ok(MetricsServer { epoll, listener, clients: HashMap::new(), next: 0 })
     }
 
-    /// Accepts waiting connections; returns (id, fd) of each for the epoll set.
-    pub fn accept(&mut self) -> Vec<(u64, RawFd)> {
-        let mut out = Vec::new();
+    /// Accepts waiting connections.
+    pub fn accept(&mut self) {
         while let Ok((s, _)) = self.listener.accept() {
             let _ = s.set_nonblocking(true);
-            let id = self.next & 0xffff_ffff;
-            self.next += 1;
-            out.push((id, s.as_raw_fd()));
+            let id = self.next;
+            self.next = self.next.wrapping_add(1);
+            watch(&self.epoll, s.as_raw_fd(), Token::MetricsClient(id));
             self.clients.insert(id, (s, Vec::new()));
         }
-        out
     }
 
     /// Reads what client `id` sent. Returns `Wants` once a full `GET /metrics` arrived.
-    pub fn read(&mut self, id: u64) -> Event {
+    pub fn read(&mut self, id: u32) -> Event {
         let Some((s, buf)) = self.clients.get_mut(&id) else { return Event::Done };
         let mut chunk = [0u8; 2048];
         loop {
@@ -75,14 +80,14 @@ impl MetricsServer {
     }
 
     /// Sends the metrics to client `id` and closes the connection.
-    pub fn respond(&mut self, id: u64, body: &str) -> Event {
+    pub fn respond(&mut self, id: u32, body: &str) -> Event {
         self.close(id, Some(("200 OK", body)))
     }
 
-    fn close(&mut self, id: u64, reply: Option<(&str, &str)>) -> Event {
-        if let Some((mut s, _)) = self.clients.remove(&id)
-            && let Some((status, body)) = reply
-        {
+    fn close(&mut self, id: u32, reply: Option<(&str, &str)>) -> Event {
+        let Some((mut s, _)) = self.clients.remove(&id) else { return Event::Done };
+        unwatch(&self.epoll, s.as_raw_fd());
+        if let Some((status, body)) = reply {
             let _ = s.set_nonblocking(false);
             let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
             let head = format!(
@@ -92,9 +97,5 @@ impl MetricsServer {
             let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(body.as_bytes()));
         }
         Event::Done
-    }
-
-    pub fn fd(&self, id: u64) -> Option<RawFd> {
-        self.clients.get(&id).map(|(s, _)| s.as_raw_fd())
     }
 }

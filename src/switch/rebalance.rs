@@ -9,21 +9,23 @@
 //! ring. So a queue is never polled by two threads at once (its ring lock would serialize them
 //! anyway), and no frame is lost, duplicated or reordered: the ring itself carries the order.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use log::{info, warn};
 use serde_json::{Value, json};
 
-use crate::control::Control;
-use crate::placement::{self, Placement, Policy, QueueId, QueueInfo, ThreadInfo};
+use super::placement::{self, Placement, QueueId, QueueInfo, ThreadInfo};
+use super::{Switch, ThreadSlot};
+use crate::config::RxqAssign;
 
-impl Control {
+impl Switch {
     /// The running poll threads' slot indices and what placement needs to know of them.
     fn thread_infos(&self) -> (Vec<usize>, Vec<ThreadInfo>) {
-        let slots: Vec<usize> = (0..self.threads.len()).filter(|&i| self.live[i]).collect();
-        let infos =
-            slots.iter().map(|&i| ThreadInfo { core: self.threads[i].core, node: self.threads[i].numa_node }).collect();
+        let slots: Vec<usize> = (0..self.threads.len()).filter(|&i| self.threads[i].live).collect();
+        let infos = slots
+            .iter()
+            .map(|&i| ThreadInfo { core: self.threads[i].core(), node: self.threads[i].stats.numa_node })
+            .collect();
         (slots, infos)
     }
 
@@ -38,31 +40,37 @@ impl Control {
 
     /// Every receive queue with its node, pinning and its cycles over the last interval.
     fn queue_infos(&self) -> Vec<QueueInfo> {
-        let loads = crate::ctl_stats::rxq_interval_cycles(self);
+        let loads = self.rxq_interval_cycles();
         let mut out = Vec::new();
-        for pc in self.ports.iter().flatten() {
-            let node = pc.numa_node();
-            for (q, qc) in pc.cfg.queue_cfg.iter().enumerate() {
-                let id = (pc.port.id, q);
+        for ps in self.ports.iter().flatten() {
+            let node = ps.numa_node();
+            for (q, qc) in ps.cfg.queue_cfg.iter().enumerate() {
+                let id = (ps.id(), q);
                 out.push(QueueInfo { id, node, load: loads.get(&id).copied().unwrap_or(0), pinned: qc.affinity });
             }
         }
         out
     }
 
+    /// Each thread slot's queues.
+    fn assignment(&self) -> Vec<Vec<QueueId>> {
+        self.threads.iter().map(|t| t.queues.clone()).collect()
+    }
+
     fn current_placement(&self) -> Placement {
-        Placement { assignment: self.thread_queues.clone(), warnings: Vec::new(), isolated: Vec::new() }
+        Placement { assignment: self.assignment(), warnings: Vec::new(), isolated: Vec::new() }
     }
 
     /// The thread a new queue goes to: its pinned core's thread, else the one with the fewest
     /// queues (round robin from a fresh start).
     pub(crate) fn initial_thread(&self, pinned: Option<usize>) -> usize {
-        let live = |t: &usize| self.live.get(*t).copied().unwrap_or(true);
-        if let Some(t) = pinned.and_then(|c| (0..self.threads.len()).filter(live).find(|&t| self.threads[t].core == c))
+        let live = |t: &usize| self.threads[*t].live;
+        if let Some(t) =
+            pinned.and_then(|c| (0..self.threads.len()).filter(live).find(|&t| self.threads[t].core() == c))
         {
             return t;
         }
-        (0..self.thread_queues.len()).filter(live).min_by_key(|&t| self.thread_queues[t].len()).unwrap_or(0)
+        (0..self.threads.len()).filter(live).min_by_key(|&t| self.threads[t].queues.len()).unwrap_or(0)
     }
 
     /// Applies a new assignment with two plan swaps (see the module docs). Returns the queues
@@ -72,7 +80,7 @@ impl Control {
         let mut moves = Vec::new();
         for (to, qs) in target.iter().enumerate() {
             for id in qs {
-                if let Some(from) = self.thread_queues.iter().position(|cur| cur.contains(id))
+                if let Some(from) = self.owner(*id)
                     && from != to
                 {
                     moves.push((*id, from, to));
@@ -83,25 +91,24 @@ impl Control {
             return (moves, 0);
         }
         for (id, from, _) in &moves {
-            self.thread_queues[*from].retain(|q| q != id);
+            self.threads[*from].queues.retain(|q| q != id);
         }
         self.publish();
-        self.thread_queues = target;
-        for qs in &mut self.thread_queues {
+        for (t, mut qs) in self.threads.iter_mut().zip(target) {
             qs.sort();
+            t.queues = qs;
         }
         self.publish();
         (moves, t0.elapsed().as_micros())
     }
 
     fn queue_name(&self, id: QueueId) -> String {
-        self.port(id.0 as usize)
-            .map_or_else(|| format!("#{}:{}", id.0, id.1), |p| format!("{}:{}", p.port.name(), id.1))
+        format!("{}:{}", self.port_name(id.0), id.1)
     }
 
     /// `rebalance [POLICY]`: recomputes placement and moves queues to match it.
     pub fn rebalance(&mut self, policy: Option<&str>) -> Result<Value, String> {
-        let policy: Policy = match policy {
+        let policy: RxqAssign = match policy {
             Some(p) => p.parse()?,
             None => self.cfg.rxq_assign,
         };
@@ -139,16 +146,15 @@ impl Control {
         let (pname, qn) = q.rsplit_once(':').ok_or(usage)?;
         let qn: usize = qn.parse().map_err(|_| usage.to_string())?;
         let to: usize = t.parse().map_err(|_| usage.to_string())?;
-        let pc =
-            self.ports.iter().flatten().find(|p| p.port.name() == pname).ok_or(format!("move: no port {pname}"))?;
-        let id = (pc.port.id, qn);
-        if to >= self.thread_queues.len() || !self.live[to] {
-            return Err(format!("move: no poll thread {to} (there are {})", self.thread_queues.len()));
+        let ps = self.port_by_name(pname).ok_or(format!("move: no port {pname}"))?;
+        let id = (ps.id(), qn);
+        if to >= self.threads.len() || !self.threads[to].live {
+            return Err(format!("move: no poll thread {to} (there are {})", self.threads.len()));
         }
-        let Some(from) = self.thread_queues.iter().position(|qs| qs.contains(&id)) else {
+        let Some(from) = self.owner(id) else {
             return Err(format!("move: port {pname} has no queue {qn}"));
         };
-        let mut target = self.thread_queues.clone();
+        let mut target = self.assignment();
         target[from].retain(|x| *x != id);
         target[to].push(id);
         let (moves, took_us) = self.apply(target);
@@ -163,7 +169,7 @@ impl Control {
             return;
         }
         self.last_rebalance = Instant::now();
-        let busiest = crate::ctl_stats::busy_pct_last(self).into_iter().fold(0.0, f64::max);
+        let busiest = self.busy_pct_last().into_iter().fold(0.0, f64::max);
         if busiest < self.cfg.rebalance_threshold_pct as f64 {
             return;
         }
@@ -185,91 +191,44 @@ impl Control {
 
 /// Starting and stopping poll threads: at start, at shutdown, and when a reload changes
 /// `poll_cores` (queues leave a removed core's thread by the same two plan swaps as any move).
-impl Control {
-    /// Starts every configured poll thread with its plan.
-    pub fn start_threads(&mut self) -> std::io::Result<()> {
-        let plans = self.plans();
-        for (i, plan) in plans.into_iter().enumerate() {
-            self.spawn(i, plan)?;
-        }
-        Ok(())
-    }
-
-    fn spawn(&mut self, index: usize, plan: crate::datapath::plan::Plan) -> std::io::Result<()> {
-        let core = self.threads[index].core;
-        let start = crate::datapath::plan::ThreadStart {
-            index,
-            core,
-            stats: self.threads[index].clone(),
-            mailbox: self.mailboxes[index].clone(),
-            plan,
-            sleep_after_us: self.cfg.sleep_after_us(core),
-        };
-        let spawner = self.spawner.as_mut().ok_or_else(|| std::io::Error::other("no thread spawner"))?;
-        let h = spawner(start)?;
-        if self.handles.len() <= index {
-            self.handles.resize_with(index + 1, || None);
-        }
-        self.handles[index] = Some(h);
-        Ok(())
-    }
-
-    /// Stops every poll thread and waits for them.
-    pub fn stop_threads(&mut self) {
-        for mb in &self.mailboxes {
-            mb.retire();
-        }
-        for h in self.handles.iter_mut().filter_map(|h| h.take()) {
-            let _ = h.join();
-        }
-    }
-
+impl Switch {
     /// Applies a new `poll_cores` list: starts threads on new cores, moves every queue off
     /// threads whose core is gone (then stops them), and spreads queues over the threads with
     /// the configured policy. Returns a summary.
     pub(crate) fn set_poll_cores(&mut self, cores: &[usize]) -> Result<String, String> {
-        let running: Vec<usize> = (0..self.threads.len()).filter(|&i| self.live[i]).collect();
+        let running: Vec<usize> = (0..self.threads.len()).filter(|&i| self.threads[i].live).collect();
         let added: Vec<usize> =
-            cores.iter().copied().filter(|c| running.iter().all(|&i| self.threads[i].core != *c)).collect();
-        let removed: Vec<usize> = running.iter().copied().filter(|&i| !cores.contains(&self.threads[i].core)).collect();
+            cores.iter().copied().filter(|c| running.iter().all(|&i| self.threads[i].core() != *c)).collect();
+        let removed: Vec<usize> =
+            running.iter().copied().filter(|&i| !cores.contains(&self.threads[i].core())).collect();
         if added.is_empty() && removed.is_empty() {
             return Ok(String::new());
         }
         let numa = crate::topology::Numa::discover();
         for &core in &added {
             let i = self.threads.len();
-            let st = Arc::new(crate::datapath::counters::ThreadStats::new(
-                core,
-                numa.node_of_cpu(core),
-                crate::config::MAX_PORTS,
-            ));
-            self.threads.push(st);
-            self.mailboxes.push(Arc::new(crate::datapath::plan::Mailbox::default()));
-            self.thread_queues.push(Vec::new());
-            self.live.push(true);
+            self.threads.push(ThreadSlot::new(core, &numa));
             let plan = self.plans().pop().expect("the new thread's plan");
             self.spawn(i, plan).map_err(|e| format!("poll core {core}: {e}"))?;
             info!("poll thread {i} started on core {core}");
         }
         // Queues of removed threads go to the remaining ones, then the policy spreads them.
         for &i in &removed {
-            self.live[i] = false;
+            self.threads[i].live = false;
         }
-        let mut target = self.thread_queues.clone();
+        let mut target = self.assignment();
         for &i in &removed {
             let orphans = std::mem::take(&mut target[i]);
             for q in orphans {
-                let t = (0..target.len()).filter(|&t| self.live[t]).min_by_key(|&t| target[t].len()).unwrap_or(0);
+                let t =
+                    (0..target.len()).filter(|&t| self.threads[t].live).min_by_key(|&t| target[t].len()).unwrap_or(0);
                 target[t].push(q);
             }
         }
         self.apply(target);
         for &i in &removed {
-            self.mailboxes[i].retire();
-            if let Some(h) = self.handles.get_mut(i).and_then(|h| h.take()) {
-                let _ = h.join();
-            }
-            info!("poll thread {i} on core {} stopped", self.threads[i].core);
+            self.stop_thread(i);
+            info!("poll thread {i} on core {} stopped", self.threads[i].core());
         }
         let r = self.rebalance(None)?;
         Ok(format!(

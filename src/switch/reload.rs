@@ -1,0 +1,119 @@
+//! Live reload of the configuration file (`pvswitchctl reload`, SIGHUP).
+//!
+//! A reload is checked whole before anything changes (a bad file leaves the switch as it was).
+//! It is then applied in two plan swaps, so no poll thread ever sees a port that is going away
+//! after its connection is closed, and frames on unchanged ports never stop:
+//! 1. the poll threads get a plan without the removed (or replaced) ports; once every thread has
+//!    adopted it, those ports' connections and sockets are closed;
+//! 2. new ports are opened and the threads get the final plan: new ports, their queues, the
+//!    new flow table and policies.
+
+use std::sync::Arc;
+
+use crate::config::{Config, PortConfig};
+use crate::flow::table::FlowTable;
+
+use super::{Endpoints, Switch};
+
+impl Switch {
+    /// Re-reads the configuration file and applies it. On error nothing changes.
+    pub fn reload(&mut self, ep: &mut dyn Endpoints) -> Result<String, String> {
+        let path = self.config_path.clone().ok_or("pvswitchd was started without a configuration file")?;
+        let new = Config::load(&path).map_err(|e| e.to_string())?;
+
+        // Ids for the new port set: kept ports keep theirs, new ones take free slots.
+        let mut removed = Vec::new();
+        let mut updated = Vec::new();
+        for ps in self.ports.iter().flatten() {
+            match new.ports.iter().find(|p| p.name == ps.cfg.name) {
+                Some(p) if p.same_endpoint(&ps.cfg) => updated.push((ps.id(), p.clone())),
+                _ => removed.push(ps.id()),
+            }
+        }
+        let mut free: Vec<u16> =
+            (0..self.ports.len() as u16).filter(|&i| self.port(i as usize).is_none() || removed.contains(&i)).collect();
+        free.reverse();
+        let mut next = self.ports.len() as u16;
+        let mut added = Vec::new();
+        for p in &new.ports {
+            if updated.iter().all(|(_, u)| u.name != p.name) {
+                let id = free.pop().unwrap_or_else(|| {
+                    next += 1;
+                    next - 1
+                });
+                added.push((id, p.clone()));
+            }
+        }
+        let ids = |name: &str| -> Option<u16> {
+            updated.iter().chain(&added).find(|(_, p)| p.name == name).map(|(id, _)| *id)
+        };
+        let threads_after = self.threads.len()
+            + new.poll_cores.iter().filter(|c| !self.threads.iter().any(|t| t.live && t.core() == **c)).count();
+        let flows =
+            FlowTable::build(new.flows.iter().map(|f| f.text.as_str()), &ids, threads_after, Some(&self.flows))?;
+
+        let mut notes = Vec::new();
+        if new.control_socket != self.cfg.control_socket || new.control_socket_mode != self.cfg.control_socket_mode {
+            notes.push("control socket changes take effect at restart".to_string());
+        }
+
+        // Step 1: retire removed and replaced ports.
+        if !removed.is_empty() {
+            for t in &mut self.threads {
+                t.queues.retain(|(id, _)| !removed.contains(id));
+            }
+            let hidden: Vec<_> = removed.iter().filter_map(|&id| self.ports[id as usize].take()).collect();
+            self.publish();
+            for ps in hidden {
+                let id = ps.id();
+                self.ports[id as usize] = Some(ps);
+                ep.close(id);
+                self.remove_port(id);
+            }
+        }
+        // Step 2: in-place changes, new ports, new flows.
+        for (id, p) in &updated {
+            if let Some(ps) = self.port_mut(*id as usize) {
+                ps.port.set_mtu(p.mtu);
+                ps.cfg = p.clone();
+            }
+        }
+        let mut errors = Vec::new();
+        for (id, p) in &added {
+            self.add_port(*id, p.clone());
+            if let Err(e) = ep.open(self.port(*id as usize).expect("just added")) {
+                errors.push(e.to_string());
+            }
+        }
+        self.flows = Arc::new(flows);
+        self.publish();
+        let (ctl, mode) = (self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
+        let cores = new.poll_cores.clone();
+        self.cfg = new;
+        (self.cfg.control_socket, self.cfg.control_socket_mode) = (ctl, mode);
+        // Step 3: poll threads started or stopped, queues moved onto and off them.
+        match self.set_poll_cores(&cores) {
+            Ok(s) if !s.is_empty() => notes.push(s),
+            Ok(_) => {}
+            Err(e) => errors.push(e),
+        }
+
+        let names = |v: &[(u16, PortConfig)]| v.iter().map(|(_, p)| p.name.clone()).collect::<Vec<_>>().join(" ");
+        let mut summary = format!(
+            "{} ports ({} added{}{}), {} flows",
+            self.ports.iter().flatten().count(),
+            added.len(),
+            if added.is_empty() { String::new() } else { format!(": {}", names(&added)) },
+            if removed.is_empty() { String::new() } else { format!(", {} removed or replaced", removed.len()) },
+            self.flows.len(),
+        );
+        for n in notes {
+            summary.push_str("; ");
+            summary.push_str(&n);
+        }
+        if !errors.is_empty() {
+            return Err(format!("applied, but: {}", errors.join("; ")));
+        }
+        Ok(summary)
+    }
+}

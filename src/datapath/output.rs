@@ -4,9 +4,31 @@
 //! bounded by `retry_cycles`); flow action lists run on a rewritten header; `write_frame` copies
 //! each frame once into the guest's receive buffers.
 
-use super::*;
-use crate::port::PortKind;
-use crate::wire::{VirtioNetHdr, ethernet};
+use super::classify::normal;
+use super::counters::{Drop, PortCounters, bump, cycles};
+use super::input::ring_broke;
+use super::nic_io::TxBatches;
+use super::{Ctx, Env, Frame, Out};
+use crate::flow::{Action, Emit, execute};
+use crate::mem::Segs;
+use crate::port::{Port, PortKind};
+use crate::vring::{ActiveRing, RingError, Vring, VringGuard};
+use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet};
+
+/// Receive-side scratch of a poll thread: segments of the buffers being filled, and per-port
+/// delivery state.
+#[derive(Default)]
+pub(super) struct RxScratch {
+    first: Segs,
+    more: Segs,
+    /// Ports whose guest let a frame time out on a full ring: dropped toward without waiting
+    /// until they have room again.
+    pub stalled: Vec<bool>,
+    /// Frames waiting to be sent to NIC ports, one burst per port.
+    pub nic_tx: TxBatches,
+    /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
+    pub dropped_full: bool,
+}
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
 /// destination costs one lock, one used-index store and at most one interrupt.

@@ -1,0 +1,117 @@
+//! Classify: where each frame of a burst goes. Frames too short, over the port's MTU, or from a
+//! source MAC the port may not use are dropped. With no flow table, NORMAL (MAC learning, then
+//! known unicast to its port, everything else flooded) reads only the two addresses; with one,
+//! the frame's first bytes become a flow key, looked up in the exact-match cache and then the
+//! classifier.
+
+use super::counters::Drop;
+use super::plan::PortPolicy;
+use super::{Env, Frame, Out, UNCLASSIFIED};
+use crate::flow::table::{NO_MATCH, Verdict};
+use crate::flow::{Emc, FlowKey};
+use crate::port::Port;
+use crate::wire::{EthernetFrame, MacAddr};
+
+/// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the
+/// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
+/// one: the exact-match cache, then the classifier, then the flow's actions.
+#[inline]
+pub(super) fn classify(
+    env: &Env,
+    emc: &mut Emc,
+    recent: &mut Recent,
+    in_port: &Port,
+    policy: &PortPolicy,
+    f: &mut Frame,
+    hdr_len: u32,
+) {
+    f.data_off = hdr_len;
+    f.len = f.segs.len().saturating_sub(hdr_len);
+    f.out = Out::Nowhere;
+    f.flow = UNCLASSIFIED;
+    if f.len < 14 {
+        f.out = Out::Drop(Drop::Runt);
+        return;
+    }
+    if f.len > in_port.max_frame() {
+        f.out = Out::Drop(Drop::Mtu);
+        return;
+    }
+    if env.flows.is_normal() {
+        // Only the two addresses are read, straight into registers.
+        let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
+            f.out = Out::Drop(Drop::Runt);
+            return;
+        };
+        f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
+            normal_in_burst(env, recent, in_port.id, &addrs)
+        } else {
+            Out::Drop(Drop::PortSecurity)
+        };
+        return;
+    }
+    let mut eth = [0u8; 64];
+    let want = (f.len as usize).min(64);
+    if f.segs.read_at(hdr_len, &mut eth[..want]) < want {
+        f.out = Out::Drop(Drop::Runt);
+        return;
+    }
+    // At least the 14-byte header: shorter frames were dropped as runts above.
+    if !policy.allows(&EthernetFrame::new_unchecked(&eth[..want]).src_addr()) {
+        f.out = Out::Drop(Drop::PortSecurity);
+        return;
+    }
+    let key = FlowKey::extract(in_port.id, &eth[..want]);
+    let i = env.flows.classify(emc, &key);
+    f.flow = i;
+    if i == NO_MATCH {
+        f.out = Out::Drop(Drop::NoMatch);
+        return;
+    }
+    f.out = match env.flows.verdict(i) {
+        Verdict::Normal => normal_in_burst(env, recent, in_port.id, eth[..12].try_into().unwrap()),
+        // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
+        Verdict::Output(p) if p == in_port.id => Out::Nowhere,
+        Verdict::Output(p) => Out::Port(p),
+        Verdict::InPort => Out::Port(in_port.id),
+        Verdict::Flood => Out::Flood,
+        Verdict::Drop => Out::Drop(Drop::FlowDrop),
+        Verdict::Actions => Out::Actions(i),
+    };
+}
+
+/// The addresses (destination, source) of the last frame of a burst that went through NORMAL,
+/// and where it went.
+pub(super) type Recent = Option<([u8; 12], Out)>;
+
+/// NORMAL for a frame of a burst: frames of one burst mostly share their addresses, and a
+/// repeat of the previous frame's pair goes where that frame went without learning (already
+/// learned) or looking up again. A burst is switched as of one moment.
+#[inline]
+fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12]) -> Out {
+    if let Some((a, out)) = *recent
+        && a == *addrs
+    {
+        return out;
+    }
+    let out = normal(env, in_port, &MacAddr::from_bytes(&addrs[0..6]), &MacAddr::from_bytes(&addrs[6..12]));
+    *recent = Some((*addrs, out));
+    out
+}
+
+/// The NORMAL action: learn the source, forward to where the destination was learned, flood
+/// broadcast, multicast and unknown unicast.
+#[inline]
+pub(super) fn normal(env: &Env, in_port: u16, dst: &MacAddr, src: &MacAddr) -> Out {
+    if src.is_unicast() {
+        env.cx.mac.learn(src, in_port);
+    }
+    if dst.is_multicast() {
+        return Out::Flood;
+    }
+    match env.cx.mac.lookup(dst) {
+        Some(p) if p == in_port => Out::Nowhere,
+        Some(p) if env.ports.get(p).is_some() => Out::Port(p),
+        _ => Out::Flood,
+    }
+}

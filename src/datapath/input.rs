@@ -1,0 +1,278 @@
+//! Port rx: one visit to a receive queue. A visit takes bursts of frames from its source until
+//! the queue's packet or byte budget is spent, hands each burst to classification and delivery,
+//! and completes on the source what delivery consumed. The same loop serves both kinds of
+//! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
+//! destination is full: backpressure) and a NIC receive queue (they cannot).
+
+use log::error;
+
+use super::classify::classify;
+use super::counters::{Drop, PortCounters, bump, cycles};
+use super::nic_io::NicRx;
+use super::output::{RxScratch, deliver};
+use super::plan::RxqSpec;
+use super::sched::{Deficit, Quantum};
+use super::{Env, Frame, Out, UNCLASSIFIED};
+use crate::flow::Emc;
+use crate::port::nic::NicPort;
+use crate::port::{Port, PortKind};
+use crate::vring::{ActiveRing, RingError, Vring};
+
+/// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
+/// receive queue `qpair`), and the poll thread's state for it, which survives plan changes that
+/// keep the queue on this thread.
+pub(super) struct Rxq {
+    pub spec: RxqSpec,
+    pub state: RxqState,
+}
+
+/// What a poll thread keeps for a receive queue between visits.
+#[derive(Default)]
+pub(super) struct RxqState {
+    /// When this queue's head frame first found its destination full (TSC), while it waits.
+    blocked_since: Option<u64>,
+    /// Its credit in the thread's deficit round robin.
+    deficit: Deficit,
+}
+
+impl Rxq {
+    pub fn new(spec: RxqSpec) -> Rxq {
+        Rxq { spec, state: RxqState::default() }
+    }
+}
+
+/// Where a visit's frames come from.
+trait Source {
+    /// Whether frames delivery cannot place yet may stay in the source (backpressure).
+    const CAN_WAIT: bool;
+    /// Bytes in front of each frame (the sender's virtio-net header; 0 for a NIC).
+    fn hdr_len(&self) -> u32;
+    /// Takes up to `max` frames into `frames` (their `segs` and `head`); returns how many, and
+    /// the error that broke the source after them, if one did.
+    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>);
+    /// Puts back the last `n` frames taken: delivery could not place them yet.
+    fn give_back(&mut self, n: usize);
+    /// Completes the frames delivery consumed (`frames` is every frame taken, in order).
+    fn complete(&mut self, frames: &[Frame], consumed: usize, pc: &PortCounters);
+    /// The source broke with `e`; it is not visited again until reset.
+    fn broke(&mut self, e: RingError);
+}
+
+/// A guest's TX virtqueue, locked for the visit.
+struct GuestTx<'a> {
+    port: &'a Port,
+    vq_index: usize,
+    ring: &'a mut ActiveRing,
+    broken: &'a mut Option<RingError>,
+    hdr_len: u32,
+}
+
+impl Source for GuestTx<'_> {
+    const CAN_WAIT: bool = true;
+
+    fn hdr_len(&self) -> u32 {
+        self.hdr_len
+    }
+
+    #[inline]
+    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
+        let n = match self.ring.avail() {
+            Ok(n) => (n as usize).min(max),
+            Err(e) => return (0, Some(e)),
+        };
+        for (got, f) in frames[..n].iter_mut().enumerate() {
+            self.ring.prefetch_ahead(None);
+            match self.ring.pop(&mut f.segs, false) {
+                Ok(head) => f.head = head,
+                Err(e) => return (got, Some(e)),
+            }
+        }
+        (n, None)
+    }
+
+    fn give_back(&mut self, n: usize) {
+        self.ring.unpop(n as u16);
+    }
+
+    #[inline]
+    fn complete(&mut self, frames: &[Frame], consumed: usize, pc: &PortCounters) {
+        for f in &frames[..consumed] {
+            self.ring.push_used(f.head, 0);
+        }
+        if self.ring.publish() && self.ring.notify() {
+            bump(&pc.interrupts, 1);
+        }
+    }
+
+    fn broke(&mut self, e: RingError) {
+        ring_broke(self.port, self.vq_index, self.broken, e);
+    }
+}
+
+/// A NIC receive queue: frames are the mbufs of one burst, freed once delivered.
+struct NicQueue<'a> {
+    nic: &'a NicPort,
+    queue: usize,
+    rx: &'a mut NicRx,
+}
+
+impl Source for NicQueue<'_> {
+    const CAN_WAIT: bool = false;
+
+    fn hdr_len(&self) -> u32 {
+        0
+    }
+
+    #[inline]
+    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
+        let got = self.rx.receive(self.nic, self.queue, max.min(frames.len())).unwrap_or(0);
+        for (i, f) in frames[..got].iter_mut().enumerate() {
+            self.rx.source(i, &mut f.segs);
+            f.head = i as u16;
+        }
+        (got, None)
+    }
+
+    fn give_back(&mut self, _: usize) {
+        unreachable!("a NIC's frames never wait: delivery consumes them all")
+    }
+
+    #[inline]
+    fn complete(&mut self, _: &[Frame], _: usize, _: &PortCounters) {
+        self.rx.clear();
+    }
+
+    fn broke(&mut self, _: RingError) {}
+}
+
+/// Logs a queue's first error and stops it (`broken`), until the guest resets it.
+pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {
+    if broken.is_none() {
+        error!("port {} queue {vq}: {}; queue stopped until the guest resets it", port.name(), e.as_str());
+        *broken = Some(e);
+    }
+}
+
+/// One visit to a receive queue. Returns the number of frames taken from it.
+pub(super) fn visit(
+    env: &Env,
+    emc: &mut Emc,
+    frames: &mut [Frame],
+    rx: &mut RxScratch,
+    nic_rx: &mut NicRx,
+    rxq: &mut Rxq,
+) -> u32 {
+    let Rxq { spec, state } = rxq;
+    let port = &*spec.port;
+    env.src_q.set(spec.qpair);
+    match &port.kind {
+        PortKind::VhostUser(queues) => {
+            let vq = queues.guest_tx(spec.qpair);
+            if !vq.is_ready() {
+                return 0;
+            }
+            let mut g = vq.lock();
+            let Vring { active, broken, hdr_len, .. } = &mut *g;
+            let hdr_len = *hdr_len;
+            let (Some(ring), None) = (active.as_mut(), *broken) else { return 0 };
+            let vq_index = 2 * spec.qpair + 1;
+            visit_source(env, emc, frames, rx, spec, state, &mut GuestTx { port, vq_index, ring, broken, hdr_len })
+        }
+        PortKind::Nic(nic) => {
+            let queue = spec.qpair;
+            visit_source(env, emc, frames, rx, spec, state, &mut NicQueue { nic, queue, rx: nic_rx })
+        }
+        PortKind::Failed => 0,
+    }
+}
+
+/// The visit loop, for either kind of source.
+#[inline]
+fn visit_source<S: Source>(
+    env: &Env,
+    emc: &mut Emc,
+    frames: &mut [Frame],
+    rx: &mut RxScratch,
+    spec: &RxqSpec,
+    state: &mut RxqState,
+    src: &mut S,
+) -> u32 {
+    let cx = env.cx;
+    let RxqState { blocked_since, deficit } = state;
+    let port = &*spec.port;
+    let pc = &cx.stats.ports[port.id as usize];
+    let policy = &env.ports.policy[port.id as usize];
+    let hdr_len = src.hdr_len();
+    let t0 = cycles();
+    // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
+    let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
+    let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
+    while budget.allows() {
+        let max = cx.burst.min(budget.burst_limit()) as usize;
+        let (got, err) = src.take(frames, max);
+        if got == 0 {
+            match err {
+                Some(e) => {
+                    src.broke(e);
+                    pc.drop(Drop::Malformed, 1);
+                }
+                None => empty = total == 0,
+            }
+            break;
+        }
+        for f in &frames[..got] {
+            f.segs.prefetch(hdr_len);
+        }
+        let mut recent = None;
+        for f in &mut frames[..got] {
+            classify(env, emc, &mut recent, port, policy, f, hdr_len);
+        }
+        rx.dropped_full = false;
+        let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);
+        if consumed < got {
+            // Backpressure: the rest stays in the source for the next visit.
+            src.give_back(got - consumed);
+        }
+        let bytes: u64 = frames[..consumed].iter().map(|f| f.len as u64).sum();
+        bump(&pc.rx_bursts, (consumed > 0) as u64);
+        bump(&spec.stats.bursts, (consumed > 0) as u64);
+        bump(&pc.rx_packets, consumed as u64);
+        bump(&pc.rx_bytes, bytes);
+        for f in &frames[..consumed] {
+            if let Out::Drop(why) = f.out {
+                pc.drop(why, 1);
+            }
+            if f.flow != UNCLASSIFIED {
+                env.flows.count(cx.index, f.flow, f.len);
+            }
+        }
+        src.complete(frames, consumed, pc);
+        budget.charge(consumed as u32, bytes);
+        total += consumed as u32;
+        total_bytes += bytes;
+        if let Some(e) = err {
+            src.broke(e);
+            pc.drop(Drop::Malformed, 1);
+            break;
+        }
+        if blocked_since.is_some() {
+            break;
+        }
+        if rx.dropped_full && !S::CAN_WAIT {
+            // A guest is not keeping up with a NIC: rather than spend the rest of the budget
+            // dropping toward it, let the other queues (its own among them) have the thread.
+            break;
+        }
+    }
+    if empty {
+        deficit.idle();
+    }
+    let qs = &spec.stats;
+    bump(&qs.visits, 1);
+    if total > 0 {
+        bump(&qs.packets, total as u64);
+        bump(&qs.bytes, total_bytes);
+        bump(&qs.cycles, cycles().wrapping_sub(t0));
+    }
+    total
+}

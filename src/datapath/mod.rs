@@ -22,6 +22,8 @@ pub mod nic_io;
 mod output;
 pub mod plan;
 pub mod sched;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -15,7 +15,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,8 @@ const AVAIL_F_NO_INTERRUPT: u16 = 1;
 const VERSION_1: u64 = 1 << 32;
 const PROTOCOL_FEATURES: u64 = 1 << 30;
 const INDIRECT_DESC: u64 = 1 << 28;
+/// The features this driver acks.
+pub const FEATURES: u64 = VERSION_1 | PROTOCOL_FEATURES | INDIRECT_DESC;
 
 /// Guest physical addresses of one split virtqueue's three parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,15 +383,25 @@ fn set_ring_addr(fe: &mut Frontend, q: usize, qsize: u16, mem: &GuestMemory, at:
     )
 }
 
-/// One VM: a vhost-user connection plus guest memory and queue pair 0.
+/// One VM: a vhost-user connection plus the driver side of queue pair 0 (`Guest`, which it
+/// dereferences to).
 pub struct Vm {
     // Field order is drop order: close the connection before unmapping our side of memory.
     fe: Frontend,
-    _fds: Vec<EventFd>,
-    pub mem: GuestMemory,
-    layout: Layout,
-    rx: Ring,
-    tx: Ring,
+    guest: Guest,
+}
+
+impl std::ops::Deref for Vm {
+    type Target = Guest;
+    fn deref(&self) -> &Guest {
+        &self.guest
+    }
+}
+
+impl std::ops::DerefMut for Vm {
+    fn deref_mut(&mut self) -> &mut Guest {
+        &mut self.guest
+    }
 }
 
 impl Vm {
@@ -418,10 +430,11 @@ impl Vm {
 
     fn connect_layout_with(sock: &str, layout: Layout, file_len: u64) -> Result<Vm, vhost::Error> {
         let qsize = layout.qsize;
-        let mem = GuestMemory::new(layout.mem_size, file_len);
+        let guest = Guest::new(layout, file_len);
+        let mem = &guest.mem;
         let mut fe = Frontend::connect(sock, 2)?;
         fe.set_owner()?;
-        let want = VERSION_1 | PROTOCOL_FEATURES | INDIRECT_DESC;
+        let want = FEATURES;
         let offered = fe.get_features()?;
         assert_eq!(offered & want, want, "the switch offers {offered:#x}");
         fe.set_features(want)?;
@@ -438,29 +451,15 @@ impl Vm {
             mmap_offset: 0,
             mmap_handle: mem.file.as_raw_fd(),
         }])?;
-        let mut fds = Vec::new();
         for (q, at) in layout.rings.iter().enumerate() {
-            if at.avail.checked_add(2).is_some_and(|end| end <= file_len.min(layout.mem_size)) {
-                // We poll the used ring; ask for no interrupts.
-                mem.u16_at(at.avail).store(AVAIL_F_NO_INTERRUPT.to_le(), Ordering::Relaxed);
-            }
             fe.set_vring_num(q, qsize)?;
             fe.set_vring_base(q, 0)?;
-            set_ring_addr(&mut fe, q, qsize, &mem, *at)?;
-            let kick = EventFd::new(EFD_NONBLOCK).unwrap();
-            let call = EventFd::new(EFD_NONBLOCK).unwrap();
-            fe.set_vring_kick(q, &kick)?;
-            fe.set_vring_call(q, &call)?;
-            fds.extend([kick, call]);
+            set_ring_addr(&mut fe, q, qsize, mem, *at)?;
+            fe.set_vring_kick(q, guest.kick(q))?;
+            fe.set_vring_call(q, guest.call(q))?;
             fe.set_vring_enable(q, true)?;
         }
-        let ring = |at: RingAt, kick: RawFd| Ring { at, qsize, avail_idx: 0, last_used: 0, kick: Some(kick) };
-        let (rx, tx) = (ring(layout.rings[0], fds[0].as_raw_fd()), ring(layout.rings[1], fds[2].as_raw_fd()));
-        Ok(Vm { fe, _fds: fds, mem, layout, rx, tx })
-    }
-
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+        Ok(Vm { fe, guest })
     }
 
     /// Moves this VM's memory, as a VMM may at any time: a new memfd with the same contents,
@@ -471,10 +470,10 @@ impl Vm {
     /// queues or deliver garbage.
     pub fn remap_memory(&mut self) {
         assert_eq!(self.tx_pending(), 0, "remap_memory with frames in flight on the TX ring");
-        let size = self.layout.mem_size;
+        let size = self.guest.layout.mem_size;
         let new = GuestMemory::new(size, size);
         // SAFETY: two distinct `size`-byte mappings we own.
-        unsafe { std::ptr::copy_nonoverlapping(self.mem.base, new.base, size as usize) };
+        unsafe { std::ptr::copy_nonoverlapping(self.guest.mem.base, new.base, size as usize) };
         self.fe
             .set_mem_table(&[VhostUserMemoryRegionInfo {
                 guest_phys_addr: 0,
@@ -484,13 +483,69 @@ impl Vm {
                 mmap_handle: new.file.as_raw_fd(),
             }])
             .expect("SET_MEM_TABLE refused");
-        for (q, at) in [self.rx.at, self.tx.at].into_iter().enumerate() {
-            set_ring_addr(&mut self.fe, q, self.layout.qsize, &new, at).expect("SET_VRING_ADDR refused");
+        for (q, at) in [self.guest.rx.at, self.guest.tx.at].into_iter().enumerate() {
+            set_ring_addr(&mut self.fe, q, self.guest.layout.qsize, &new, at).expect("SET_VRING_ADDR refused");
         }
-        let old = std::mem::replace(&mut self.mem, new);
+        let old = std::mem::replace(&mut self.guest.mem, new);
         // SAFETY: our own `size`-byte mapping.
         unsafe { std::ptr::write_bytes(old.base, 0xff, size as usize) };
         drop(old); // unmaps it and closes the old memfd
+    }
+}
+
+/// The driver side of one VM's virtio-net device, queue pair 0: its guest memory, its two
+/// rings and their kick and call eventfds. No connection: `Vm` adds the vhost-user one, and
+/// pvswitch's in-process data-path tests hand the memory and rings to a backend directly.
+pub struct Guest {
+    pub mem: GuestMemory,
+    layout: Layout,
+    rx: Ring,
+    tx: Ring,
+    /// Kick and call eventfds of queue 0 (RX) and 1 (TX).
+    kicks: [EventFd; 2],
+    calls: [EventFd; 2],
+}
+
+impl Guest {
+    /// Guest memory laid out as `layout` (the memfd behind it only `file_len` bytes long), rings
+    /// empty, interrupts suppressed on both rings (we poll the used rings).
+    pub fn new(layout: Layout, file_len: u64) -> Guest {
+        let mem = GuestMemory::new(layout.mem_size, file_len);
+        for at in &layout.rings {
+            if at.avail.checked_add(2).is_some_and(|end| end <= file_len.min(layout.mem_size)) {
+                mem.u16_at(at.avail).store(AVAIL_F_NO_INTERRUPT.to_le(), Ordering::Relaxed);
+            }
+        }
+        let efd = || EventFd::new(EFD_NONBLOCK).unwrap();
+        let (kicks, calls) = ([efd(), efd()], [efd(), efd()]);
+        let ring = |at: RingAt, kick: &EventFd| Ring {
+            at,
+            qsize: layout.qsize,
+            avail_idx: 0,
+            last_used: 0,
+            kick: Some(kick.as_raw_fd()),
+        };
+        let (rx, tx) = (ring(layout.rings[0], &kicks[0]), ring(layout.rings[1], &kicks[1]));
+        Guest { mem, layout, rx, tx, kicks, calls }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The file behind guest memory (one region, guest physical 0 at `mem.uva()`).
+    pub fn memfd(&self) -> &File {
+        &self.mem.file
+    }
+
+    /// Queue `q`'s kick eventfd (the driver writes it when the device asks for kicks).
+    pub fn kick(&self, q: usize) -> &EventFd {
+        &self.kicks[q]
+    }
+
+    /// Queue `q`'s call eventfd (the device writes it to interrupt the driver).
+    pub fn call(&self, q: usize) -> &EventFd {
+        &self.calls[q]
     }
 
     /// Raw access to the guest RX ring (queue 0).

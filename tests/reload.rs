@@ -2,8 +2,10 @@
 //! file changes nothing; frames on unchanged ports keep flowing with zero loss throughout.
 
 mod common;
+mod frontend;
 
 use common::*;
+use frontend::Vm;
 use std::path::Path;
 
 fn ports_named(sw: &Switch) -> Vec<String> {
@@ -31,12 +33,54 @@ fn reload_adds_changes_and_removes_ports() {
     let c = sw.port("c");
     assert_eq!(c["queue_pairs"], 2, "{c}");
 
-    // MTU and weights change in place: same port, same id, same socket.
-    let text = base(&dir, &[PortSpec::server("c").queues(2)], "").replace("mtu = 1500", "mtu = 9000");
+    // MTU and weights change in place: same port, same id, same socket, and the data path
+    // applies them. Before: a 3000-byte frame from a is over its MTU; 100 frames made
+    // available at once go in bursts of up to 32.
+    let mut vm_a = Vm::connect(&sw.sock("a"));
+    let mut vm_b = Vm::connect(&sw.sock("b"));
+    sw.wait_running("a", 1);
+    sw.wait_running("b", 1);
+    vm_b.post_rx_buffers(256, 4096);
+    let big = frame(MAC_B, MAC_A, 3000, 0, 0);
+    vm_a.send(&big);
+    wait_for("the big frame dropped", || (sw.port("a")["drops"]["mtu_exceeded"] == 1).then_some(()));
+    let bursts = |sw: &Switch| sw.counter("a", "rx_bursts");
+    let send_100 = |vm_a: &mut Vm, vm_b: &mut Vm, seq: u32| {
+        let frames: Vec<Vec<u8>> = (0..100).map(|i| frame(MAC_B, MAC_A, 60, 1, seq + i)).collect();
+        vm_a.send_all(&frames);
+        let mut got = Vec::new();
+        wait_for("100 frames at b", || {
+            got.extend(vm_b.recv());
+            (got.len() >= 100).then_some(())
+        });
+        vm_b.post_rx_buffers(got.len() as u16, 4096);
+        assert_eq!(got, frames);
+    };
+    let b0 = bursts(&sw);
+    send_100(&mut vm_a, &mut vm_b, 0);
+    assert!(bursts(&sw) - b0 <= 10, "100 frames at once took {} bursts", bursts(&sw) - b0);
+
+    let text = base(&dir, &[PortSpec::server("c").queues(2)], "")
+        .replace("mtu = 1500", "mtu = 9000")
+        .replace("name = \"a\"\n", "name = \"a\"\nweight_packets = 1\n");
     sw.write_config(&text);
     sw.ctl("reload");
     let a = sw.port("a");
-    assert_eq!((a["mtu"].as_u64(), a["id"].as_u64()), (Some(9000), Some(0)), "{a}");
+    assert_eq!(
+        (a["mtu"].as_u64(), a["id"].as_u64(), a["weight_packets"].as_u64()),
+        (Some(9000), Some(0), Some(1)),
+        "{a}"
+    );
+    assert_eq!(a["connects"], 1, "the port was replaced, not changed: {a}");
+    // After: the big frame goes through; a visit takes one frame, so every burst is one frame.
+    vm_a.send(&big);
+    let got = wait_for("the big frame at b", || vm_b.recv().pop());
+    assert_eq!(got, big);
+    vm_b.post_rx_buffers(1, 4096);
+    let b0 = bursts(&sw);
+    send_100(&mut vm_a, &mut vm_b, 100);
+    assert_eq!(bursts(&sw) - b0, 100, "weight_packets = 1 did not reach the data path");
+    drop((vm_a, vm_b));
 
     // Removing c closes its socket; a new port takes the freed slot.
     sw.write_config(&base(&dir, &[], ""));

@@ -231,6 +231,7 @@ impl VhostIo {
                 vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage => {
                     "frontend disconnected".to_string()
                 }
+                vhost::vhost_user::Error::ReqHandlerError(e) => format!("request refused, connection closed: {e}"),
                 e => format!("closing connection: {e}"),
             };
             info!("port {}: {msg}", sw.port_name(i as u16));

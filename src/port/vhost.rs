@@ -90,9 +90,10 @@ fn rings(port: &Port) -> &[crate::vring::VringLock] {
     port.queues().map_or(&[], |q| q.all())
 }
 
+/// A refused request: the connection closes, and `what` becomes the port's last error.
 fn invalid(what: &str) -> Error {
     warn!("vhost-user: {what}");
-    Error::InvalidParam
+    Error::ReqHandlerError(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
 }
 
 impl PortBackend {

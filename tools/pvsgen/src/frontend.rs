@@ -562,21 +562,33 @@ impl Guest {
     /// then the frame. Avail slot `s` uses descriptors 2(s mod qsize/2) and 2(s mod qsize/2)+1,
     /// so at most qsize/2 frames may be in flight; waits (bounded) for the switch to make room.
     pub fn send(&mut self, frame: &[u8]) {
-        assert!(frame.len() as u64 <= self.layout.buf_slot);
+        self.send_all(&[frame]);
+    }
+
+    /// Transmits frames as `send` does, but makes them available with one avail index store,
+    /// so the switch sees them all at once (at most qsize/2).
+    pub fn send_all<F: AsRef<[u8]>>(&mut self, frames: &[F]) {
         let pairs = self.layout.qsize / 2;
+        assert!(frames.len() <= pairs as usize, "more than {pairs} frames at once");
         let start = Instant::now();
-        while self.tx.avail_idx.wrapping_sub(self.tx_completed()) >= pairs {
+        while self.tx.avail_idx.wrapping_sub(self.tx_completed()) as usize + frames.len() > pairs as usize {
             assert!(start.elapsed() < Duration::from_secs(30), "the switch stopped consuming this VM's TX ring");
             std::thread::sleep(Duration::from_millis(1));
         }
-        let d = 2 * (self.tx.avail_idx % pairs);
-        let (hdr_at, frame_at) = (self.layout.tx_buf(d), self.layout.tx_buf(d + 1));
-        self.mem.write(hdr_at, &[0u8; HDR_LEN]);
-        self.mem.write(frame_at, frame);
+        let layout = self.layout;
         let mut tx = self.raw_tx();
-        tx.desc(d, Desc { addr: hdr_at, len: HDR_LEN as u32, flags: F_NEXT, next: d + 1 });
-        tx.desc(d + 1, Desc { addr: frame_at, len: frame.len() as u32, flags: 0, next: 0 });
-        tx.push(d);
+        for frame in frames {
+            let frame = frame.as_ref();
+            assert!(frame.len() as u64 <= layout.buf_slot);
+            let d = 2 * (tx.avail_idx() % pairs);
+            let (hdr_at, frame_at) = (layout.tx_buf(d), layout.tx_buf(d + 1));
+            tx.mem.write(hdr_at, &[0u8; HDR_LEN]);
+            tx.mem.write(frame_at, frame);
+            tx.desc(d, Desc { addr: hdr_at, len: HDR_LEN as u32, flags: F_NEXT, next: d + 1 });
+            tx.desc(d + 1, Desc { addr: frame_at, len: frame.len() as u32, flags: 0, next: 0 });
+            tx.stage(d);
+        }
+        tx.publish();
     }
 
     /// The TX ring's used index: how many chains the switch has completed.

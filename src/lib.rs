@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod control;
+pub mod counter;
 pub mod ctl;
 pub mod datapath;
 pub mod flow;

@@ -23,8 +23,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fairness import run as gen_run  # noqa: E402
-from bench_vm2vm import PVSWITCHD, Testpmd, emit, measure, wait_socket  # noqa: E402
+from pvsbench import PVSWITCHD, Testpmd, emit, measure, wait_socket  # noqa: E402
+from pvsbench import run_pvsgen as gen_run  # noqa: E402
 
 MODES = {
     "busy": 'poll_mode = "busy"\n',

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import ROOT, emit, measure  # noqa: E402
+from pvsbench import ROOT, emit, measure  # noqa: E402
 
 PORT = 19400
 # How often the counters are read during a run (pvswitchctl stats and rxq, one Prometheus scrape).

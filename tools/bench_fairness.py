@@ -20,47 +20,12 @@ Needs root and a release build of pvswitchd and pvsgen (cargo build --release --
 """
 
 import argparse
-import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
-
-PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
-
-
-def run(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
-    """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
-    --vm specs without socket=), returns the generator's JSON report."""
-    d = tempfile.mkdtemp(prefix="pvs-fair-")
-    conf = os.path.join(d, "pvswitch.toml")
-    with open(conf, "w") as f:
-        f.write(f'[switch]\npoll_cores = {list(cores)}\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n{switch_extra}\n')
-        for name, extra in ports:
-            f.write(f'[[port]]\nname = "{name}"\ntype = "vhost-user"\nsocket = "{name}.sock"\n{extra}\n')
-    log = open(os.path.join(d, "pvswitchd.log"), "w")
-    p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
-    try:
-        wait_socket(os.path.join(d, "ctl.sock"))
-        out = os.path.join(d, "gen.json")
-        cmd = [PVSGEN, "--cpus", gen_cpus, "--seconds", str(seconds), "--qsize", str(qsize), "--quiet", "--json", out]
-        for vm in gen_vms:
-            name = vm.split(",")[0].split("=")[1]
-            cmd += ["--vm", f"{vm},socket={d}/{name}.sock"]
-        cmd += list(gen_args)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-        if r.returncode != 0:
-            raise RuntimeError(f"pvsgen failed: {r.stderr[-2000:]}")
-        with open(out) as f:
-            return json.load(f)
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait()
+from pvsbench import emit, run_pvsgen as run  # noqa: E402
 
 
 def by_name(report):

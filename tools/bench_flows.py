@@ -20,7 +20,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import emit, measure  # noqa: E402
+from pvsbench import emit, measure  # noqa: E402
 
 
 def flows(n):

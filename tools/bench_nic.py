@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vm2vm import PVSWITCHD, Testpmd, emit, wait_socket  # noqa: E402
+from pvsbench import PVSWITCHD, Testpmd, emit, wait_socket  # noqa: E402
 
 
 def start_pvswitch(d):

@@ -24,8 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fairness import PVSGEN  # noqa: E402
-from bench_vm2vm import PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
+from pvsbench import PVSGEN, PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
 
 CTL = os.path.join(ROOT, "target", "release", "pvswitchctl")
 

@@ -5,94 +5,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Adds to a counter that only the calling thread writes.
-#[inline]
-pub fn bump(c: &AtomicU64, n: u64) {
-    #[cfg(not(feature = "no-counters"))]
-    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
-    #[cfg(feature = "no-counters")]
-    let _ = (c, n);
-}
-
-/// The counters of one kind of thing, declared once: the macro makes the struct of atomics the
-/// data path bumps (one writer each), the struct of totals the control plane reads
-/// (`Serialize`d field by field: these names are the JSON and Prometheus names), and the list of
-/// field names with their help text (for Prometheus and the documentation check).
-macro_rules! counters {
-    ($(#[$m:meta])* pub struct $name:ident => $total:ident {
-        $( $(#[doc = $doc:literal])+ $field:ident : $ty:ty, )*
-    }) => {
-        $(#[$m])*
-        #[derive(Default)]
-        pub struct $name {
-            $( $(#[doc = $doc])+ pub $field: $ty, )*
-        }
-
-        /// Totals of the counters, as the control plane reads them.
-        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-        pub struct $total {
-            $( pub $field: <$ty as Counter>::Total, )*
-        }
-
-        impl $name {
-            /// Every counter: (name, help).
-            pub const FIELDS: &'static [(&'static str, &'static str)] =
-                &[ $( (stringify!($field), concat!($($doc),+)) ),* ];
-
-            /// Reads every counter (relaxed loads).
-            pub fn read(&self) -> $total {
-                $total { $( $field: self.$field.read(), )* }
-            }
-
-            /// Zeroes every counter. Only for a slot no writer uses any more.
-            pub fn reset(&self) {
-                $( self.$field.reset(); )*
-            }
-        }
-
-        impl Total for $total {
-            fn add(&mut self, o: &Self) {
-                $( self.$field.add(&o.$field); )*
-            }
-            fn since(&self, base: &Self) -> Self {
-                $total { $( $field: self.$field.since(&base.$field), )* }
-            }
-        }
-    };
-}
-
-/// A counter as its writer holds it, and what reading it gives.
-pub trait Counter: Default {
-    type Total: Total + Default + std::fmt::Debug + PartialEq + Eq + serde::Serialize;
-    fn read(&self) -> Self::Total;
-    fn reset(&self);
-}
-
-/// Read totals: summed over threads, and differenced between two samples.
-pub trait Total: Copy {
-    fn add(&mut self, o: &Self);
-    /// `self - base`, saturating (a freed port slot's counters restart from zero).
-    fn since(&self, base: &Self) -> Self;
-}
-
-impl Counter for AtomicU64 {
-    type Total = u64;
-    fn read(&self) -> u64 {
-        self.load(Relaxed)
-    }
-    fn reset(&self) {
-        self.store(0, Relaxed)
-    }
-}
-
-impl Total for u64 {
-    fn add(&mut self, o: &u64) {
-        *self += o
-    }
-    fn since(&self, base: &u64) -> u64 {
-        self.saturating_sub(*base)
-    }
-}
+use crate::counter::counters;
+pub use crate::counter::{Counter, Total, bump, cycles, cycles_per_sec};
 
 /// The drop reasons, declared once: the `Drop` enum, the counters by reason and their names.
 macro_rules! drop_reasons {
@@ -292,36 +206,4 @@ impl ThreadStats {
         let bucket = (64 - us.leading_zeros() as usize).min(WAKE_BUCKETS - 1);
         bump(&self.wake_latency_us[bucket], 1);
     }
-}
-
-/// The CPU's time stamp counter (cycles at a constant rate).
-#[inline]
-pub fn cycles() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions on x86_64.
-        #[allow(unused_unsafe)]
-        unsafe {
-            core::arch::x86_64::_rdtsc()
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        use std::time::Instant;
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
-
-/// Time stamp counter ticks per second, measured once against the monotonic clock.
-pub fn cycles_per_sec() -> u64 {
-    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *HZ.get_or_init(|| {
-        let t0 = std::time::Instant::now();
-        let c0 = cycles();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let c1 = cycles();
-        let ns = t0.elapsed().as_nanos().max(1) as u64;
-        ((c1.wrapping_sub(c0) as u128 * 1_000_000_000 / ns as u128) as u64).max(1)
-    })
 }

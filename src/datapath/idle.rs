@@ -14,8 +14,12 @@
 //! (a vhost-user request) or a plan is posted, so a newly started ring is never missed.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::timerfd::TimerFd;
 
 use crate::datapath::counters::{ThreadStats, bump, cycles, cycles_per_sec};
 use crate::datapath::plan::Mailbox;
@@ -26,64 +30,50 @@ const TIMER_TOKEN: u64 = u64::MAX - 1;
 
 /// One poll thread's sleeping state. Only that thread uses it.
 pub struct Sleeper {
-    epoll: RawFd,
+    epoll: Epoll,
     /// Per receive queue (index in the thread's list): the ring epoch our registration is for,
     /// and our duplicate of its kick fd (None: the ring has none, or is not running).
     regs: Vec<Option<(u64, Option<File>)>>,
     idle_since: Option<u64>,
     threshold: u64,
-    wake_fd: RawFd,
-    /// A thread with NIC queues (which cannot kick) sleeps at most `nic_interval_ns`, timed
-    /// by this timerfd in the epoll set.
-    timer: File,
-    nic_interval_ns: u64,
+    /// A thread with NIC queues (which cannot kick) sleeps at most `nic_interval`, timed by this
+    /// timerfd in the epoll set. Disarming it also resets its expirations, so it is never read.
+    timer: TimerFd,
+    nic_interval: Duration,
 }
 
 impl Sleeper {
     pub fn new(mailbox: &Mailbox, idle_before_sleep_us: u32, nic_poll_interval_us: u32) -> std::io::Result<Sleeper> {
-        // SAFETY: creating a timerfd; checked below and owned by a File.
-        let tfd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
-        if tfd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd nobody else owns.
-        let timer = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(tfd) };
-        // SAFETY: creating an epoll instance; checked below and owned by the Sleeper.
-        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epoll < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         let s = Sleeper {
-            epoll,
+            epoll: Epoll::new()?,
             regs: Vec::new(),
             idle_since: None,
             threshold: idle_before_sleep_us as u64 * cycles_per_sec() / 1_000_000,
-            wake_fd: mailbox.wake_fd(),
-            timer,
-            nic_interval_ns: nic_poll_interval_us.max(1) as u64 * 1000,
+            timer: TimerFd::new()?,
+            nic_interval: Duration::from_micros(nic_poll_interval_us.max(1) as u64),
         };
-        s.ctl(libc::EPOLL_CTL_ADD, s.wake_fd, libc::EPOLLIN as u32, WAKE_TOKEN);
-        s.ctl(libc::EPOLL_CTL_ADD, s.timer.as_raw_fd(), libc::EPOLLIN as u32, TIMER_TOKEN);
+        s.watch(mailbox.wake_fd(), EventSet::IN, WAKE_TOKEN)?;
+        s.watch(s.timer.as_raw_fd(), EventSet::IN, TIMER_TOKEN)?;
         Ok(s)
     }
 
-    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: our epoll fd, a valid fd the caller owns, and a local event struct.
-        unsafe { libc::epoll_ctl(self.epoll, op, fd, &mut ev) };
+    fn watch(&self, fd: std::os::fd::RawFd, events: EventSet, token: u64) -> std::io::Result<()> {
+        self.epoll.ctl(ControlOperation::Add, fd, EpollEvent::new(events, token))
+    }
+
+    fn unwatch(&self, fd: std::os::fd::RawFd) {
+        let _ = self.epoll.ctl(ControlOperation::Delete, fd, EpollEvent::default());
     }
 
     /// Forgets every queue registration (the thread's queue list changed).
     pub fn reset(&mut self) {
         for (_, f) in self.regs.drain(..).flatten() {
             if let Some(f) = f {
-                // SAFETY: removing our own duplicate fd (still open) from our epoll set.
-                unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, f.as_raw_fd(), std::ptr::null_mut()) };
+                let _ = self.epoll.ctl(ControlOperation::Delete, f.as_raw_fd(), EpollEvent::default());
             }
         }
         self.idle_since = None;
     }
-
     /// The thread moved frames: it is busy.
     #[inline]
     pub fn busy(&mut self) {
@@ -118,11 +108,11 @@ impl Sleeper {
             let epoch = g.epoch;
             if self.regs[i].as_ref().map(|(e, _)| *e) != Some(epoch) {
                 if let Some((_, Some(old))) = self.regs[i].take() {
-                    self.ctl(libc::EPOLL_CTL_DEL, old.as_raw_fd(), 0, 0);
+                    self.unwatch(old.as_raw_fd());
                 }
                 let dup = g.kick.as_ref().and_then(|k| k.try_clone().ok());
                 if let Some(d) = &dup {
-                    self.ctl(libc::EPOLL_CTL_ADD, d.as_raw_fd(), (libc::EPOLLIN | libc::EPOLLET) as u32, i as u64);
+                    let _ = self.watch(d.as_raw_fd(), EventSet::IN | EventSet::EDGE_TRIGGERED, i as u64);
                 }
                 self.regs[i] = Some((epoch, dup));
             }
@@ -138,36 +128,30 @@ impl Sleeper {
             // A ring without a kick fd cannot wake us: look again every millisecond.
             let timeout = if unkickable { 1 } else { -1 };
             if nic {
-                self.arm_timer(self.nic_interval_ns);
+                let _ = self.timer.reset(self.nic_interval, None);
             }
             let t0 = cycles();
             bump(&st.loops.sleeps, 1);
             st.sleeping.store(1, Relaxed);
-            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
-            // SAFETY: our epoll fd and a local event buffer of the given length.
-            let n = unsafe { libc::epoll_wait(self.epoll, evs.as_mut_ptr(), evs.len() as i32, timeout) };
+            let mut evs = [EpollEvent::default(); 8];
+            let n = self.epoll.wait(timeout, &mut evs).unwrap_or(0);
             let t1 = cycles();
             st.sleeping.store(0, Relaxed);
             bump(&st.loops.asleep_cycles, t1.wrapping_sub(t0));
-            let evs = &evs[..n.max(0) as usize];
-            if evs.iter().any(|e| e.u64 == WAKE_TOKEN) {
-                let mut buf = [0u8; 8];
-                // SAFETY: draining our own non-blocking eventfd into a local buffer.
-                unsafe { libc::read(self.wake_fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+            let evs = &evs[..n];
+            if evs.iter().any(|e| e.data() == WAKE_TOKEN) {
+                mailbox.drain_wake();
                 bump(&st.loops.wakeups_control, 1);
                 let posted = mailbox.woken_at.load(Relaxed);
                 st.record_wake_latency(t1.saturating_sub(posted));
             }
             if nic {
-                self.arm_timer(0);
-                let mut buf = [0u8; 8];
-                // SAFETY: draining our own non-blocking timerfd into a local buffer.
-                unsafe { libc::read(self.timer.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, 8) };
+                let _ = self.timer.clear();
             }
-            if evs.iter().any(|e| e.u64 != WAKE_TOKEN && e.u64 != TIMER_TOKEN) {
+            if evs.iter().any(|e| e.data() != WAKE_TOKEN && e.data() != TIMER_TOKEN) {
                 bump(&st.loops.wakeups_kick, 1);
             }
-            if evs.iter().all(|e| e.u64 == TIMER_TOKEN) {
+            if evs.iter().all(|e| e.data() == TIMER_TOKEN) {
                 bump(&st.loops.wakeups_timeout, 1);
             }
         }
@@ -180,22 +164,21 @@ impl Sleeper {
     }
 }
 
-impl Sleeper {
-    /// Arms the timer to fire once after `ns` (0 disarms it).
-    fn arm_timer(&self, ns: u64) {
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 },
-        };
-        // SAFETY: our own timerfd and a local itimerspec.
-        unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        self.reset();
-        // SAFETY: closing the epoll fd this struct created.
-        unsafe { libc::close(self.epoll) };
+    /// Disarming the NIC timer also forgets an expiry nobody read, so a sleeping thread is not
+    /// woken by it again (the timer is never read).
+    #[test]
+    fn a_cleared_timer_does_not_wake_again() {
+        let mb = Mailbox::default();
+        let mut s = Sleeper::new(&mb, 0, 1000).unwrap();
+        s.timer.reset(Duration::from_micros(100), None).unwrap();
+        let mut evs = [EpollEvent::default(); 4];
+        assert_eq!(s.epoll.wait(1000, &mut evs).unwrap(), 1);
+        assert_eq!(evs[0].data(), TIMER_TOKEN);
+        s.timer.clear().unwrap();
+        assert_eq!(s.epoll.wait(50, &mut evs).unwrap(), 0, "a cleared timer still reads as expired");
     }
 }

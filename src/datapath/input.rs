@@ -4,15 +4,13 @@
 //! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
 //! destination is full: backpressure) and a NIC receive queue (they cannot).
 
-use log::error;
-
 use super::classify::classify;
 use super::counters::{Drop, PortCounters, bump, cycles};
 use super::nic_io::NicRx;
 use super::output::{RxScratch, deliver};
 use super::plan::RxqSpec;
 use super::sched::{Deficit, Quantum};
-use super::{Env, Frame, Out, UNCLASSIFIED};
+use super::{Env, Frame, Out, UNCLASSIFIED, ring_broke};
 use crate::flow::Emc;
 use crate::port::nic::NicPort;
 use crate::port::{Port, PortKind};
@@ -143,14 +141,6 @@ impl Source for NicQueue<'_> {
     }
 
     fn broke(&mut self, _: RingError) {}
-}
-
-/// Logs a queue's first error and stops it (`broken`), until the guest resets it.
-pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {
-    if broken.is_none() {
-        error!("port {} queue {vq}: {}; queue stopped until the guest resets it", port.name(), e.as_str());
-        *broken = Some(e);
-    }
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.

@@ -28,6 +28,8 @@ mod tests;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
+use log::error;
+
 use self::counters::{Drop, ThreadStats, bump, cycles};
 use self::idle::Sleeper;
 use self::input::{Rxq, visit};
@@ -38,6 +40,8 @@ use self::plan::{Mailbox, Plan, PortTable};
 use crate::flow::Emc;
 use crate::flow::table::{FlowTable, NO_MATCH};
 use crate::mem::Segs;
+use crate::port::Port;
+use crate::vring::RingError;
 
 /// What a poll thread is given at start and never changes.
 pub struct Ctx {
@@ -100,6 +104,14 @@ impl Default for Frame {
 }
 
 const UNCLASSIFIED: u32 = NO_MATCH - 1;
+
+/// Logs a queue's first error and stops it (`broken`), until the guest resets it.
+pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {
+    if broken.is_none() {
+        error!("port {} queue {vq}: {}; queue stopped until the guest resets it", port.name(), e.as_str());
+        *broken = Some(e);
+    }
+}
 
 pub struct PollThread {
     cx: Ctx,

@@ -6,9 +6,8 @@
 
 use super::classify::normal;
 use super::counters::{Drop, PortCounters, bump, cycles};
-use super::input::ring_broke;
 use super::nic_io::TxBatches;
-use super::{Ctx, Env, Frame, Out};
+use super::{Ctx, Env, Frame, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;
 use crate::port::{Port, PortKind};

@@ -8,14 +8,15 @@
 //! thread: checking the mailbox is one relaxed load per loop iteration, and the mailbox's mutex
 //! is only shared by the control thread and that one poll thread, and only taken on a change.
 
-use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::datapath::counters::RxqStats;
 use crate::datapath::mac_table::Mac;
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+
 use crate::flow::table::FlowTable;
 use crate::port::Port;
 
@@ -98,7 +99,7 @@ pub struct Mailbox {
     posted: AtomicU64,
     taken: AtomicU64,
     slot: Mutex<Option<Box<Plan>>>,
-    wake: File,
+    wake: EventFd,
     /// TSC when the last wake-up was written (for the wake-up latency histogram).
     pub woken_at: AtomicU64,
     /// Set when the thread is to exit (shutdown, or its poll core removed by a reload).
@@ -107,16 +108,11 @@ pub struct Mailbox {
 
 impl Default for Mailbox {
     fn default() -> Mailbox {
-        // SAFETY: eventfd takes no pointers; the result is checked and owned by a File.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh fd nobody else owns.
-        let wake = unsafe { File::from_raw_fd(fd) };
         Mailbox {
             posted: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             slot: Mutex::new(None),
-            wake,
+            wake: EventFd::new(EFD_NONBLOCK).expect("eventfd"),
             woken_at: AtomicU64::new(0),
             retire: AtomicBool::new(false),
         }
@@ -149,14 +145,18 @@ impl Mailbox {
     /// Wakes the thread if it sleeps (a plan, or shutdown).
     pub fn wake(&self) {
         self.woken_at.store(crate::datapath::counters::cycles(), Ordering::Relaxed);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writing 8 bytes from a local buffer to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };
+        // A full counter (2^64 - 2 wake-ups unread) already wakes the thread.
+        let _ = self.wake.write(1);
     }
 
     /// The eventfd a sleeping thread waits on.
     pub fn wake_fd(&self) -> RawFd {
         self.wake.as_raw_fd()
+    }
+
+    /// Resets the wake-up eventfd (a woken thread drains it).
+    pub fn drain_wake(&self) {
+        let _ = self.wake.read();
     }
 
     /// Whether a plan is waiting that the thread (at generation `have`) has not adopted.

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::datapath::counters::bump;
+use crate::counter::bump;
 use crate::flow::{Action, Classifier, Emc, Flow, FlowKey, parse_flow};
 
 /// What classification returns when no flow matches.

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""What pvswitch's benchmarks share: paths of the binaries, pvswitchd configuration files,
+DPDK testpmd driven over stdin (with its hugepage files cleaned up), the VM-to-VM measurement
+against testpmd's vhost PMD, pvsgen runs, the machine-phase probe, and printing a result table.
+The bench_*.py scripts import this module and nothing of each other.
+"""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PVSWITCHD = os.path.join(ROOT, "target", "release", "pvswitchd")
+PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
+LINEPROBE = os.path.join(ROOT, "target", "release", "lineprobe")
+# One-way cache-line transfer time between CPU 0 and CPU 1 (tools/pvsgen's lineprobe) above
+# which the host is running our two vCPUs far apart: the machine's "slow phase".
+SLOW_LINE_NS = 60
+MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
+
+
+class Testpmd:
+    """dpdk-testpmd in interactive mode, driven over stdin."""
+
+    def __init__(self, prefix, eal, app):
+        for f in glob.glob(f"/dev/hugepages/{prefix}*"):
+            os.unlink(f)
+        self.prefix = prefix
+        cmd = ["stdbuf", "-o0", "-e0", "dpdk-testpmd", "--no-pci", f"--file-prefix={prefix}"] + eal
+        cmd += ["--", "-i", "--disable-link-check"] + app
+        # stderr apart from stdout: a stderr line can land in the middle of the prompt.
+        self.err = tempfile.TemporaryFile()
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
+        self.out = ""
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._wait_prompts(1)
+
+    def _read(self):
+        while True:
+            b = self.p.stdout.read1(4096)
+            if not b:
+                return
+            with self.lock:
+                self.out += b.decode(errors="replace")
+
+    def _wait_prompts(self, n, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:
+            with self.lock:
+                if self.out.count("testpmd> ") >= n:
+                    return
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.01)
+        raise RuntimeError(f"testpmd {self.prefix}: no prompt\n{self.out[-3000:]}")
+
+    def cmd(self, c):
+        with self.lock:
+            start, n = len(self.out), self.out.count("testpmd> ")
+        self.p.stdin.write((c + "\n").encode())
+        self.p.stdin.flush()
+        self._wait_prompts(n + 1)
+        with self.lock:
+            return self.out[start:]
+
+    def rx_packets(self, nports=2):
+        with self.lock:
+            start = len(self.out)
+        self.cmd("show port stats all")
+        # The prompt can overtake the tail of the report: wait for every port's last line.
+        end = time.time() + 10
+        while True:
+            with self.lock:
+                o = self.out[start:]
+            if o.count("Tx-bps:") >= nports or time.time() > end:
+                break
+            time.sleep(0.005)
+        rx = [int(l.split("RX-packets:")[1].split()[0]) for l in o.splitlines() if "RX-packets:" in l]
+        if len(rx) != nports:
+            raise RuntimeError(f"incomplete port stats:\n{o}")
+        return sum(rx)
+
+    def close(self):
+        try:
+            self.p.stdin.write(b"stop\nquit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=20)
+        except Exception:
+            self.p.kill()
+            self.p.wait()
+        for f in glob.glob(f"/dev/hugepages/{self.prefix}*"):
+            os.unlink(f)
+
+
+def wait_socket(path, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        if os.path.exists(path):
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"no socket {path}")
+
+
+def write_config(d, ports, cores=(1,), switch_extra="", top=""):
+    """Writes `d`/pvswitch.toml: `top` (top-level keys such as flows, which must come before the
+    first table), `[switch]` on `cores` with sockets in `d` and `switch_extra`, then one
+    vhost-user port per (name, extra toml) in `ports`. Returns the file's path."""
+    conf = os.path.join(d, "pvswitch.toml")
+    with open(conf, "w") as f:
+        f.write(top)
+        f.write(f'[switch]\npoll_cores = {list(cores)}\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n{switch_extra}\n')
+        for name, extra in ports:
+            f.write(f'[[port]]\nname = "{name}"\ntype = "vhost-user"\nsocket = "{name}.sock"\n{extra}\n')
+    return conf
+
+
+def start_pvswitchd(d, conf, binary=None):
+    """Starts pvswitchd on `conf` (its log in `d`), waits for its control socket; returns a
+    function that stops it."""
+    log = open(os.path.join(d, "pvswitchd.log"), "w")
+    p = subprocess.Popen([binary or PVSWITCHD, "--config", conf], stdout=log, stderr=log)
+    wait_socket(os.path.join(d, "ctl.sock"))
+    return lambda: (p.send_signal(signal.SIGTERM), p.wait())
+
+
+def start_pvswitch(d, extra="", binary=None, switch_extra=""):
+    """pvswitchd with ports a and b on CPU 1, as the VM-to-VM benchmark uses it."""
+    return start_pvswitchd(d, write_config(d, [("a", ""), ("b", "")], (1,), switch_extra, extra), binary)
+
+
+def start_ceiling(d):
+    t = Testpmd(
+        "benchvh",
+        ["--lcores", "0@1,1@1", "-m", "512", "--vdev", f"net_vhost0,iface={d}/a.sock,queues=1",
+         "--vdev", f"net_vhost1,iface={d}/b.sock,queues=1"],
+        ["--forward-mode=io", "--nb-cores=1", "--auto-start"],
+    )
+    wait_socket(f"{d}/a.sock")
+    return t.close
+
+
+def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra=""):
+    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` goes at
+    the top of pvswitchd's configuration file, `binary` replaces target/release/pvswitchd, and
+    `during(dir)` runs (in a thread) while the window is measured."""
+    d = tempfile.mkdtemp(prefix="pvs-bench-")
+    stop = (lambda d: start_pvswitch(d, extra, binary, switch_extra)) if kind == "pvswitch" else start_ceiling
+    stop = stop(d)
+    try:
+        gen = Testpmd(
+            "benchgen",
+            ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
+             "--vdev", f"net_virtio_user0,path={d}/a.sock,queues=1,mac={MAC_A}",
+             "--vdev", f"net_virtio_user1,path={d}/b.sock,queues=1,mac={MAC_B}"],
+            ["--forward-mode=flowgen", f"--txpkts={size}", "--nb-cores=1", "--total-num-mbufs=32768",
+             f"--eth-peer=0,{MAC_B}", f"--eth-peer=1,{MAC_A}"],
+        )
+        try:
+            gen.cmd("start")
+            time.sleep(warmup)
+            done = threading.Event()
+            side = threading.Thread(target=during, args=(d, done)) if during else None
+            if side:
+                side.start()
+            r0, t0 = gen.rx_packets(), time.time()
+            time.sleep(seconds)
+            r1, t1 = gen.rx_packets(), time.time()
+            done.set()
+            if side:
+                side.join()
+            return (r1 - r0) / (t1 - t0)
+        finally:
+            gen.close()
+    finally:
+        stop()
+
+
+def emit(table, out=None):
+    """Prints a benchmark's result table and, with `out`, writes it to that file too."""
+    print("\n" + table)
+    if out:
+        with open(out, "w") as f:
+            f.write(table + "\n")
+
+
+def line_ns():
+    """One-way cache-line transfer time between CPUs 0 and 1 right now."""
+    out = subprocess.run([LINEPROBE, "--cpus", "0,1", "--rounds", "100000"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["one_way_ns"]
+
+
+def phase_of(before, after):
+    fast = [ns < SLOW_LINE_NS for ns in (before, after)]
+    return "fast" if all(fast) else "slow" if not any(fast) else "mixed"
+
+
+def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
+    """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
+    --vm specs without socket=), returns the generator's JSON report."""
+    d = tempfile.mkdtemp(prefix="pvs-fair-")
+    stop = start_pvswitchd(d, write_config(d, ports, cores, switch_extra))
+    try:
+        out = os.path.join(d, "gen.json")
+        cmd = [PVSGEN, "--cpus", gen_cpus, "--seconds", str(seconds), "--qsize", str(qsize), "--quiet", "--json", out]
+        for vm in gen_vms:
+            name = vm.split(",")[0].split("=")[1]
+            cmd += ["--vm", f"{vm},socket={d}/{name}.sock"]
+        cmd += list(gen_args)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        if r.returncode != 0:
+            raise RuntimeError(f"pvsgen failed: {r.stderr[-2000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        stop()

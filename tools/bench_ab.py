@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Two pvswitchd builds and the testpmd vhost ceiling, VM-to-VM as tools/bench_vm2vm.py
+measures it, rotated in the same run: did a change move forwarding speed?
+
+Usage: tools/bench_ab.py --base BINARY [--reps 7] [--seconds 5] [--size 64] [--out FILE]
+BINARY is another build's pvswitchd (e.g. a `git worktree` of the commit before, built with
+`cargo build --release`); the tree's own is target/release/pvswitchd.
+Needs root, hugepages and DPDK (scripts/install-deps.sh).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pvsbench import emit, line_ns, measure, phase_of  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    kinds = ["new", "base", "ceiling"]
+    rows = []
+    for rep in range(a.reps):
+        order = kinds[rep % 3:] + kinds[:rep % 3]
+        r, phases = {}, []
+        for k in order:
+            before = line_ns()
+            if k == "ceiling":
+                r[k] = measure("ceiling", a.size, a.seconds)
+            else:
+                r[k] = measure("pvswitch", a.size, a.seconds, binary=a.base if k == "base" else None)
+            phases.append(phase_of(before, line_ns()))
+        r["phase"] = phases[0] if len(set(phases)) == 1 else "mixed"
+        rows.append(r)
+        print(f"rep {rep + 1}: new {r['new'] / 1e6:6.3f}  base {r['base'] / 1e6:6.3f}  ceiling {r['ceiling'] / 1e6:6.3f} Mpps"
+              f"  new/base {r['new'] / r['base']:.3f}  ({r['phase']})", flush=True)
+
+    def ratio_row(name, num, den, sel=rows):
+        rs = [x[num] / x[den] for x in sel]
+        return f"| {name} | {statistics.median(rs):.3f} | {min(rs):.3f}..{max(rs):.3f} | {len(rs)} |"
+
+    lines = [f"Two builds against the ceiling, {a.size} B VM-to-VM, {a.reps} rotated reps of {a.seconds:g} s",
+             "", "| ratio | median | min..max | reps |", "|---|---|---|---|",
+             ratio_row("new / base", "new", "base"), ratio_row("new / ceiling", "new", "ceiling"),
+             ratio_row("base / ceiling", "base", "ceiling")]
+    for ph in ("fast", "slow"):
+        sel = [x for x in rows if x["phase"] == ph]
+        if sel:
+            lines.append(ratio_row(f"new / base, all three runs {ph}", "new", "base", sel))
+    lines.append("")
+    lines.append("Medians: " + ", ".join(f"{k} {statistics.median(x[k] for x in rows) / 1e6:.3f} Mpps" for k in kinds))
+    emit("\n".join(lines), a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

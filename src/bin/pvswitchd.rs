@@ -65,7 +65,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit: every vhost-user port costs several
+/// (its socket, kick and call eventfds per ring, memory files until mapped), and a service
+/// manager may start us with 1024.
+fn raise_fd_limit() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            let old = r.rlim_cur;
+            r.rlim_cur = r.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 {
+                info!("open files: limit raised from {old} to {}", r.rlim_max);
+            }
+        }
+    }
+}
+
 fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
+    raise_fd_limit();
     // Block signals before spawning threads so only the control thread's signalfd sees them.
     let signals = SignalFd::block_signals()?;
     // The calling thread's CPU set, read before any thread is pinned.

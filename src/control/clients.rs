@@ -1,107 +1,222 @@
-//! The control socket: `pvswitchctl` connects, sends one JSON request line, reads one reply
-//! line (see `ctl`).
+//! Clients of the control thread's request-reply sockets: the control socket (`pvswitchctl`:
+//! one JSON request line, one reply line) and the Prometheus endpoint (one HTTP request, one
+//! response). Both are served without ever waiting on a client: requests are gathered from
+//! readiness events, replies go out as the socket takes them, a client idle for `IDLE_TIMEOUT`
+//! (request unfinished, or reply unread) is dropped, and at most `MAX_CLIENTS` are served at
+//! once (a new one evicts the longest idle). A listener that runs out of file descriptors
+//! (EMFILE) pauses for `ACCEPT_PAUSE`, says so once, and resumes.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use log::warn;
 use vmm_sys_util::epoll::Epoll;
 
-use super::os::{Token, unwatch, watch};
+use super::os::{Token, rewatch, unwatch, watch};
 
-/// Largest control request accepted.
-pub const MAX_CTL_REQUEST: usize = 64 * 1024;
+/// Most clients of one listener served at once.
+pub const MAX_CLIENTS: usize = 64;
+/// A client must finish its request, and read its reply, within this.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a listener stops accepting after running out of file descriptors.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
-struct Client {
-    stream: UnixStream,
-    buf: Vec<u8>,
+/// A stream socket a server accepts clients on.
+pub trait Listen: AsRawFd {
+    type Stream: Read + Write + AsRawFd;
+    fn accept_one(&self) -> std::io::Result<Self::Stream>;
 }
 
-/// What a client's bytes came to.
-pub enum Request {
-    /// Not a whole line yet.
+impl Listen for std::os::unix::net::UnixListener {
+    type Stream = std::os::unix::net::UnixStream;
+    fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        let (s, _) = self.accept()?;
+        s.set_nonblocking(true)?;
+        Ok(s)
+    }
+}
+
+impl Listen for std::net::TcpListener {
+    type Stream = std::net::TcpStream;
+    fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        let (s, _) = self.accept()?;
+        s.set_nonblocking(true)?;
+        Ok(s)
+    }
+}
+
+/// What a protocol makes of the bytes a client sent so far.
+pub enum Parsed {
+    /// Not a whole request yet.
     Pending,
-    /// A request line (the newline stripped).
-    Line(Vec<u8>),
-    /// More than `MAX_CTL_REQUEST` bytes without a newline.
-    TooLarge,
+    /// A whole request: answer it.
+    Request(Vec<u8>),
+    /// Answer this (an error) without looking further.
+    Refuse(String),
 }
 
-pub struct CtlServer {
+struct Client<S> {
+    stream: S,
+    buf: Vec<u8>,
+    /// The reply not yet taken by the socket (Some once the request was answered).
+    out: Option<(Vec<u8>, usize)>,
+    since: Instant,
+}
+
+/// One listener and its clients, for a protocol given by `parse` (bytes so far -> request).
+pub struct Server<L: Listen> {
     epoll: Rc<Epoll>,
-    listener: UnixListener,
-    clients: HashMap<u32, Client>,
+    listener: L,
+    listen_token: Token,
+    client_token: fn(u32) -> Token,
+    max_request: usize,
+    clients: HashMap<u32, Client<L::Stream>>,
     next: u32,
+    paused_until: Option<Instant>,
 }
 
-impl CtlServer {
-    /// Binds the control socket at `path` with file mode `mode`.
-    pub fn bind(epoll: Rc<Epoll>, path: &Path, mode: u32) -> std::io::Result<CtlServer> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+impl<L: Listen> Server<L> {
+    pub fn new(
+        epoll: Rc<Epoll>,
+        listener: L,
+        listen_token: Token,
+        client_token: fn(u32) -> Token,
+        max_request: usize,
+    ) -> Server<L> {
+        watch(&epoll, listener.as_raw_fd(), listen_token);
+        Server {
+            epoll,
+            listener,
+            listen_token,
+            client_token,
+            max_request,
+            clients: HashMap::new(),
+            next: 0,
+            paused_until: None,
         }
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-        listener.set_nonblocking(true)?;
-        watch(&epoll, listener.as_raw_fd(), Token::CtlListen);
-        Ok(CtlServer { epoll, listener, clients: HashMap::new(), next: 0 })
     }
 
+    /// Accepts waiting clients (evicting the longest idle when full).
     pub fn accept(&mut self) {
-        while let Ok((s, _)) = self.listener.accept() {
-            let _ = s.set_nonblocking(true);
-            let id = self.next;
-            self.next = self.next.wrapping_add(1);
-            watch(&self.epoll, s.as_raw_fd(), Token::CtlClient(id));
-            self.clients.insert(id, Client { stream: s, buf: Vec::new() });
+        loop {
+            match self.listener.accept_one() {
+                Ok(s) => {
+                    if self.clients.len() >= MAX_CLIENTS
+                        && let Some((&oldest, _)) = self.clients.iter().min_by_key(|(_, c)| c.since)
+                    {
+                        self.drop_client(oldest);
+                    }
+                    let id = self.next;
+                    self.next = self.next.wrapping_add(1);
+                    watch(&self.epoll, s.as_raw_fd(), (self.client_token)(id));
+                    self.clients.insert(id, Client { stream: s, buf: Vec::new(), out: None, since: Instant::now() });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    warn!("{:?}: out of file descriptors ({e}); not accepting for {ACCEPT_PAUSE:?}", self.listen_token);
+                    unwatch(&self.epoll, self.listener.as_raw_fd());
+                    self.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!("{:?}: accept: {e}", self.listen_token);
+                    return;
+                }
+            }
         }
     }
 
-    /// Reads what client `id` sent. A closed or failed connection is dropped (Pending).
-    pub fn read(&mut self, id: u32) -> Request {
-        let Some(c) = self.clients.get_mut(&id) else { return Request::Pending };
+    /// Reads what client `id` sent; returns a whole request to answer (with `reply`).
+    pub fn read(&mut self, id: u32, parse: impl Fn(&[u8]) -> Parsed) -> Option<Result<Vec<u8>, String>> {
+        let max = self.max_request;
+        let c = self.clients.get_mut(&id)?;
+        if c.out.is_some() {
+            self.flush(id);
+            return None;
+        }
         let mut chunk = [0u8; 4096];
         loop {
             match c.stream.read(&mut chunk) {
                 Ok(0) => break,
                 Ok(n) => {
                     c.buf.extend_from_slice(&chunk[..n]);
-                    if let Some(pos) = c.buf.iter().position(|&b| b == b'\n') {
-                        return Request::Line(c.buf[..pos].to_vec());
+                    if c.buf.len() > max {
+                        return Some(Err(format!("request larger than {max} bytes")));
                     }
-                    if c.buf.len() > MAX_CTL_REQUEST {
-                        return Request::TooLarge;
+                    match parse(&c.buf) {
+                        Parsed::Pending => {}
+                        Parsed::Request(r) => return Some(Ok(r)),
+                        Parsed::Refuse(e) => return Some(Err(e)),
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Request::Pending,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
         }
         self.drop_client(id);
-        Request::Pending
+        None
     }
 
-    /// Sends the reply line to client `id` and closes the connection.
-    pub fn reply(&mut self, id: u32, reply: &str) {
-        if let Some(c) = self.clients.get_mut(&id) {
-            let _ = c.stream.set_nonblocking(false);
-            let _ = c.stream.set_write_timeout(Some(Duration::from_secs(2)));
-            let _ = c.stream.write_all(reply.as_bytes());
-            let _ = c.stream.write_all(b"\n");
+    /// Sends `reply` to client `id` (as the socket takes it) and closes the connection once it
+    /// is all sent.
+    pub fn reply(&mut self, id: u32, reply: Vec<u8>) {
+        let Some(c) = self.clients.get_mut(&id) else { return };
+        c.out = Some((reply, 0));
+        c.since = Instant::now();
+        let fd = c.stream.as_raw_fd();
+        if self.flush(id) {
+            rewatch(&self.epoll, fd, (self.client_token)(id), true);
+        }
+    }
+
+    /// Writes what the socket takes of client `id`'s reply; true if some is left.
+    fn flush(&mut self, id: u32) -> bool {
+        let Some(c) = self.clients.get_mut(&id) else { return false };
+        let Some((out, at)) = c.out.as_mut() else { return false };
+        while *at < out.len() {
+            match c.stream.write(&out[*at..]) {
+                Ok(0) => break,
+                Ok(n) => *at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
         }
         self.drop_client(id);
+        false
     }
 
     fn drop_client(&mut self, id: u32) {
         if let Some(c) = self.clients.remove(&id) {
             unwatch(&self.epoll, c.stream.as_raw_fd());
         }
+    }
+
+    /// The next moment something is due: a client's idle timeout, the end of a pause.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.clients.values().map(|c| c.since + IDLE_TIMEOUT).chain(self.paused_until).min()
+    }
+
+    /// Drops clients idle too long; resumes accepting after a pause.
+    pub fn expire(&mut self) {
+        let now = Instant::now();
+        let idle: Vec<u32> =
+            self.clients.iter().filter(|(_, c)| c.since + IDLE_TIMEOUT <= now).map(|(&id, _)| id).collect();
+        for id in idle {
+            self.drop_client(id);
+        }
+        if self.paused_until.is_some_and(|t| t <= now) {
+            self.paused_until = None;
+            watch(&self.epoll, self.listener.as_raw_fd(), self.listen_token);
+        }
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients.len()
     }
 }

@@ -5,8 +5,9 @@
 //! (`switch`), which it changes as events arrive.
 //!
 //! - [`vhost`]: vhost-user listeners, connections and reconnect timers.
-//! - [`clients`]: the control socket (`pvswitchctl`).
-//! - [`metrics`]: the Prometheus endpoint.
+//! - [`clients`]: request-reply clients: the control socket (`pvswitchctl`) and the Prometheus
+//!   endpoint, served without waiting on them.
+//! - [`metrics`]: the Prometheus endpoint's HTTP.
 //! - [`os`]: the signalfd and epoll tokens.
 
 pub mod clients;
@@ -14,8 +15,13 @@ pub mod metrics;
 pub mod os;
 pub mod vhost;
 
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::rc::Rc;
+use std::time::Instant;
 
 use log::{info, warn};
 use vmm_sys_util::epoll::{Epoll, EpollEvent};
@@ -23,17 +29,19 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use crate::ctl;
 use crate::switch::{Endpoints, Switch};
-use clients::{CtlServer, MAX_CTL_REQUEST, Request};
-use metrics::MetricsServer;
+use clients::{Parsed, Server};
 use os::{SignalFd, Token, watch};
 use vhost::VhostIo;
+
+/// Largest control request accepted.
+pub const MAX_CTL_REQUEST: usize = 64 * 1024;
 
 pub struct Control {
     pub sw: Switch,
     epoll: Rc<Epoll>,
     vhost: VhostIo,
-    ctl: CtlServer,
-    metrics: Option<MetricsServer>,
+    ctl: Server<UnixListener>,
+    metrics: Option<Server<TcpListener>>,
     signals: SignalFd,
     /// Written by the SIGBUS handler when a guest's memory file shrank under us.
     fault: EventFd,
@@ -44,16 +52,19 @@ impl Control {
     /// are started by the caller (`sw.start_threads()`).
     pub fn new(sw: Switch, signals: SignalFd) -> std::io::Result<Control> {
         let epoll = Rc::new(Epoll::new()?);
-        let ctl = CtlServer::bind(epoll.clone(), &sw.cfg.control_socket, sw.cfg.control_socket_mode)?;
+        let ctl = bind_control(&sw.cfg.control_socket, sw.cfg.control_socket_mode)?;
+        let ctl = Server::new(epoll.clone(), ctl, Token::CtlListen, Token::CtlClient, MAX_CTL_REQUEST);
         watch(&epoll, signals.as_raw_fd(), Token::Signal);
         let fault = EventFd::new(EFD_NONBLOCK)?;
         crate::mem::fault::install(fault.as_raw_fd())?;
         watch(&epoll, fault.as_raw_fd(), Token::MemFault);
         let metrics = match sw.cfg.metrics_listen {
             Some(addr) => {
-                let m = MetricsServer::bind(epoll.clone(), addr)?;
+                let l = TcpListener::bind(addr)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("metrics_listen {addr}: {e}")))?;
+                l.set_nonblocking(true)?;
                 info!("metrics: http://{addr}/metrics");
-                Some(m)
+                Some(Server::new(epoll.clone(), l, Token::MetricsListen, Token::MetricsClient, metrics::MAX_REQUEST))
             }
             None => None,
         };
@@ -68,9 +79,20 @@ impl Control {
     pub fn run(&mut self) {
         let mut events = vec![EpollEvent::default(); 64];
         loop {
-            let timeout = self.vhost.reconnect_due(&mut self.sw);
-            let sample = self.sw.samples.due_in().as_millis().min(i32::MAX as u128) as i32;
-            let timeout = if timeout < 0 { sample } else { timeout.min(sample) };
+            self.vhost.reconnect_due(&mut self.sw);
+            self.vhost.expire(&mut self.sw);
+            self.ctl.expire();
+            if let Some(m) = self.metrics.as_mut() {
+                m.expire();
+            }
+            let mut due = self.sw.samples.due_in();
+            let now = Instant::now();
+            let next = [self.vhost.next_due(), self.ctl.next_due(), self.metrics.as_ref().and_then(|m| m.next_due())];
+            for t in next.into_iter().flatten() {
+                due = due.min(t.saturating_duration_since(now));
+            }
+            // Rounded up: waking a millisecond early would only spin.
+            let timeout = due.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             let n = match self.epoll.wait(timeout, &mut events) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -121,21 +143,41 @@ impl Control {
     }
 
     fn serve_ctl(&mut self, id: u32) {
-        let reply = match self.ctl.read(id) {
-            Request::Pending => return,
-            Request::TooLarge => ctl::error_reply(&format!("request larger than {MAX_CTL_REQUEST} bytes")),
-            Request::Line(req) => ctl::handle(&mut self.sw, &mut self.vhost, &req),
+        let line = |buf: &[u8]| match buf.iter().position(|&b| b == b'\n') {
+            Some(pos) => Parsed::Request(buf[..pos].to_vec()),
+            None => Parsed::Pending,
         };
-        self.ctl.reply(id, &reply);
+        let mut reply = match self.ctl.read(id, line) {
+            None => return,
+            Some(Err(e)) => ctl::error_reply(&e),
+            Some(Ok(req)) => ctl::handle(&mut self.sw, &mut self.vhost, &req),
+        };
+        reply.push('\n');
+        self.ctl.reply(id, reply.into_bytes());
     }
 
     fn serve_metrics(&mut self, id: u32) {
         let Some(m) = self.metrics.as_mut() else { return };
-        if let metrics::Event::Wants = m.read(id) {
-            let body = ctl::stats::metrics(&self.sw);
-            self.metrics.as_mut().unwrap().respond(id, &body);
-        }
+        let response = match m.read(id, metrics::parse) {
+            None => return,
+            Some(Err(status)) => metrics::refusal(&status),
+            Some(Ok(_)) => metrics::response("200 OK", &ctl::stats::metrics(&self.sw)),
+        };
+        self.metrics.as_mut().unwrap().reply(id, response);
     }
+}
+
+/// Binds the control socket at `path` with file mode `mode` (a stale socket file is replaced).
+fn bind_control(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 impl Drop for Control {

@@ -1,9 +1,12 @@
 //! The control thread's OS handles that vmm-sys-util does not provide: a signalfd, and the
 //! epoll tokens the event loop dispatches on. Epoll itself is vmm-sys-util's `Epoll`.
 
+use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 /// What an epoll event is about: the kind in the high 32 bits, an id (port, client) in the low.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +59,36 @@ pub fn watch(epoll: &Epoll, fd: RawFd, token: Token) {
     if let Err(e) = epoll.ctl(ControlOperation::Add, fd, ev) {
         log::warn!("epoll add fd {fd}: {e}");
     }
+}
+
+/// Changes what `fd` is watched for: input, and output too if `writable`.
+pub fn rewatch(epoll: &Epoll, fd: RawFd, token: Token, writable: bool) {
+    let events = if writable { EventSet::IN | EventSet::OUT } else { EventSet::IN };
+    let _ = epoll.ctl(ControlOperation::Modify, fd, EpollEvent::new(events, token.to_u64()));
+}
+
+/// Receives up to `buf.len()` bytes from `sock` (non-blocking) and the file descriptors that
+/// came with them, at most `max_fds`; more than that is an error (`ENOBUFS`, the extra fds
+/// closed), as is a socket with nothing to read (`WouldBlock`). Ok(0) is end of stream.
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8], max_fds: usize, fds: &mut Vec<File>) -> std::io::Result<usize> {
+    let mut raw = [-1 as RawFd; 16];
+    let max_fds = max_fds.min(raw.len());
+    let mut iov = [libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() }];
+    // SAFETY: the iovec points at `buf`, ours and writable for its length.
+    let (n, nfds) = unsafe { sock.recv_with_fds(&mut iov, &mut raw[..max_fds]) }.map_err(std::io::Error::from)?;
+    for &fd in &raw[..nfds] {
+        // SAFETY: fds the kernel just installed for us; nothing else owns them.
+        fds.push(unsafe { File::from_raw_fd(fd) });
+    }
+    Ok(n)
+}
+
+/// Whether the peer of `sock` has closed its end (with or without data left unread).
+pub fn peer_closed(sock: &UnixStream) -> bool {
+    let mut p = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one pollfd of ours, no waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Removes `fd` from `epoll` (already gone is fine).

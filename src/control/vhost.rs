@@ -1,40 +1,210 @@
-//! The OS side of vhost-user ports: listening sockets (server mode), connections, and the
-//! reconnect timers of client-mode ports. Each connection's requests are answered by its own
-//! `PortBackend` (`port::vhost`); what they change is reported to the switch model.
+//! The OS side of vhost-user ports: listening sockets (server mode), non-blocking connects with
+//! backoff (client mode), and each connection's framing. pvswitchd reads a connection's bytes
+//! and file descriptors as epoll reports them, into that connection's buffer, until one whole
+//! message (header, payload, its fds) is there; only then does the port's `PortBackend` see it.
+//! Replies go out through a bounded buffer as the socket takes them. Nothing a frontend sends,
+//! or fails to send or to read, can make the control thread wait: a message that does not
+//! complete within `MSG_DEADLINE`, an impossible size, more fds than the request takes, or
+//! replies that pile up unread close that connection only.
 
+use std::fs::File;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{info, warn};
-use vhost::vhost_user::{BackendReqHandler, Listener};
 use vmm_sys_util::epoll::Epoll;
 
-use super::os::{Token, unwatch, watch};
+use super::clients::ACCEPT_PAUSE;
+use super::os::{Token, recv_with_fds, rewatch, unwatch, watch};
 use crate::config::SocketMode;
-use crate::port::vhost::{PortBackend, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::port::vhost::PortBackend;
+use crate::port::vhost::msg::{HEADER_LEN, Header, MAX_FDS};
 use crate::switch::{Endpoints, PortState, Switch};
 
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
-/// A frontend that starts a message and stalls is cut off after this.
-const VHOST_MSG_TIMEOUT: Duration = Duration::from_secs(2);
+/// A message whose first byte arrived must be whole within this.
+pub const MSG_DEADLINE: Duration = Duration::from_secs(1);
+/// Replies waiting for the frontend to read them: at most this many bytes...
+pub const OUT_MAX: usize = 64 * 1024;
+/// ... and for at most this long.
+pub const OUT_DEADLINE: Duration = Duration::from_secs(5);
+/// Messages handled per readiness event of one connection before the others get their turn.
+const MSGS_PER_EVENT: usize = 64;
 
+/// The message being read from a connection.
+#[derive(Default)]
+struct Framer {
+    hdr: [u8; HEADER_LEN],
+    got: usize,
+    header: Option<Header>,
+    payload: Vec<u8>,
+    fds: Vec<File>,
+    /// When its first byte arrived.
+    since: Option<Instant>,
+}
+
+/// One frontend connection.
 struct Conn {
-    handler: BackendReqHandler<Mutex<PortBackend>>,
-    backend: Arc<Mutex<PortBackend>>,
+    sock: UnixStream,
+    backend: PortBackend,
+    rd: Framer,
+    /// Reply bytes the socket has not taken yet.
+    out: Vec<u8>,
+    /// Since when `out` has been waiting.
+    out_since: Option<Instant>,
+}
+
+/// What reading a connection came to.
+enum Read {
+    /// Everything available was handled (`changed`: some message was).
+    Idle { changed: bool },
+    /// The connection must close, for this reason.
+    Close(String),
+}
+
+impl Conn {
+    fn new(sock: UnixStream, backend: PortBackend) -> Conn {
+        Conn { sock, backend, rd: Framer::default(), out: Vec::new(), out_since: None }
+    }
+
+    /// Reads what the socket has and handles every whole message, up to `MSGS_PER_EVENT`.
+    fn read(&mut self) -> Read {
+        let mut handled = 0;
+        while handled < MSGS_PER_EVENT {
+            let rd = &mut self.rd;
+            let buf: &mut [u8] = match rd.header {
+                None => &mut rd.hdr[rd.got..],
+                Some(h) => {
+                    let at = rd.payload.len();
+                    rd.payload.resize(h.size as usize, 0);
+                    &mut rd.payload[at..]
+                }
+            };
+            let before = buf.len();
+            let mut fds = std::mem::take(&mut rd.fds);
+            let r = recv_with_fds(&self.sock, buf, MAX_FDS, &mut fds);
+            rd.fds = fds;
+            let n = match r {
+                Ok(0) if rd.since.is_some() => return Read::Close("frontend closed in the middle of a message".into()),
+                Ok(0) => return Read::Close("frontend disconnected".into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Some(h) = rd.header {
+                        rd.payload.truncate(h.size as usize - before);
+                    }
+                    return Read::Idle { changed: handled > 0 };
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    return Read::Close(format!("a message carried more than {MAX_FDS} file descriptors"));
+                }
+                Err(e) => return Read::Close(format!("reading the socket: {e}")),
+            };
+            rd.since.get_or_insert_with(Instant::now);
+            match rd.header {
+                None => {
+                    rd.got += n;
+                    if rd.got < HEADER_LEN {
+                        continue;
+                    }
+                    let h = Header::parse(&rd.hdr);
+                    if let Err(e) = h.check() {
+                        return Read::Close(e.to_string());
+                    }
+                    rd.header = Some(h);
+                    rd.payload.clear();
+                    if h.size > 0 {
+                        continue;
+                    }
+                }
+                Some(h) => {
+                    rd.payload.truncate(h.size as usize - before + n);
+                    if rd.payload.len() < h.size as usize {
+                        continue;
+                    }
+                }
+            }
+            // One whole message.
+            let h = rd.header.take().expect("a header");
+            let fds = std::mem::take(&mut rd.fds);
+            let payload = std::mem::take(&mut rd.payload);
+            *rd = Framer { payload: Vec::with_capacity(payload.capacity()), ..Framer::default() };
+            handled += 1;
+            match self.backend.handle(&h, &payload, fds) {
+                Ok(None) => {}
+                Ok(Some(reply)) => {
+                    if let Err(e) = self.send(&reply) {
+                        return Read::Close(e);
+                    }
+                }
+                Err((why, reply)) => {
+                    if let Some(r) = reply {
+                        let _ = self.send(&r);
+                    }
+                    return Read::Close(format!("request refused, connection closed: {why}"));
+                }
+            }
+        }
+        Read::Idle { changed: true }
+    }
+
+    /// Queues a reply and sends what the socket takes. Err if replies pile up unread.
+    fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.out.extend_from_slice(bytes);
+        self.flush()?;
+        if self.out.len() > OUT_MAX {
+            return Err(format!("frontend leaves its replies unread ({} bytes waiting)", self.out.len()));
+        }
+        Ok(())
+    }
+
+    /// Writes waiting replies as far as the socket takes them.
+    fn flush(&mut self) -> Result<(), String> {
+        while !self.out.is_empty() {
+            match self.sock.write(&self.out) {
+                Ok(0) => return Err("frontend disconnected".into()),
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("writing the socket: {e}")),
+            }
+        }
+        self.out_since = if self.out.is_empty() { None } else { Some(self.out_since.unwrap_or_else(Instant::now)) };
+        Ok(())
+    }
+
+    /// When this connection must have made progress, or be closed.
+    fn deadline(&self) -> Option<Instant> {
+        let msg = self.rd.since.map(|t| t + MSG_DEADLINE);
+        let out = self.out_since.map(|t| t + OUT_DEADLINE);
+        msg.into_iter().chain(out).min()
+    }
 }
 
 /// One vhost-user port's socket side.
 struct PortIo {
-    /// Server mode: the listening socket.
-    listener: Option<Listener>,
+    /// Server mode: the listening socket and its path.
+    listener: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
     conn: Option<Conn>,
     /// Client mode: when to connect next.
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// Server mode: accepting paused until then (the process ran out of file descriptors).
+    paused_until: Option<Instant>,
+}
+
+impl Drop for PortIo {
+    fn drop(&mut self) {
+        if let Some((_, path)) = &self.listener {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// Every vhost-user port's sockets, by port id.
@@ -43,23 +213,51 @@ pub struct VhostIo {
     ports: Vec<Option<PortIo>>,
 }
 
+/// Binds a listening socket at `path`, replacing a stale socket file (never a file that is
+/// not a socket).
+fn listen(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::other(format!("{} exists and is not a socket", path.display())));
+        }
+        Err(_) => {}
+    }
+    let l = std::os::unix::net::UnixListener::bind(path)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Starts connecting to a VMM's socket without waiting: a full backlog is an error (retried
+/// with backoff), as is a socket nobody listens on.
+fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
+    match s.connect(&SockAddr::unix(path)?) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(s)))
+}
+
 impl Endpoints for VhostIo {
     fn open(&mut self, ps: &PortState) -> std::io::Result<()> {
         let Some(v) = ps.cfg.vhost_user() else { return Ok(()) };
         let id = ps.id();
-        let mut io = PortIo { listener: None, conn: None, retry_at: None, backoff: RECONNECT_MIN };
+        let mut io = PortIo { listener: None, conn: None, retry_at: None, backoff: RECONNECT_MIN, paused_until: None };
         match v.mode {
             SocketMode::Server => {
                 if let Some(dir) = v.socket.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                let l = Listener::new(&v.socket, true).map_err(|e| {
+                let l = listen(&v.socket).map_err(|e| {
                     std::io::Error::other(format!("port {}: socket {}: {e}", ps.name(), v.socket.display()))
                 })?;
-                l.set_nonblocking(true).map_err(|e| std::io::Error::other(e.to_string()))?;
                 watch(&self.epoll, l.as_raw_fd(), Token::PortListen(id as u32));
                 info!("port {}: listening on {}", ps.name(), v.socket.display());
-                io.listener = Some(l);
+                io.listener = Some((l, v.socket.clone()));
             }
             SocketMode::Client => io.retry_at = Some(Instant::now()),
         }
@@ -72,57 +270,15 @@ impl Endpoints for VhostIo {
     }
 
     fn close(&mut self, id: u16) {
-        let Some(io) = self.ports.get_mut(id as usize).and_then(|p| p.take()) else { return };
-        if let Some(conn) = io.conn {
-            unwatch(&self.epoll, conn.handler.as_raw_fd());
-            conn.backend.lock().unwrap().stop_all();
+        let Some(mut io) = self.ports.get_mut(id as usize).and_then(|p| p.take()) else { return };
+        if let Some(mut conn) = io.conn.take() {
+            unwatch(&self.epoll, conn.sock.as_raw_fd());
+            conn.backend.stop_all();
         }
-        if let Some(l) = &io.listener {
+        if let Some((l, _)) = &io.listener {
             unwatch(&self.epoll, l.as_raw_fd());
         }
     }
-}
-
-/// QEMU (10.0) and DPDK's virtio-user (on reconnect) send SET_VRING_ENABLE before
-/// SET_FEATURES has acked VHOST_USER_F_PROTOCOL_FEATURES; the `vhost` crate rejects that and
-/// drops the connection. We take that one message off the socket ourselves (it carries no
-/// fds) and record the ring's enable state, as DPDK's and QEMU's own backends do.
-fn early_vring_enable(conn: &mut Conn) -> Option<vhost::vhost_user::Result<()>> {
-    const SET_VRING_ENABLE: u32 = 18;
-    const NEED_REPLY: u32 = 0x8;
-    let fd = conn.handler.as_raw_fd();
-    let mut msg = [0u8; 20];
-    // SAFETY: peeking into a local buffer of the given length.
-    let n = unsafe { libc::recv(fd, msg.as_mut_ptr() as *mut libc::c_void, 20, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    fn word(m: &[u8; 20], i: usize) -> u32 {
-        u32::from_le_bytes(m[i..i + 4].try_into().unwrap())
-    }
-    if n != 20 || word(&msg, 0) != SET_VRING_ENABLE || word(&msg, 8) != 8 {
-        return None;
-    }
-    let mut backend = conn.backend.lock().unwrap();
-    if backend.features() & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
-        return None; // the crate handles it
-    }
-    // SAFETY: consuming the 20 bytes we just peeked, into the same local buffer.
-    let n = unsafe { libc::recv(fd, msg.as_mut_ptr() as *mut libc::c_void, 20, libc::MSG_DONTWAIT) };
-    if n != 20 {
-        return Some(Err(vhost::vhost_user::Error::PartialMessage));
-    }
-    let (flags, index, num) = (word(&msg, 4), word(&msg, 12), word(&msg, 16));
-    use vhost::vhost_user::VhostUserBackendReqHandlerMut;
-    let res =
-        if num > 1 { Err(vhost::vhost_user::Error::InvalidParam) } else { backend.set_vring_enable(index, num == 1) };
-    if flags & NEED_REPLY != 0 {
-        let mut reply = [0u8; 20];
-        reply[0..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
-        reply[4..8].copy_from_slice(&(0x1u32 | 0x4).to_le_bytes()); // version 1, reply
-        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-        reply[12..20].copy_from_slice(&(res.is_err() as u64).to_le_bytes());
-        // SAFETY: sending a local buffer on the connection's socket.
-        unsafe { libc::send(fd, reply.as_ptr() as *const libc::c_void, 20, libc::MSG_NOSIGNAL) };
-    }
-    Some(res)
 }
 
 impl VhostIo {
@@ -134,23 +290,53 @@ impl VhostIo {
         self.ports.get_mut(i).and_then(|p| p.as_mut())
     }
 
-    /// Connects client-mode ports whose retry time has come; returns the epoll timeout (ms,
-    /// -1 for none).
-    pub fn reconnect_due(&mut self, sw: &mut Switch) -> i32 {
+    /// Connects client-mode ports whose retry time has come.
+    pub fn reconnect_due(&mut self, sw: &mut Switch) {
         let now = Instant::now();
-        let mut next: Option<Instant> = None;
         for i in 0..self.ports.len() {
-            let Some(at) = self.io(i).and_then(|p| p.retry_at) else { continue };
-            if at <= now {
+            if self.io(i).and_then(|p| p.retry_at).is_some_and(|at| at <= now) {
                 self.connect(i, sw);
             }
-            if let Some(at) = self.io(i).and_then(|p| p.retry_at) {
-                next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
+
+    /// The next moment something is due: a reconnect, or a connection's deadline.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.ports
+            .iter()
+            .flatten()
+            .flat_map(|p| {
+                let conn = p.conn.as_ref().and_then(|c| c.deadline());
+                p.retry_at.into_iter().chain(conn).chain(p.paused_until)
+            })
+            .min()
+    }
+
+    /// Closes connections that missed a deadline (a message left unfinished, replies unread);
+    /// resumes accepting on listeners paused for lack of file descriptors.
+    pub fn expire(&mut self, sw: &mut Switch) {
+        let now = Instant::now();
+        let epoll = self.epoll.clone();
+        for (i, io) in self.ports.iter_mut().enumerate() {
+            let Some(io) = io.as_mut() else { continue };
+            if let (Some(t), Some((l, _))) = (io.paused_until, &io.listener)
+                && t <= now
+            {
+                io.paused_until = None;
+                watch(&epoll, l.as_raw_fd(), Token::PortListen(i as u32));
             }
         }
-        match next {
-            None => -1,
-            Some(t) => t.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32,
+        for i in 0..self.ports.len() {
+            let Some(c) = self.io(i).and_then(|p| p.conn.as_ref()) else { continue };
+            if c.deadline().is_some_and(|d| d <= now) {
+                let why = if c.rd.since.is_some_and(|t| t + MSG_DEADLINE <= now) {
+                    format!("frontend left a message unfinished for {MSG_DEADLINE:?}; connection closed")
+                } else {
+                    format!("frontend left its replies unread for {OUT_DEADLINE:?}; connection closed")
+                };
+                warn!("port {}: {why}", sw.port_name(i as u16));
+                self.detach(i, sw, why);
+            }
         }
     }
 
@@ -159,7 +345,7 @@ impl VhostIo {
         let Some(v) = ps.cfg.vhost_user() else { return };
         let path = v.socket.clone();
         let Some(io) = self.io(i) else { return };
-        match UnixStream::connect(&path) {
+        match connect(&path) {
             Ok(s) => {
                 io.retry_at = None;
                 io.backoff = RECONNECT_MIN;
@@ -178,64 +364,87 @@ impl VhostIo {
     }
 
     pub fn accept(&mut self, i: usize, sw: &mut Switch) {
-        let Some(io) = self.io(i) else { return };
-        let Some(l) = &io.listener else { return };
         loop {
-            match l.accept() {
-                Ok(Some(s)) => {
-                    if io.conn.is_some() {
-                        warn!("port {}: refusing a second frontend connection", sw.port_name(i as u16));
-                        drop(s);
-                        continue;
+            let Some((l, _)) = self.io(i).and_then(|io| io.listener.as_ref()) else { return };
+            let s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Level-triggered: accepting again at once would spin. Pause this listener.
+                    warn!(
+                        "port {}: out of file descriptors ({e}); not accepting for {ACCEPT_PAUSE:?}",
+                        sw.port_name(i as u16)
+                    );
+                    let fd = l.as_raw_fd();
+                    unwatch(&self.epoll, fd);
+                    if let Some(io) = self.io(i) {
+                        io.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
                     }
-                    self.attach(i, s, sw);
                     return;
                 }
-                Ok(None) => return,
                 Err(e) => {
                     warn!("port {}: accept: {e}", sw.port_name(i as u16));
                     return;
                 }
+            };
+            // The frontend may have closed and connected again before we read its hangup:
+            // the old connection is gone first, so the new one is not refused as a second.
+            if self.io(i).and_then(|io| io.conn.as_ref()).is_some_and(|c| super::os::peer_closed(&c.sock)) {
+                self.detach(i, sw, "frontend disconnected".into());
             }
+            if self.io(i).is_some_and(|io| io.conn.is_some()) {
+                warn!("port {}: refusing a second frontend connection", sw.port_name(i as u16));
+                continue;
+            }
+            self.attach(i, s, sw);
         }
     }
 
     fn attach(&mut self, i: usize, s: UnixStream, sw: &mut Switch) {
         let Some(ps) = sw.port(i) else { return };
-        let _ = s.set_read_timeout(Some(VHOST_MSG_TIMEOUT));
-        let _ = s.set_write_timeout(Some(VHOST_MSG_TIMEOUT));
-        let backend = Arc::new(Mutex::new(PortBackend::new(ps.port.clone())));
-        let handler = BackendReqHandler::from_stream(s, backend.clone());
-        watch(&self.epoll, handler.as_raw_fd(), Token::PortConn(i as u32));
+        if let Err(e) = s.set_nonblocking(true) {
+            warn!("port {}: {e}", ps.name());
+            return;
+        }
+        let backend = PortBackend::new(ps.port.clone());
+        watch(&self.epoll, s.as_raw_fd(), Token::PortConn(i as u32));
         info!("port {}: frontend connected", ps.name());
-        let status = backend.lock().unwrap().status();
+        let status = backend.status();
         if let Some(io) = self.io(i) {
-            io.conn = Some(Conn { handler, backend });
+            io.conn = Some(Conn::new(s, backend));
         }
         sw.connected(i as u16, status);
     }
 
-    /// Answers one request of port `i`'s frontend.
+    /// Port `i`'s connection is readable or writable: reads and answers whole messages, sends
+    /// waiting replies.
     pub fn serve(&mut self, i: usize, sw: &mut Switch) {
+        let epoll = self.epoll.clone();
         let Some(conn) = self.io(i).and_then(|io| io.conn.as_mut()) else { return };
-        let res = match early_vring_enable(conn) {
-            Some(r) => r,
-            None => conn.handler.handle_request(),
-        };
-        // A ring of this port may have started or stopped: the switch wakes the poll threads
-        // that own its queues, in case they sleep and must watch a new kick fd.
-        let status = conn.backend.lock().unwrap().status();
-        sw.link_changed(i as u16, status);
-        if let Err(e) = res {
-            let msg = match e {
-                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage => {
-                    "frontend disconnected".to_string()
+        let was_waiting = !conn.out.is_empty();
+        let mut close = conn.flush().err();
+        if close.is_none() {
+            match conn.read() {
+                Read::Idle { changed } => {
+                    if changed {
+                        // A ring of this port may have started or stopped: the switch wakes the
+                        // poll threads that own its queues, in case they sleep and must watch a
+                        // new kick fd.
+                        sw.link_changed(i as u16, conn.backend.status());
+                    }
                 }
-                vhost::vhost_user::Error::ReqHandlerError(e) => format!("request refused, connection closed: {e}"),
-                e => format!("closing connection: {e}"),
-            };
-            info!("port {}: {msg}", sw.port_name(i as u16));
-            self.detach(i, sw, msg);
+                Read::Close(why) => close = Some(why),
+            }
+        }
+        if let Some(why) = close {
+            info!("port {}: {why}", sw.port_name(i as u16));
+            self.detach(i, sw, why);
+            return;
+        }
+        let waiting = !conn.out.is_empty();
+        if waiting != was_waiting {
+            rewatch(&epoll, conn.sock.as_raw_fd(), Token::PortConn(i as u32), waiting);
         }
     }
 
@@ -245,9 +454,9 @@ impl VhostIo {
     pub fn detach(&mut self, i: usize, sw: &mut Switch, why: String) {
         let epoll = self.epoll.clone();
         let Some(io) = self.io(i) else { return };
-        if let Some(conn) = io.conn.take() {
-            unwatch(&epoll, conn.handler.as_raw_fd());
-            conn.backend.lock().unwrap().stop_all();
+        if let Some(mut conn) = io.conn.take() {
+            unwatch(&epoll, conn.sock.as_raw_fd());
+            conn.backend.stop_all();
         }
         if io.listener.is_none() {
             io.retry_at = Some(Instant::now() + io.backoff);
@@ -258,11 +467,7 @@ impl VhostIo {
     /// A guest's memory faulted at `addr` (its file shrank): disconnects the port it belongs to.
     pub fn memory_fault(&mut self, addr: usize, faults: u64, sw: &mut Switch) {
         for i in 0..self.ports.len() {
-            let hit = self
-                .io(i)
-                .and_then(|io| io.conn.as_ref())
-                .is_some_and(|c| c.backend.lock().unwrap().mem_contains(addr));
-            if hit {
+            if self.io(i).and_then(|io| io.conn.as_ref()).is_some_and(|c| c.backend.mem_contains(addr)) {
                 let msg = format!(
                     "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory); disconnected"
                 );
@@ -272,7 +477,7 @@ impl VhostIo {
         }
     }
 
-    /// Stops every connection's rings (shutdown).
+    /// Stops every connection's rings and closes every socket (shutdown).
     pub fn close_all(&mut self) {
         for i in 0..self.ports.len() {
             self.close(i as u16);

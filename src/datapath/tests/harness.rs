@@ -6,16 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use pvsgen::frontend::{Guest, HDR_LEN, Layout};
-use vhost::vhost_user::VhostUserBackendReqHandlerMut;
-use vhost::vhost_user::message::{VhostUserMemoryRegion, VhostUserVringAddrFlags};
 
 use crate::datapath::counters::{Drop, PortTotals, RxqStats, ThreadStats};
 use crate::datapath::mac_table::MacTable;
 use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::datapath::{Ctx, PollThread};
 use crate::flow::table::FlowTable;
+use crate::mem::RegionDesc;
 use crate::port::Port;
-use crate::port::vhost::{OFFERED_FEATURES, PortBackend, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::port::vhost::{OFFERED_FEATURES, OFFERED_PROTOCOL_FEATURES, PortBackend, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::wire::virtio_net::feature;
 
 /// What a test VM's driver acks by default: pvsgen's features.
@@ -110,8 +109,9 @@ pub fn attach(backend: &mut PortBackend, guest: &Guest, features: u64) {
     let uva = |gpa: u64| guest.mem.uva() + gpa;
     backend.set_owner().unwrap();
     backend.set_features(features).unwrap();
-    let region = VhostUserMemoryRegion::new(0, l.mem_size, guest.mem.uva(), 0);
-    backend.set_mem_table(&[region], vec![guest.memfd().try_clone().unwrap()], None).unwrap();
+    backend.set_protocol_features(OFFERED_PROTOCOL_FEATURES);
+    let region = RegionDesc { guest_phys_addr: 0, size: l.mem_size, user_addr: guest.mem.uva(), mmap_offset: 0 };
+    backend.set_mem_table(&[region], vec![guest.memfd().try_clone().unwrap()]).unwrap();
     for (q, at) in l.rings.iter().enumerate() {
         let dup = |fd: &vmm_sys_util::eventfd::EventFd| {
             // SAFETY: dup of an eventfd we own; the new fd is owned by the File.
@@ -119,8 +119,7 @@ pub fn attach(backend: &mut PortBackend, guest: &Guest, features: u64) {
         };
         backend.set_vring_num(q as u32, l.qsize as u32).unwrap();
         backend.set_vring_base(q as u32, 0).unwrap();
-        let flags = VhostUserVringAddrFlags::empty();
-        backend.set_vring_addr(q as u32, flags, uva(at.desc), uva(at.used), uva(at.avail), 0).unwrap();
+        backend.set_vring_addr(q as u32, uva(at.desc), uva(at.used), uva(at.avail)).unwrap();
         backend.set_vring_kick(q as u8, dup(guest.kick(q))).unwrap();
         backend.set_vring_call(q as u8, dup(guest.call(q))).unwrap();
         backend.set_vring_enable(q as u32, true).unwrap();

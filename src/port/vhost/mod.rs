@@ -1,22 +1,23 @@
 //! The vhost-user backend of one port: the control-plane half. It answers the frontend's
-//! requests (through the `vhost` crate's `BackendReqHandler`, driven by the control thread's
-//! event loop) and starts, stops and remaps the port's rings, which the poll threads then serve.
+//! requests, one whole message at a time (`msg` parses them; the control loop, which owns the
+//! socket, frames them), and starts, stops and remaps the port's rings, which the poll threads
+//! then serve.
 //!
 //! One `PortBackend` lives for one connection; a reconnect gets a fresh one, so no state from
 //! an earlier VM survives into the next.
+
+pub mod msg;
 
 use std::fs::File;
 use std::sync::Arc;
 
 use log::{info, warn};
-use vhost::VhostUserMemoryRegionBase;
-use vhost::vhost_user::message::*;
-use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
 
 use crate::mem::{GuestMem, RegionDesc};
 use crate::port::Port;
 use crate::vring::{MAX_QUEUE_SIZE, ring_addrs};
 use crate::wire::virtio_net::{self, feature};
+use msg::{Header, Request, VringFd};
 
 /// The vhost-user transport's own feature bit: the protocol-features handshake is offered.
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
@@ -32,6 +33,9 @@ pub const OFFERED_FEATURES: u64 = feature::VERSION_1
     | feature::RING_INDIRECT_DESC
     | feature::RING_EVENT_IDX
     | VHOST_USER_F_PROTOCOL_FEATURES;
+
+/// The protocol features offered: multi-queue, and acks for requests that ask for one.
+pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK;
 
 /// Names of negotiated feature bits, for `pvswitchctl ports`.
 pub fn feature_names(f: u64) -> Vec<String> {
@@ -90,12 +94,6 @@ fn rings(port: &Port) -> &[crate::vring::VringLock] {
     port.queues().map_or(&[], |q| q.all())
 }
 
-/// A refused request: the connection closes, and `what` becomes the port's last error.
-fn invalid(what: &str) -> Error {
-    warn!("vhost-user: {what}");
-    Error::ReqHandlerError(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
-}
-
 impl PortBackend {
     pub fn new(port: Arc<Port>) -> PortBackend {
         let n = port.queues().map_or(0, |q| q.all().len());
@@ -140,11 +138,9 @@ impl PortBackend {
         }
     }
 
-    fn vring(&mut self, index: u32) -> Result<&mut VringConf> {
+    fn vring(&mut self, index: u32) -> Result<&mut VringConf, Refusal> {
         let n = self.vrings.len();
-        self.vrings
-            .get_mut(index as usize)
-            .ok_or_else(|| invalid(&format!("vring index {index} out of range (port has {n})")))
+        self.vrings.get_mut(index as usize).ok_or_else(|| format!("vring index {index} out of range (port has {n})"))
     }
 
     fn hdr_len(&self) -> u32 {
@@ -153,14 +149,14 @@ impl PortBackend {
 
     /// Like `reconcile`, for requests that must be refused (and the connection closed) when the
     /// ring's addresses are not in guest memory.
-    fn reconcile_or_refuse(&mut self, i: usize) -> Result<()> {
-        self.reconcile(i).map_err(|e| invalid(&format!("{}: {e}", self.port.name())))
+    fn reconcile_or_refuse(&mut self, i: usize) -> Result<(), Refusal> {
+        self.reconcile(i)
     }
 
     /// Starts ring `i` in the data path if everything it needs has arrived, or stops it if
     /// it should no longer run. Fails only when the ring's addresses are outside guest memory
     /// (or misaligned), or its call eventfd cannot be duplicated; the ring is stopped then.
-    fn reconcile(&mut self, i: usize) -> std::result::Result<(), String> {
+    fn reconcile(&mut self, i: usize) -> Result<(), String> {
         let protocol_negotiated = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
         let hdr_len = self.hdr_len();
         let mrg = self.features & feature::MRG_RXBUF != 0;
@@ -198,7 +194,7 @@ impl PortBackend {
         Ok(())
     }
 
-    fn reconcile_all(&mut self) -> Result<()> {
+    fn reconcile_all(&mut self) -> Result<(), Refusal> {
         for i in 0..self.vrings.len() {
             self.reconcile_or_refuse(i)?;
         }
@@ -222,33 +218,89 @@ impl PortBackend {
     }
 }
 
-impl VhostUserBackendReqHandlerMut for PortBackend {
-    fn set_owner(&mut self) -> Result<()> {
+/// A refused request: the connection closes, and the message becomes the port's last error.
+type Refusal = String;
+
+/// What `handle` makes of a message: the reply to send, if any; or the refusal, with the
+/// failed ack to send first if the frontend asked for one.
+pub type Handled = Result<Option<Vec<u8>>, (Refusal, Option<Vec<u8>>)>;
+
+impl PortBackend {
+    /// Answers one whole message: applies it, and returns the reply to send, if any (the
+    /// request's own reply, or REPLY_ACK's when the frontend asked for one). An error refuses
+    /// the request: the caller sends the reply it gets with it (a failed ack) and closes the
+    /// connection.
+    pub fn handle(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        mut fds: Vec<File>,
+    ) -> Handled {
+        let ack = h.need_reply() && self.protocol & msg::protocol::REPLY_ACK != 0;
+        let res =
+            msg::parse(h, payload, fds.len()).map_err(|e| e.to_string()).and_then(|req| self.apply(req, &mut fds));
+        match res {
+            Ok(Some(body)) => Ok(Some(msg::reply(h, &body))),
+            Ok(None) if ack => Ok(Some(msg::reply(h, &0u64.to_le_bytes()))),
+            Ok(None) => Ok(None),
+            Err(e) => {
+                warn!("{}: vhost-user: {e}", self.port.name());
+                Err((e, ack.then(|| msg::reply(h, &1u64.to_le_bytes()))))
+            }
+        }
+    }
+
+    /// Applies one request; returns its reply body, if it has one.
+    fn apply(&mut self, req: Request, fds: &mut Vec<File>) -> Result<Option<Vec<u8>>, Refusal> {
+        let u64_reply = |v: u64| Ok(Some(v.to_le_bytes().to_vec()));
+        match req {
+            Request::GetFeatures => return u64_reply(OFFERED_FEATURES),
+            Request::SetFeatures(f) => self.set_features(f)?,
+            Request::SetOwner => self.set_owner()?,
+            Request::ResetOwner => self.reset(),
+            Request::SetMemTable(regions) => self.set_mem_table(&regions, std::mem::take(fds))?,
+            Request::SetVringNum { index, num } => self.set_vring_num(index, num)?,
+            Request::SetVringAddr { index, desc, used, avail } => self.set_vring_addr(index, desc, used, avail)?,
+            Request::SetVringBase { index, base } => self.set_vring_base(index, base)?,
+            Request::GetVringBase { index } => {
+                let base = self.get_vring_base(index)?;
+                return Ok(Some(msg::vring_state(index, base as u32).to_vec()));
+            }
+            Request::SetVringFd { which, index, fd: _ } => {
+                let fd = fds.pop();
+                match which {
+                    VringFd::Kick => self.set_vring_kick(index, fd)?,
+                    VringFd::Call => self.set_vring_call(index, fd)?,
+                    VringFd::Err => {
+                        self.vring(index as u32)?;
+                    }
+                }
+            }
+            Request::GetProtocolFeatures => return u64_reply(OFFERED_PROTOCOL_FEATURES),
+            Request::SetProtocolFeatures(f) => {
+                if f & !OFFERED_PROTOCOL_FEATURES != 0 {
+                    return Err(format!("frontend acked protocol features {f:#x} we did not offer"));
+                }
+                self.protocol = f;
+            }
+            Request::GetQueueNum => return u64_reply(self.port.rx_queues() as u64),
+            Request::SetVringEnable { index, enable } => self.set_vring_enable(index, enable)?,
+            Request::Unsupported(code) => return Err(format!("request {code} is not supported")),
+        }
+        Ok(None)
+    }
+
+    pub fn set_owner(&mut self) -> Result<(), Refusal> {
         if self.owner {
-            return Err(invalid("SET_OWNER twice"));
+            return Err("SET_OWNER twice".into());
         }
         self.owner = true;
         Ok(())
     }
 
-    fn reset_owner(&mut self) -> Result<()> {
-        self.reset();
-        Ok(())
-    }
-
-    fn reset_device(&mut self) -> Result<()> {
-        self.reset();
-        self.owner = true;
-        Ok(())
-    }
-
-    fn get_features(&mut self) -> Result<u64> {
-        Ok(OFFERED_FEATURES)
-    }
-
-    fn set_features(&mut self, features: u64) -> Result<()> {
+    pub fn set_features(&mut self, features: u64) -> Result<(), Refusal> {
         if features & !OFFERED_FEATURES != 0 {
-            return Err(invalid(&format!("frontend acked features {features:#x} we did not offer")));
+            return Err(format!("frontend acked features {features:#x} we did not offer"));
         }
         self.features = features;
         info!("{}: features {}", self.port.name(), feature_names(features).join(" "));
@@ -256,22 +308,8 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         self.reconcile_all()
     }
 
-    fn set_mem_table(
-        &mut self,
-        ctx: &[VhostUserMemoryRegion],
-        files: Vec<File>,
-        _postcopy: Option<bool>,
-    ) -> Result<Option<Vec<VhostUserMemoryRegionBase>>> {
-        let descs: Vec<RegionDesc> = ctx
-            .iter()
-            .map(|r| RegionDesc {
-                guest_phys_addr: r.guest_phys_addr,
-                size: r.memory_size,
-                user_addr: r.user_addr,
-                mmap_offset: r.mmap_offset,
-            })
-            .collect();
-        let mem = GuestMem::map(&descs, files).map_err(|e| invalid(&format!("{}: {e}", self.port.name())))?;
+    pub fn set_mem_table(&mut self, regions: &[RegionDesc], files: Vec<File>) -> Result<(), Refusal> {
+        let mem = GuestMem::map(regions, files).map_err(|e| e.to_string())?;
         info!("{}: memory table: {} regions, {} MiB", self.port.name(), mem.region_count(), mem.total_size() >> 20);
         // Each running ring is stopped and restarted on the new table under its lock, so no
         // poll thread ever uses the old mapping after this; the old one is unmapped when the
@@ -284,41 +322,34 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
                 info!("{}: {e}; the ring waits for its addresses in the new memory table", self.port.name());
             }
         }
-        Ok(None)
+        Ok(())
     }
 
-    fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
+    pub fn set_vring_num(&mut self, index: u32, num: u32) -> Result<(), Refusal> {
         if num == 0 || num > MAX_QUEUE_SIZE as u32 || !num.is_power_of_two() {
-            return Err(invalid(&format!("vring {index}: size {num} is not a power of two up to 32768")));
+            return Err(format!("vring {index}: size {num} is not a power of two up to 32768"));
         }
         self.vring(index)?.size = num as u16;
         Ok(())
     }
 
-    fn set_vring_addr(
-        &mut self,
-        index: u32,
-        _flags: VhostUserVringAddrFlags,
-        descriptor: u64,
-        used: u64,
-        available: u64,
-        _log: u64,
-    ) -> Result<()> {
-        self.vring(index)?.addrs = Some((descriptor, used, available));
+    pub fn set_vring_addr(&mut self, index: u32, desc: u64, used: u64, avail: u64) -> Result<(), Refusal> {
+        self.vring(index)?.addrs = Some((desc, used, avail));
         // Restarts a running ring at the new addresses, or starts one that waited for them.
         self.reconcile_or_refuse(index as usize)
     }
 
-    fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
+    pub fn set_vring_base(&mut self, index: u32, base: u32) -> Result<(), Refusal> {
         let v = self.vring(index)?;
         if base > u16::MAX as u32 {
-            return Err(invalid("vring base out of range"));
+            return Err(format!("vring {index}: base {base} out of range"));
         }
         v.base = base as u16;
         Ok(())
     }
 
-    fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
+    /// Stops ring `index` and returns where the next backend should start from.
+    pub fn get_vring_base(&mut self, index: u32) -> Result<u16, Refusal> {
         self.vring(index)?;
         let i = index as usize;
         if let Some(base) = rings(&self.port)[i].lock().stop() {
@@ -327,10 +358,10 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         let v = &mut self.vrings[i];
         v.running = false;
         v.kicked = false;
-        Ok(VhostUserVringState::new(index, v.base as u32))
+        Ok(v.base)
     }
 
-    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+    pub fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<(), Refusal> {
         // Kicks are suppressed in the ring while it is polled; a poll thread that goes to
         // sleep (adaptive polling) re-enables them and waits on this fd.
         let v = self.vring(index as u32)?;
@@ -339,9 +370,9 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         self.reconcile_or_refuse(index as usize)
     }
 
-    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+    pub fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<(), Refusal> {
         let call = match &fd {
-            Some(f) => Some(f.try_clone().map_err(Error::ReqHandlerError)?),
+            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {index} call eventfd: {e}"))?),
             None => None,
         };
         self.vring(index as u32)?.call = fd;
@@ -349,90 +380,13 @@ impl VhostUserBackendReqHandlerMut for PortBackend {
         Ok(())
     }
 
-    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> Result<()> {
-        self.vring(index as u32).map(|_| ())
-    }
-
-    fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
-        Ok(VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK)
-    }
-
-    fn set_protocol_features(&mut self, features: u64) -> Result<()> {
+    pub fn set_protocol_features(&mut self, features: u64) {
         self.protocol = features;
-        Ok(())
     }
 
-    fn get_queue_num(&mut self) -> Result<u64> {
-        Ok(self.port.rx_queues() as u64)
-    }
-
-    fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
+    pub fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<(), Refusal> {
         self.vring(index)?.enabled = enable;
         self.reconcile_or_refuse(index as usize)
-    }
-
-    fn get_config(&mut self, _offset: u32, _size: u32, _flags: VhostUserConfigFlags) -> Result<Vec<u8>> {
-        Err(Error::InvalidOperation("get_config"))
-    }
-
-    fn set_config(&mut self, _offset: u32, _buf: &[u8], _flags: VhostUserConfigFlags) -> Result<()> {
-        Err(Error::InvalidOperation("set_config"))
-    }
-
-    fn set_backend_req_fd(&mut self, _backend: Backend) {}
-
-    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> Result<()> {
-        Err(Error::InvalidOperation("gpu"))
-    }
-
-    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> Result<File> {
-        Err(Error::InvalidOperation("shared object"))
-    }
-
-    fn get_inflight_fd(&mut self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
-        Err(Error::InvalidOperation("inflight"))
-    }
-
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
-        Err(Error::InvalidOperation("inflight"))
-    }
-
-    fn get_max_mem_slots(&mut self) -> Result<u64> {
-        Err(Error::InvalidOperation("mem slots"))
-    }
-
-    fn add_mem_region(
-        &mut self,
-        _region: &VhostUserSingleMemoryRegion,
-        _fd: File,
-        _postcopy: Option<bool>,
-    ) -> Result<Option<VhostUserMemoryRegionBase>> {
-        Err(Error::InvalidOperation("mem slots"))
-    }
-
-    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> Result<()> {
-        Err(Error::InvalidOperation("mem slots"))
-    }
-
-    fn set_device_state_fd(
-        &mut self,
-        _direction: VhostTransferStateDirection,
-        _phase: VhostTransferStatePhase,
-        _fd: File,
-    ) -> Result<Option<File>> {
-        Err(Error::InvalidOperation("device state"))
-    }
-
-    fn check_device_state(&mut self) -> Result<()> {
-        Err(Error::InvalidOperation("device state"))
-    }
-
-    fn get_shmem_config(&mut self) -> Result<VhostUserShMemConfig> {
-        Err(Error::InvalidOperation("shmem"))
-    }
-
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
-        Err(Error::InvalidOperation("dirty log"))
     }
 }
 

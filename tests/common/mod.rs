@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod vms;
+
 /// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

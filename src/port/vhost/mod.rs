@@ -230,12 +230,7 @@ impl PortBackend {
     /// request's own reply, or REPLY_ACK's when the frontend asked for one). An error refuses
     /// the request: the caller sends the reply it gets with it (a failed ack) and closes the
     /// connection.
-    pub fn handle(
-        &mut self,
-        h: &Header,
-        payload: &[u8],
-        mut fds: Vec<File>,
-    ) -> Handled {
+    pub fn handle(&mut self, h: &Header, payload: &[u8], mut fds: Vec<File>) -> Handled {
         let ack = h.need_reply() && self.protocol & msg::protocol::REPLY_ACK != 0;
         let res =
             msg::parse(h, payload, fds.len()).map_err(|e| e.to_string()).and_then(|req| self.apply(req, &mut fds));

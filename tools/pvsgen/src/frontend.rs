@@ -429,10 +429,18 @@ impl Vm {
     }
 
     fn connect_layout_with(sock: &str, layout: Layout, file_len: u64) -> Result<Vm, vhost::Error> {
+        Vm::setup(Frontend::connect(sock, 2)?, layout, file_len)
+    }
+
+    /// Sets up a VM with the test layout over an already connected stream.
+    pub fn on_stream(stream: std::os::unix::net::UnixStream) -> Result<Vm, vhost::Error> {
+        Vm::setup(Frontend::from_stream(stream, 2), Layout::TEST, MEM_SIZE)
+    }
+
+    fn setup(mut fe: Frontend, layout: Layout, file_len: u64) -> Result<Vm, vhost::Error> {
         let qsize = layout.qsize;
         let guest = Guest::new(layout, file_len);
         let mem = &guest.mem;
-        let mut fe = Frontend::connect(sock, 2)?;
         fe.set_owner()?;
         let want = FEATURES;
         let offered = fe.get_features()?;

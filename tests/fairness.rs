@@ -8,7 +8,7 @@ use common::*;
 use pvsgen::{Config, Dst, VmSpec};
 
 fn vm(sw: &Switch, name: &str, dst: Dst, size: usize, rate: Option<f64>) -> VmSpec {
-    VmSpec { name: name.into(), socket: sw.sock(name).into(), dst, size, rate }
+    VmSpec { name: name.into(), socket: sw.sock(name).into(), dst, size, rate, driver: Default::default() }
 }
 
 fn config(dir: &std::path::Path, switch_extra: &str, ports: &[(&str, &str)]) -> String {

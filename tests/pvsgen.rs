@@ -9,7 +9,7 @@ use common::*;
 use pvsgen::{Config, Dst, VmSpec};
 
 fn vm(sw: &Switch, name: &str, dst: Dst, size: usize, rate: f64) -> VmSpec {
-    VmSpec { name: name.into(), socket: sw.sock(name).into(), dst, size, rate: Some(rate) }
+    VmSpec { name: name.into(), socket: sw.sock(name).into(), dst, size, rate: Some(rate), driver: Default::default() }
 }
 
 fn four_ports(name: &str) -> Switch {

@@ -23,6 +23,71 @@ pub struct VmSpec {
     pub size: usize,
     /// Frames per second, or None: as fast as the ring allows.
     pub rate: Option<f64>,
+    /// How its virtio-net driver behaves.
+    pub driver: Driver,
+}
+
+/// Which free descriptor a driver uses next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reuse {
+    /// The one freed last (what a stack of free ids gives).
+    #[default]
+    Lifo,
+    /// The one freed first.
+    Fifo,
+    /// Any.
+    Random,
+}
+
+/// The ways real virtio-net drivers differ, as knobs. The default is the generator's fast
+/// driver: one descriptor per frame, polling with interrupts suppressed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Driver {
+    /// Negotiate EVENT_IDX (used_event / avail_event instead of the flags).
+    pub event_idx: bool,
+    /// Negotiate INDIRECT_DESC and send every frame through an indirect table.
+    pub indirect: bool,
+    /// Negotiate IN_ORDER (and check the switch uses buffers in order).
+    pub in_order: bool,
+    /// Negotiate MRG_RXBUF: a frame may span several receive buffers.
+    pub mrg_rxbuf: bool,
+    /// Ask for interrupts and look at the used rings only when interrupted (else: poll with
+    /// interrupts suppressed).
+    pub interrupts: bool,
+    pub reuse: Reuse,
+    /// Descriptors per frame: 1 (header and frame together), 2 (header apart), 3 (the frame in
+    /// two pieces as well). Receive buffers without MRG_RXBUF are chained the same way.
+    pub chain: u8,
+    /// Ring size for this VM (None: `--qsize`).
+    pub qsize: Option<u16>,
+    /// Receive buffer size in bytes (None: room for the largest frame).
+    pub rx_buf: Option<u32>,
+    /// Fill every frame's payload with a pattern and check it on arrival.
+    pub verify: bool,
+}
+
+impl Driver {
+    /// The virtio features it acks.
+    pub fn features(&self) -> u64 {
+        use crate::frontend::{EVENT_IDX, IN_ORDER, INDIRECT, MRG_RXBUF};
+        let mut f = crate::frontend::FEATURES & !INDIRECT;
+        for (on, bit) in [
+            (self.event_idx, EVENT_IDX),
+            (self.indirect, INDIRECT),
+            (self.in_order, IN_ORDER),
+            (self.mrg_rxbuf, MRG_RXBUF),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+        f
+    }
+
+    /// Descriptors per frame (at least 1).
+    pub fn chain(&self) -> u16 {
+        self.chain.max(1) as u16
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -72,9 +137,13 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
   --pingpong A,B   A sends one frame to B, B echoes it back, A measures the round trip; one
                    frame in flight; A's rate, if given, spaces the pings 1/rate apart. A's dst and B's
                    dst/rate are ignored; other VMs run as given
-  --vm SPEC        name=NAME,socket=PATH[,dst=VM|bcast|none][,size=BYTES][,rate=PPS]
+  --vm SPEC        name=NAME,socket=PATH[,dst=VM|bcast|none][,size=BYTES][,rate=PPS][,DRIVER]
                    size: Ethernet frame bytes, 60..9000 (default 64); rate: frames per second
                    (default: unlimited, as fast as the ring takes them); dst default none
+                   DRIVER (how its virtio-net driver behaves; default: one descriptor per
+                   frame, polling): features=event_idx+indirect+in_order+mrg,
+                   notify=poll|interrupt, reuse=lifo|fifo|random, chain=1|2|3 (descriptors per
+                   frame), qsize=N, rxbuf=BYTES, verify=1 (pattern-fill and check payloads)
 ";
 
 fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
@@ -93,7 +162,14 @@ fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
 }
 
 pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
-    let mut vm = VmSpec { name: String::new(), socket: PathBuf::new(), dst: Dst::None, size: 64, rate: None };
+    let mut vm = VmSpec {
+        name: String::new(),
+        socket: PathBuf::new(),
+        dst: Dst::None,
+        size: 64,
+        rate: None,
+        driver: Driver::default(),
+    };
     for kv in s.split(',') {
         let (k, v) = kv.split_once('=').ok_or_else(|| format!("--vm {s:?}: expected key=value, got {kv:?}"))?;
         match k {
@@ -113,6 +189,53 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
                     _ => Some(v.parse::<f64>().ok().filter(|r| *r > 0.0).ok_or(format!("--vm {s:?}: bad rate {v:?}"))?),
                 }
             }
+            "features" => {
+                for f in v.split('+').filter(|f| !f.is_empty()) {
+                    match f {
+                        "event_idx" => vm.driver.event_idx = true,
+                        "indirect" => vm.driver.indirect = true,
+                        "in_order" => vm.driver.in_order = true,
+                        "mrg" | "mrg_rxbuf" => vm.driver.mrg_rxbuf = true,
+                        _ => {
+                            return Err(format!(
+                                "--vm {s:?}: unknown feature {f:?} (event_idx, indirect, in_order, mrg)"
+                            ));
+                        }
+                    }
+                }
+            }
+            "notify" => {
+                vm.driver.interrupts = match v {
+                    "poll" => false,
+                    "interrupt" | "interrupts" => true,
+                    _ => return Err(format!("--vm {s:?}: notify is poll or interrupt")),
+                }
+            }
+            "reuse" => {
+                vm.driver.reuse = match v {
+                    "lifo" => Reuse::Lifo,
+                    "fifo" => Reuse::Fifo,
+                    "random" => Reuse::Random,
+                    _ => return Err(format!("--vm {s:?}: reuse is lifo, fifo or random")),
+                }
+            }
+            "chain" => {
+                vm.driver.chain =
+                    v.parse().ok().filter(|c| (1..=3).contains(c)).ok_or(format!("--vm {s:?}: chain is 1, 2 or 3"))?
+            }
+            "qsize" => {
+                let q: u16 = v.parse().map_err(|_| format!("--vm {s:?}: bad qsize {v:?}"))?;
+                vm.driver.qsize = Some(q);
+            }
+            "rxbuf" => {
+                let b: u32 = v
+                    .parse()
+                    .ok()
+                    .filter(|b| (64..=65536).contains(b))
+                    .ok_or(format!("--vm {s:?}: rxbuf is 64..65536"))?;
+                vm.driver.rx_buf = Some(b);
+            }
+            "verify" => vm.driver.verify = v != "0",
             _ => return Err(format!("--vm {s:?}: unknown key {k:?}")),
         }
     }
@@ -170,6 +293,19 @@ impl Config {
             return Err("--burst must be 1..qsize".into());
         }
         for (i, v) in self.vms.iter().enumerate() {
+            let q = v.driver.qsize.unwrap_or(self.qsize);
+            if !q.is_power_of_two() || !(16..=32768).contains(&q) {
+                return Err(format!("VM {:?}: qsize must be a power of two, 16..32768", v.name));
+            }
+            if q < 4 * v.driver.chain() {
+                return Err(format!("VM {:?}: qsize {q} too small for chains of {}", v.name, v.driver.chain()));
+            }
+            if let Some(b) = v.driver.rx_buf
+                && !v.driver.mrg_rxbuf
+                && (b as usize) < v.size + 12
+            {
+                return Err(format!("VM {:?}: rxbuf {b} cannot hold a {}-byte frame without mrg", v.name, v.size));
+            }
             if self.vms[..i].iter().any(|o| o.name == v.name) {
                 return Err(format!("VM name {:?} given twice", v.name));
             }

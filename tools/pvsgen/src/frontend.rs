@@ -38,8 +38,12 @@ const AVAIL_F_NO_INTERRUPT: u16 = 1;
 const VERSION_1: u64 = 1 << 32;
 const PROTOCOL_FEATURES: u64 = 1 << 30;
 const INDIRECT_DESC: u64 = 1 << 28;
-/// The features this driver acks.
+/// The features this driver acks by default.
 pub const FEATURES: u64 = VERSION_1 | PROTOCOL_FEATURES | INDIRECT_DESC;
+pub const MRG_RXBUF: u64 = 1 << 15;
+pub const EVENT_IDX: u64 = 1 << 29;
+pub const IN_ORDER: u64 = 1 << 35;
+pub const INDIRECT: u64 = INDIRECT_DESC;
 
 /// Guest physical addresses of one split virtqueue's three parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,8 +270,10 @@ struct Ring {
     /// Used entries we have consumed.
     last_used: u16,
     /// The ring's kick eventfd: written after a publish when the switch asks for kicks (it
-    /// clears VRING_USED_F_NO_NOTIFY before its poll thread sleeps).
+    /// clears VRING_USED_F_NO_NOTIFY, or sets avail_event, before its poll thread sleeps).
     kick: Option<std::os::fd::RawFd>,
+    /// EVENT_IDX negotiated: kicks follow avail_event, interrupts used_event.
+    event_idx: bool,
 }
 
 /// Direct access to one of a VM's rings: for a driver's fast path, and for writing what a
@@ -297,16 +303,24 @@ impl RawRing<'_> {
     /// asked for one (used->flags without NO_NOTIFY), as a driver does.
     #[inline]
     pub fn publish(&mut self) {
+        let old = u16::from_le(self.mem.u16_at(self.ring.at.avail + 2).load(Ordering::Relaxed));
         let idx = self.ring.avail_idx;
         self.set_avail_idx(idx);
         let used = self.ring.at.used;
-        let readable = self.mem.contains(used, 2) && used.is_multiple_of(2);
+        let q = self.ring.qsize as u64;
+        let readable = self.mem.contains(used, 6 + 8 * q as usize) && used.is_multiple_of(2);
         if let Some(fd) = self.ring.kick.filter(|_| readable) {
-            // The flags must be read after our idx store is visible (the switch re-checks the
-            // idx after clearing the flag, with a full fence in between).
+            // What the switch asked for must be read after our idx store is visible (it
+            // re-checks the idx after asking, with a full fence in between).
             std::sync::atomic::fence(Ordering::SeqCst);
-            let flags = u16::from_le(self.mem.u16_at(self.ring.at.used).load(Ordering::Relaxed));
-            if flags & 1 == 0 {
+            let want = if self.ring.event_idx {
+                // avail_event is used->ring[qsize]: kick when the index passes it.
+                let event = u16::from_le(self.mem.u16_at(used + 4 + 8 * q).load(Ordering::Relaxed));
+                idx.wrapping_sub(event).wrapping_sub(1) < idx.wrapping_sub(old)
+            } else {
+                u16::from_le(self.mem.u16_at(self.ring.at.used).load(Ordering::Relaxed)) & 1 == 0
+            };
+            if want {
                 let one = 1u64.to_ne_bytes();
                 // SAFETY: writing 8 bytes from a local buffer to our own eventfd.
                 unsafe { libc::write(fd, one.as_ptr() as *const libc::c_void, 8) };
@@ -318,6 +332,25 @@ impl RawRing<'_> {
     pub fn push(&mut self, head: u16) {
         self.stage(head);
         self.publish();
+    }
+
+    /// Asks for an interrupt when the switch uses the entry after `last_used` (EVENT_IDX: sets
+    /// used_event; else clears NO_INTERRUPT), or, with `on` false, for none. Then a full fence,
+    /// so the caller's next look at the used index is not reordered before it.
+    pub fn want_interrupts(&mut self, on: bool) {
+        let q = self.ring.qsize as u64;
+        if self.ring.event_idx {
+            // used_event is avail->ring[qsize]; 'behind by a whole ring' suppresses.
+            let at = if on { self.ring.last_used } else { self.ring.last_used.wrapping_sub(1) };
+            self.mem.u16_at(self.ring.at.avail + 4 + 2 * q).store(at.to_le(), Ordering::Relaxed);
+            if !on {
+                self.mem.u16_at(self.ring.at.avail).store(0, Ordering::Relaxed);
+            }
+        } else {
+            let flags = if on { 0 } else { AVAIL_F_NO_INTERRUPT };
+            self.mem.u16_at(self.ring.at.avail).store(flags.to_le(), Ordering::Relaxed);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// Stores avail->idx as given (release: everything written before is visible first).
@@ -429,20 +462,27 @@ impl Vm {
     }
 
     fn connect_layout_with(sock: &str, layout: Layout, file_len: u64) -> Result<Vm, vhost::Error> {
-        Vm::setup(Frontend::connect(sock, 2)?, layout, file_len)
+        Vm::setup(Frontend::connect(sock, 2)?, layout, file_len, FEATURES)
+    }
+
+    /// Connects with guest memory laid out as `layout`, acking `features` (VERSION_1 and
+    /// PROTOCOL_FEATURES are always acked).
+    pub fn connect_features(sock: &str, layout: Layout, features: u64) -> Result<Vm, vhost::Error> {
+        Vm::setup(Frontend::connect(sock, 2)?, layout, layout.mem_size, features)
     }
 
     /// Sets up a VM with the test layout over an already connected stream.
     pub fn on_stream(stream: std::os::unix::net::UnixStream) -> Result<Vm, vhost::Error> {
-        Vm::setup(Frontend::from_stream(stream, 2), Layout::TEST, MEM_SIZE)
+        Vm::setup(Frontend::from_stream(stream, 2), Layout::TEST, MEM_SIZE, FEATURES)
     }
 
-    fn setup(mut fe: Frontend, layout: Layout, file_len: u64) -> Result<Vm, vhost::Error> {
+    fn setup(mut fe: Frontend, layout: Layout, file_len: u64, features: u64) -> Result<Vm, vhost::Error> {
         let qsize = layout.qsize;
-        let guest = Guest::new(layout, file_len);
+        let mut guest = Guest::new(layout, file_len);
+        guest.set_features(features | VERSION_1 | PROTOCOL_FEATURES);
         let mem = &guest.mem;
         fe.set_owner()?;
-        let want = FEATURES;
+        let want = guest.features;
         let offered = fe.get_features()?;
         assert_eq!(offered & want, want, "the switch offers {offered:#x}");
         fe.set_features(want)?;
@@ -507,6 +547,8 @@ impl Vm {
 pub struct Guest {
     pub mem: GuestMemory,
     layout: Layout,
+    /// What the driver acks.
+    features: u64,
     rx: Ring,
     tx: Ring,
     /// Kick and call eventfds of queue 0 (RX) and 1 (TX).
@@ -532,9 +574,22 @@ impl Guest {
             avail_idx: 0,
             last_used: 0,
             kick: Some(kick.as_raw_fd()),
+            event_idx: false,
         };
         let (rx, tx) = (ring(layout.rings[0], &kicks[0]), ring(layout.rings[1], &kicks[1]));
-        Guest { mem, layout, rx, tx, kicks, calls }
+        Guest { mem, layout, features: FEATURES, rx, tx, kicks, calls }
+    }
+
+    /// The features the driver acks (before it connects).
+    pub fn set_features(&mut self, features: u64) {
+        self.features = features;
+        let event_idx = features & EVENT_IDX != 0;
+        self.rx.event_idx = event_idx;
+        self.tx.event_idx = event_idx;
+    }
+
+    pub fn features(&self) -> u64 {
+        self.features
     }
 
     pub fn layout(&self) -> &Layout {

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-pub use config::{Config, Dst, USAGE, VmSpec, parse_args};
+pub use config::{Config, Driver, Dst, Reuse, USAGE, VmSpec, parse_args};
 use engine::{Port, Role, Shared, mac_of};
 use frontend::{HDR_LEN, Layout, Vm};
 use stats::Histogram;
@@ -151,13 +151,16 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         src != dst && role(src) == Role::Stream && matches!(target(src), Some(t) if t.is_none_or(|j| j == dst))
     };
     let max_size = cfg.vms.iter().map(|v| v.size).max().unwrap();
-    let slot = ((HDR_LEN + max_size) as u64).div_ceil(64).max(32) * 64;
-    let layout = Layout::packed(cfg.qsize, slot);
 
     let threads = cfg.cpus.len();
     let mut per_thread: Vec<Vec<Port>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, v) in cfg.vms.iter().enumerate() {
-        let vm = Vm::connect_layout(&v.socket.display().to_string(), layout)
+        // A buffer slot holds the largest frame any VM sends (a receive buffer without
+        // MRG_RXBUF must), or the receive buffer asked for, and the frame's indirect table.
+        let need = (HDR_LEN + max_size) as u64 + engine::TABLE_LEN;
+        let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + engine::TABLE_LEN).div_ceil(64).max(32) * 64;
+        let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
+        let vm = Vm::connect_features(&v.socket.display().to_string(), layout, v.driver.features())
             .map_err(|e| format!("VM {}: vhost-user setup on {}: {e}", v.name, v.socket.display()))?;
         let mut needs = Vec::new();
         if let Some(Some(j)) = target(i) {
@@ -168,7 +171,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         }
         let sources: Vec<bool> = (0..n).map(|s| streams_to(s, i)).collect();
         let dst_mac = target(i).map(|t| t.map_or(engine::BCAST, |j| mac_of(j as u16)));
-        let port = Port::new(i as u16, vm, dst_mac, v.size, v.rate, role(i), needs, &sources);
+        let port = Port::with_driver(i as u16, vm, dst_mac, v.size, v.rate, role(i), needs, &sources, v.driver);
         per_thread[i % threads].push(port);
     }
 

@@ -2,6 +2,7 @@
 //! client-mode ports (pvswitchd connects to a socket the VMM owns, and reconnects).
 
 mod common;
+mod frontend;
 
 use common::*;
 
@@ -72,4 +73,70 @@ fn vms_reconnect_while_others_keep_forwarding() {
         }
     }
     steady.quit();
+}
+
+/// One frontend's life on a port: set up, traffic both ways with the peer (every frame
+/// arrives), GET_VRING_BASE (the switch reports where the rings stand: every frame sent
+/// consumed), close.
+fn cycle(vm: &mut frontend::Vm, peer: &mut frontend::Vm, i: u32) {
+    use common::vms::{MAC_C, RX_BUF, recv_n};
+    vm.post_rx_buffers(8, RX_BUF);
+    let out: Vec<Vec<u8>> = (0..4).map(|k| frame(MAC_B, MAC_C, 64 + k * 100, 3, 4 * i + k as u32)).collect();
+    for f in &out {
+        vm.send(f);
+    }
+    assert_eq!(recv_n(peer, out.len()), out, "cycle {i}: frames from the new connection");
+    let back: Vec<Vec<u8>> = (0..4).map(|k| frame(MAC_C, MAC_B, 80 + k * 50, 4, 4 * i + k as u32)).collect();
+    for f in &back {
+        peer.send(f);
+    }
+    assert_eq!(recv_n(vm, back.len()), back, "cycle {i}: frames to the new connection");
+    let (_, tx_base) = vm.stop().unwrap_or_else(|e| panic!("cycle {i}: GET_VRING_BASE: {e}"));
+    assert_eq!(tx_base, vm.raw_tx().avail_idx(), "cycle {i}: the switch has not consumed every frame sent");
+}
+
+/// A peer VM with MAC_B on port `name`, its MAC announced.
+fn peer(sw: &Switch, name: &str) -> frontend::Vm {
+    let mut p = frontend::Vm::connect(&sw.sock(name));
+    p.post_rx_buffers(128, common::vms::RX_BUF);
+    p.send(&frame([0xff; 6], MAC_B, 60, 9, 0));
+    sw.wait_running(name, 1);
+    p
+}
+
+/// 1000 frontends one after another on one server-mode port, each set up, used and closed:
+/// every one works, none inherits anything from the one before.
+#[test]
+fn a_thousand_reconnects_server_mode() {
+    let _g = serial();
+    let sw = Switch::start("reconnect-1000s", &[1], &[PortSpec::server("peer"), PortSpec::server("vm")]);
+    let mut p = peer(&sw, "peer");
+    for i in 0..1000 {
+        let mut vm = frontend::Vm::try_connect(&sw.sock("vm"), [frontend::RX_RING, frontend::TX_RING])
+            .unwrap_or_else(|e| panic!("cycle {i}: setup: {e}\n{}", sw.log()));
+        cycle(&mut vm, &mut p, i);
+    }
+    assert_eq!(sw.port("vm")["connects"], 1000);
+    assert!(sw.port("vm")["drops"].as_object().unwrap().values().all(|v| v == 0), "{}", sw.port("vm"));
+}
+
+/// The same with a client-mode port: the "VMM" listens, pvswitchd connects, the VMM closes
+/// after each cycle and pvswitchd connects again.
+#[test]
+fn a_thousand_reconnects_client_mode() {
+    let _g = serial();
+    let dir = test_dir("reconnect-1000c");
+    let ports = [PortSpec::server("peer"), PortSpec::server("vm").client()];
+    let vmm = std::os::unix::net::UnixListener::bind(dir.join("vm.sock")).unwrap();
+    let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &ports, ""));
+    let mut p = peer(&sw, "peer");
+    vmm.set_nonblocking(true).unwrap();
+    for i in 0..1000 {
+        let (s, _) = wait_for("pvswitchd to connect", || vmm.accept().ok());
+        s.set_nonblocking(false).unwrap();
+        let mut vm = frontend::Vm::on_stream(s).unwrap_or_else(|e| panic!("cycle {i}: setup: {e}\n{}", sw.log()));
+        cycle(&mut vm, &mut p, i);
+    }
+    // pvswitchd is connected again already (or about to be): at least one per cycle.
+    assert!(sw.port("vm")["connects"].as_u64() >= Some(1000), "{}", sw.port("vm"));
 }

@@ -454,12 +454,23 @@ impl VhostIo {
     pub fn detach(&mut self, i: usize, sw: &mut Switch, why: String) {
         let epoll = self.epoll.clone();
         let Some(io) = self.io(i) else { return };
+        let mut served = false;
         if let Some(mut conn) = io.conn.take() {
             unwatch(&epoll, conn.sock.as_raw_fd());
+            // A frontend that set up its rings did real work: its VMM is likely restarting,
+            // so a client-mode port reconnects at once; one that never got that far (a VMM
+            // that accepts and drops us) waits out the backoff.
+            served = conn.backend.status().vrings.iter().any(|v| v.running || v.size > 0);
             conn.backend.stop_all();
         }
         if io.listener.is_none() {
-            io.retry_at = Some(Instant::now() + io.backoff);
+            if served {
+                io.backoff = RECONNECT_MIN;
+            }
+            io.retry_at = Some(Instant::now() + if served { Duration::ZERO } else { io.backoff });
+            if !served {
+                io.backoff = (io.backoff * 2).min(RECONNECT_MAX);
+            }
         }
         sw.disconnected(i as u16, why);
     }

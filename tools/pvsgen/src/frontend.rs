@@ -510,6 +510,12 @@ impl Vm {
         Ok(Vm { fe, guest })
     }
 
+    /// Stops both rings as a VMM does before it disconnects or migrates (GET_VRING_BASE) and
+    /// returns where the switch says each would resume: (RX, TX).
+    pub fn stop(&mut self) -> Result<(u16, u16), vhost::Error> {
+        Ok((self.fe.get_vring_base(0)? as u16, self.fe.get_vring_base(1)? as u16))
+    }
+
     /// Moves this VM's memory, as a VMM may at any time: a new memfd with the same contents,
     /// mapped at a new address, announced with SET_MEM_TABLE, then SET_VRING_ADDR for both rings
     /// at their new addresses. Call it when no frame is in flight. Every request is acked

@@ -17,6 +17,7 @@
 #   --job FILE        shell script run in the guest as /job.sh (then the guest powers off)
 #   --log FILE        serial console output (default: console on stdio)
 #   --name NAME       VM name / guest hostname (default pvs-vm)
+#   --reboot          a guest reboot resets the machine (default: it ends QEMU)
 #   --guest-dir DIR   where vmlinuz and initrd.img live (default target/guest; built if
 #                     missing)
 # Environment:
@@ -31,7 +32,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm
+socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -45,6 +46,7 @@ while [ $# -gt 0 ]; do
     --job)          job=${2:?}; shift 2 ;;
     --log)          logfile=${2:?}; shift 2 ;;
     --name)         name=${2:?}; shift 2 ;;
+    --reboot)       reboot=1; shift ;;
     --guest-dir)    guest_dir=${2:?}; shift 2 ;;
     -h|--help)      usage ;;
     *)              echo "run-vm: unknown argument: $1" >&2; usage ;;
@@ -113,12 +115,15 @@ args=(
   -machine "q35,accel=$accel" -cpu "$cpu" -smp "$smp" -m 256
   # vhost-user needs guest RAM in a shareable fd the backend can mmap.
   -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
-  -nographic -no-reboot -nodefaults
+  -nographic -nodefaults
   -kernel "$guest_dir/vmlinuz" -initrd "$initrd" -append "$append"
   -chardev "$chardev"
   -netdev "$netdev"
   -device "$device"
 )
+# A guest reboot ends QEMU unless --reboot (then it resets the machine: the driver re-creates
+# its rings on the same vhost-user connection).
+[ $reboot = 1 ] || args+=(-no-reboot)
 if [ -n "$logfile" ]; then
   mkdir -p "$(dirname "$logfile")"
   # Serial console to the file; no monitor on stdio (safe to run in the background).

@@ -58,3 +58,73 @@ fn two_linux_guests_switch_as_client() {
         &["--vhost-server", "--pings", "5", "--iperf-time", "3"],
     );
 }
+
+/// Kills the QEMU processes it holds when the test ends, however it ends.
+struct Qemus(Vec<std::process::Child>);
+
+impl Drop for Qemus {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A guest that reboots ten times in a row (the driver resets the device and re-creates its
+/// rings on the same vhost-user connection each time) reaches its peer after every boot.
+#[test]
+fn a_linux_guest_rebooting_ten_times_keeps_working() {
+    let _g = serial();
+    let sw = Switch::start("qemu-reboot", &[1], &[PortSpec::server("vm1"), PortSpec::server("vm2")]);
+    let root = env!("CARGO_MANIFEST_DIR");
+    // The rebooting guest: reach the peer, say so, reboot. The peer: answer pings forever.
+    let job_a = sw.dir.join("job-a.sh");
+    std::fs::write(
+        &job_a,
+        "for i in $(seq 1 120); do ping -c 1 -W 1 10.10.0.2 >/dev/null 2>&1 && break; done\n\
+         ping -c 3 -i 0.2 -W 2 10.10.0.2 && echo PVS-REBOOT-PING-OK\nsync\nreboot -f\n",
+    )
+    .unwrap();
+    let job_b = sw.dir.join("job-b.sh");
+    std::fs::write(&job_b, "while true; do sleep 1000; done\n").unwrap();
+    let qemu = |name: &str, sock: &str, ip: &str, mac: &str, job: &std::path::Path, extra: &[&str]| {
+        Command::new(format!("{root}/scripts/run-vm.sh"))
+            .args(["--socket", &sw.sock(sock), "--name", name, "--ip", ip, "--mac", mac])
+            .args(["--job", job.to_str().unwrap(), "--log", sw.dir.join(format!("{name}.log")).to_str().unwrap()])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(sw.dir.join(format!("qemu-{name}.log"))).unwrap())
+            .spawn()
+            .expect("run scripts/run-vm.sh")
+    };
+    let mut vms = Qemus(vec![
+        qemu("peer", "vm2", "10.10.0.2/24", "52:54:00:0b:0b:02", &job_b, &[]),
+        qemu("rebooter", "vm1", "10.10.0.1/24", "52:54:00:0b:0b:01", &job_a, &["--reboot"]),
+    ]);
+    let log = sw.dir.join("rebooter.log");
+    let mut boots = |want: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let ok = text.matches("PVS-REBOOT-PING-OK").count();
+            if ok >= want {
+                return;
+            }
+            for c in &mut vms.0 {
+                if let Some(st) = c.try_wait().unwrap() {
+                    panic!("QEMU exited ({st}) after {ok} good boots\n{text}\n{}", sw.log());
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "{ok} of {want} boots reached the peer\n{text}\n{}", sw.log());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    boots(10);
+    let p = sw.port("vm1");
+    assert_eq!(p["connects"], 1, "the guest's reboots must reuse its connection: {p}");
+    assert_eq!(p["drops"]["malformed"], 0, "{p}");
+    let setups = sw.log().matches("vm1: features").count();
+    assert!(setups >= 10, "the driver set the device up {setups} times in 10 boots");
+    drop(vms);
+}

@@ -3,8 +3,11 @@
 //! response). Both are served without ever waiting on a client: requests are gathered from
 //! readiness events, replies go out as the socket takes them, a client idle for `IDLE_TIMEOUT`
 //! (request unfinished, or reply unread) is dropped, and at most `MAX_CLIENTS` are served at
-//! once (a new one evicts the longest idle). A listener that runs out of file descriptors
-//! (EMFILE) pauses for `ACCEPT_PAUSE`, says so once, and resumes.
+//! once: when that many are connected, a new one evicts the oldest if it has had `EVICT_AGE`
+//! (a real client asks at once and is answered in far less), else new ones wait in the backlog
+//! until one qualifies. So clients that connect and idle, however many, cannot lock out one
+//! that asks. A listener that runs out of file descriptors (EMFILE) pauses for `ACCEPT_PAUSE`,
+//! says so once, and resumes.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -18,9 +21,11 @@ use vmm_sys_util::epoll::Epoll;
 use super::os::{Token, rewatch, unwatch, watch};
 
 /// Most clients of one listener served at once.
-pub const MAX_CLIENTS: usize = 64;
+pub const MAX_CLIENTS: usize = 256;
 /// A client must finish its request, and read its reply, within this.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// With every slot taken, a client this old may be evicted for a new one.
+pub const EVICT_AGE: Duration = Duration::from_millis(20);
 /// How long a listener stops accepting after running out of file descriptors.
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -99,32 +104,41 @@ impl<L: Listen> Server<L> {
         }
     }
 
-    /// Accepts waiting clients (evicting the longest idle when full).
-    pub fn accept(&mut self) {
+    /// Accepts waiting clients while there is room (evicting the oldest if it is old enough);
+    /// when there is none, stops watching the listener until the oldest is. Returns the new
+    /// clients, to read at once: a real client's request is usually there already.
+    pub fn accept(&mut self) -> Vec<u32> {
+        let mut new = Vec::new();
         loop {
+            if self.clients.len() >= MAX_CLIENTS {
+                let (&oldest, c) = self.clients.iter().min_by_key(|(_, c)| c.since).expect("clients");
+                let at = c.since + EVICT_AGE;
+                if at > Instant::now() {
+                    unwatch(&self.epoll, self.listener.as_raw_fd());
+                    self.paused_until = Some(at);
+                    return new;
+                }
+                self.drop_client(oldest);
+            }
             match self.listener.accept_one() {
                 Ok(s) => {
-                    if self.clients.len() >= MAX_CLIENTS
-                        && let Some((&oldest, _)) = self.clients.iter().min_by_key(|(_, c)| c.since)
-                    {
-                        self.drop_client(oldest);
-                    }
                     let id = self.next;
                     self.next = self.next.wrapping_add(1);
                     watch(&self.epoll, s.as_raw_fd(), (self.client_token)(id));
                     self.clients.insert(id, Client { stream: s, buf: Vec::new(), out: None, since: Instant::now() });
+                    new.push(id);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return new,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                     warn!("{:?}: out of file descriptors ({e}); not accepting for {ACCEPT_PAUSE:?}", self.listen_token);
                     unwatch(&self.epoll, self.listener.as_raw_fd());
                     self.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
-                    return;
+                    return new;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     warn!("{:?}: accept: {e}", self.listen_token);
-                    return;
+                    return new;
                 }
             }
         }

@@ -109,9 +109,17 @@ impl Control {
                 match Token::from_u64(ev.data()) {
                     Some(Token::PortListen(i)) => self.vhost.accept(i as usize, &mut self.sw),
                     Some(Token::PortConn(i)) => self.vhost.serve(i as usize, &mut self.sw),
-                    Some(Token::CtlListen) => self.ctl.accept(),
+                    Some(Token::CtlListen) => {
+                        for id in self.ctl.accept() {
+                            self.serve_ctl(id);
+                        }
+                    }
                     Some(Token::CtlClient(id)) => self.serve_ctl(id),
-                    Some(Token::MetricsListen) => self.metrics.as_mut().map_or((), |m| m.accept()),
+                    Some(Token::MetricsListen) => {
+                        for id in self.metrics.as_mut().map_or(Vec::new(), |m| m.accept()) {
+                            self.serve_metrics(id);
+                        }
+                    }
                     Some(Token::MetricsClient(id)) => self.serve_metrics(id),
                     Some(Token::MemFault) => self.memory_fault(),
                     Some(Token::Signal) if self.take_signal() => return,

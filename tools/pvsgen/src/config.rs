@@ -64,6 +64,16 @@ pub struct Driver {
     pub rx_buf: Option<u32>,
     /// Fill every frame's payload with a pattern and check it on arrival.
     pub verify: bool,
+    /// A hostile driver's TX chains: this many zero-length descriptors in every frame's
+    /// indirect table (needs `indirect`), to make each frame more descriptors to walk.
+    pub pad: u8,
+    /// A hostile driver's source MACs: data frames cycle through this many (0: its own only),
+    /// to fill the switch's MAC table.
+    pub src_macs: u32,
+    /// A hostile driver's interrupts: once set up, it raises its RX call eventfd's counter to
+    /// the maximum, clears O_NONBLOCK on it and asks for interrupts, so that the switch's next
+    /// write to it would block.
+    pub block_call: bool,
 }
 
 impl Driver {
@@ -87,6 +97,11 @@ impl Driver {
     /// Descriptors per frame (at least 1).
     pub fn chain(&self) -> u16 {
         self.chain.max(1) as u16
+    }
+
+    /// Bytes of a frame's indirect table (its pieces and padding), rounded up to 64.
+    pub fn table_len(&self) -> u64 {
+        (16 * (self.chain() as u64 + self.pad as u64)).div_ceil(64) * 64
     }
 }
 
@@ -144,6 +159,10 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
                    frame, polling): features=event_idx+indirect+in_order+mrg,
                    notify=poll|interrupt, reuse=lifo|fifo|random, chain=1|2|3 (descriptors per
                    frame), qsize=N, rxbuf=BYTES, verify=1 (pattern-fill and check payloads)
+                   HOSTILE: pad=N (N zero-length descriptors in every indirect table, 0..253;
+                   needs features=indirect), srcmacs=N (data frames from N source MACs),
+                   rxbuf=0 (zero-length receive buffers; needs features=mrg),
+                   hostile=block-call (its RX call eventfd saturated and made blocking)
 ";
 
 fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
@@ -231,11 +250,19 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
                 let b: u32 = v
                     .parse()
                     .ok()
-                    .filter(|b| (64..=65536).contains(b))
-                    .ok_or(format!("--vm {s:?}: rxbuf is 64..65536"))?;
+                    .filter(|b| *b == 0 || (64..=65536).contains(b))
+                    .ok_or(format!("--vm {s:?}: rxbuf is 64..65536 (or 0, hostile, with features=mrg)"))?;
                 vm.driver.rx_buf = Some(b);
             }
             "verify" => vm.driver.verify = v != "0",
+            "pad" => {
+                vm.driver.pad = v.parse().ok().filter(|p| *p <= 253).ok_or(format!("--vm {s:?}: pad is 0..253"))?
+            }
+            "hostile" => match v {
+                "block-call" => vm.driver.block_call = true,
+                _ => return Err(format!("--vm {s:?}: hostile is block-call")),
+            },
+            "srcmacs" => vm.driver.src_macs = v.parse().map_err(|_| format!("--vm {s:?}: bad srcmacs {v:?}"))?,
             _ => return Err(format!("--vm {s:?}: unknown key {k:?}")),
         }
     }
@@ -244,6 +271,12 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
     }
     if !(60..=9000).contains(&vm.size) {
         return Err(format!("--vm {s:?}: size must be 60..9000"));
+    }
+    if vm.driver.rx_buf == Some(0) && !vm.driver.mrg_rxbuf {
+        return Err(format!("--vm {s:?}: rxbuf=0 needs features=mrg"));
+    }
+    if vm.driver.pad > 0 && !vm.driver.indirect {
+        return Err(format!("--vm {s:?}: pad needs features=indirect"));
     }
     Ok(vm)
 }

@@ -191,6 +191,9 @@ pub struct Port {
     /// The ids of each chain, by head id (its first `chain_len` entries).
     tx_chain: Vec<[u16; 3]>,
     rx_chain: Vec<[u16; 3]>,
+    /// Padded indirect tables (a hostile driver's) already written, by head: a head's table
+    /// never changes, and writing 4 KiB per frame would make the generator the bottleneck.
+    tx_table_done: Vec<bool>,
     /// Heads in the order they were made available (checked against used order with IN_ORDER).
     tx_order: VecDeque<u16>,
     rx_order: VecDeque<u16>,
@@ -267,6 +270,7 @@ impl Port {
             rx_free: FreeIds::new(l.qsize, driver.reuse, 0x7f4a_7c15 + id as u64),
             tx_chain: vec![[0; 3]; l.qsize as usize],
             rx_chain: vec![[0; 3]; l.qsize as usize],
+            tx_table_done: vec![false; l.qsize as usize],
             tx_order: VecDeque::new(),
             rx_order: VecDeque::new(),
             rx_buf,
@@ -283,7 +287,26 @@ impl Port {
         p.vm.raw_rx().want_interrupts(interrupts);
         p.vm.raw_tx().want_interrupts(interrupts);
         p.post_rx();
+        if driver.block_call {
+            p.block_call();
+        }
         p
+    }
+
+    /// A hostile driver: raises the RX call eventfd's counter to its maximum, clears
+    /// O_NONBLOCK on it (the flag lives on the open file the switch shares) and asks for RX
+    /// interrupts; it never reads the eventfd.
+    fn block_call(&mut self) {
+        use std::os::fd::AsRawFd;
+        let fd = self.vm.call(0).as_raw_fd();
+        let max = (u64::MAX - 1).to_ne_bytes();
+        // SAFETY: an 8-byte write from a local buffer to our own eventfd, and fcntl on it.
+        unsafe {
+            libc::write(fd, max.as_ptr() as *const libc::c_void, 8);
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+        self.vm.raw_rx().want_interrupts(true);
     }
 
     /// Descriptors a TX frame takes from the free list (one with an indirect table).
@@ -371,6 +394,11 @@ impl Port {
         let mut h = [0u8; PROBE_LEN];
         h[0..6].copy_from_slice(&dst);
         h[6..12].copy_from_slice(&self.mac);
+        if kind == KIND_DATA && self.driver.src_macs > 0 {
+            // A hostile driver: the frame's source is one of src_macs made-up addresses.
+            let k = (seq % self.driver.src_macs as u64) as u32;
+            h[6..12].copy_from_slice(&[0x06, 0xaa, (k >> 24) as u8, (k >> 16) as u8, (k >> 8) as u8, k as u8]);
+        }
         h[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
         h[14..18].copy_from_slice(&MAGIC.to_le_bytes());
         h[18] = kind;
@@ -402,18 +430,31 @@ impl Port {
                 ],
             };
             if self.driver.indirect {
-                let table = at + l.buf_slot - TABLE_LEN;
-                let descs: Vec<Desc> = pieces
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(addr, len))| {
-                        let last = k + 1 == pieces.len();
-                        Desc { addr, len, flags: if last { 0 } else { F_NEXT }, next: k as u16 + 1 }
-                    })
-                    .collect();
-                crate::frontend::write_descs(&self.vm.mem, table, &descs);
+                let table = at + l.buf_slot - TABLE_LEN.max(self.driver.table_len());
+                // A hostile driver pads the chain with zero-length descriptors after the first
+                // (its tables never change: each is written once).
+                let pad = self.driver.pad as usize;
+                let entries = pieces.len() + pad;
+                if pad == 0 || !self.tx_table_done[head as usize] {
+                    let padded: Vec<(u64, u32)> = pieces[..1]
+                        .iter()
+                        .copied()
+                        .chain(std::iter::repeat_n((at, 0), pad))
+                        .chain(pieces[1..].iter().copied())
+                        .collect();
+                    let descs: Vec<Desc> = padded
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(addr, len))| {
+                            let last = k + 1 == padded.len();
+                            Desc { addr, len, flags: if last { 0 } else { F_NEXT }, next: k as u16 + 1 }
+                        })
+                        .collect();
+                    crate::frontend::write_descs(&self.vm.mem, table, &descs);
+                    self.tx_table_done[head as usize] = pad > 0;
+                }
                 let mut tx = self.vm.raw_tx();
-                tx.desc(head, Desc { addr: table, len: 16 * pieces.len() as u32, flags: F_INDIRECT, next: 0 });
+                tx.desc(head, Desc { addr: table, len: 16 * entries as u32, flags: F_INDIRECT, next: 0 });
                 tx.stage(head);
                 self.tx_chain[head as usize][0] = head;
             } else {

@@ -157,8 +157,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     for (i, v) in cfg.vms.iter().enumerate() {
         // A buffer slot holds the largest frame any VM sends (a receive buffer without
         // MRG_RXBUF must), or the receive buffer asked for, and the frame's indirect table.
-        let need = (HDR_LEN + max_size) as u64 + engine::TABLE_LEN;
-        let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + engine::TABLE_LEN).div_ceil(64).max(32) * 64;
+        let table = engine::TABLE_LEN.max(v.driver.table_len());
+        let need = (HDR_LEN + max_size) as u64 + table;
+        let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + table).div_ceil(64).max(32) * 64;
         let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
         let vm = Vm::connect_features(&v.socket.display().to_string(), layout, v.driver.features())
             .map_err(|e| format!("VM {}: vhost-user setup on {}: {e}", v.name, v.socket.display()))?;

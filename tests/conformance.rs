@@ -48,6 +48,7 @@ fn driver(i: usize) -> Driver {
         // With MRG_RXBUF, small buffers, so big frames span several of them.
         rx_buf: bit(3).then_some([256, 1024, 2048][i % 3]),
         verify: true,
+        ..Driver::default()
     }
 }
 

@@ -435,3 +435,103 @@ fn memory_file_shrunk_after_setup() {
     b.assert_alive();
     b.check_forwarding(50);
 }
+
+// ---- bounded work per frame ----
+
+#[test]
+fn rx_zero_length_buffer() {
+    hostile("h-rx-zero", GUEST_RX, "length zero", |evil, b| {
+        rx_attack(evil, b, Desc { addr: RX_BUFS, len: 0, flags: F_WRITE, next: 0 });
+    });
+}
+
+#[test]
+fn tx_zero_length_descriptors_past_the_chain_cap() {
+    // An indirect table of 300 descriptors, all but the last of length zero: 301 to walk.
+    hostile("h-tx-zero", GUEST_TX, "longer than 256", |evil, _| {
+        let descs: Vec<Desc> = (0..300u16)
+            .map(|i| {
+                let last = i == 299;
+                Desc {
+                    addr: GOOD_BUF,
+                    len: if last { 76 } else { 0 },
+                    flags: if last { 0 } else { F_NEXT },
+                    next: i + 1,
+                }
+            })
+            .collect();
+        write_descs(&evil.mem, SCRATCH, &descs);
+        tx_chain(evil, &[Desc { addr: SCRATCH, len: 16 * 300, flags: F_INDIRECT, next: 0 }]);
+    });
+}
+
+// ---- interrupts ----
+
+/// The evil VM raises its RX call eventfd's counter to the maximum and clears O_NONBLOCK on
+/// it (the flag lives on the open file pvswitchd shares), so the switch's next interrupt to it
+/// would block for good. The one poll thread, which serves all three VMs, is interrupted by
+/// the control thread's watchdog; evil's RX queue stops ("interrupts blocked"); good1 and
+/// good2 keep forwarding, and evil's TX queue still works.
+#[test]
+fn rx_call_eventfd_that_would_block() {
+    use std::os::fd::AsRawFd;
+    let _g = serial();
+    let mut b = Bench::start("h-call");
+    let mut evil = b.connect_evil();
+    evil.post_rx_buffers(64, RX_BUF);
+    b.evil_broadcasts(&mut evil);
+    let fd = evil.call(GUEST_RX).as_raw_fd();
+    let max = (u64::MAX - 1).to_ne_bytes();
+    // SAFETY: an 8-byte write from a local buffer to our own eventfd, and fcntl on it.
+    unsafe {
+        assert_eq!(libc::write(fd, max.as_ptr() as *const libc::c_void, 8), 8);
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK), 0);
+    }
+    evil.raw_rx().want_interrupts(true);
+    // good1 broadcasts until evil's RX queue reports the error; each broadcast reaches good2.
+    let err = wait_for("evil's RX queue to stop", || {
+        b.good1_broadcasts();
+        queue(&b.sw.port("evil"), GUEST_RX)["error"].as_str().map(String::from)
+    });
+    assert!(err.contains("interrupts blocked"), "evil's RX queue: {err}");
+    assert!(b.sw.log().contains("stuck in a guest's call eventfd write"), "no watchdog line in the log");
+    b.assert_alive();
+    b.assert_good_ports_clean();
+    b.check_forwarding(100);
+    b.seq += 1;
+    let f = frame(MAC_A, MAC_C, 300, 0xee, b.seq);
+    evil.send(&f);
+    assert_eq!(recv_n(&mut b.good1, 1), vec![f], "evil's TX queue should still send");
+    b.check_forwarding(50);
+}
+
+// ---- guest memory limits ----
+
+/// Port evil may map 8 MiB of guest memory; the frontend's table has 16 MiB: refused, with
+/// the setting named, and the others forward. Raised by a reload, the same frontend connects.
+#[test]
+fn memory_table_over_the_ports_limit() {
+    let _g = serial();
+    let dir = test_dir("h-mem-cap");
+    let ports = [PortSpec::server("good1"), PortSpec::server("good2"), PortSpec::server("evil")];
+    // The last port's section is evil's.
+    let text = Switch::config_text(&dir, &[1], &ports, "");
+    let mut b = Bench::with_switch(Switch::start_config(dir, &(text.clone() + "max_guest_memory_mib = 8\n")));
+    let evil_port = b.sw.port("evil");
+    assert_eq!(
+        (evil_port["max_guest_memory_mib"].as_u64(), evil_port["max_memory_regions"].as_u64()),
+        (Some(8), Some(8))
+    );
+    assert_eq!(b.sw.port("good1")["memory_bytes"].as_u64(), Some(MEM_SIZE));
+    assert!(Vm::try_connect(&b.sw.sock("evil"), [RX_RING, TX_RING]).is_err(), "a 16 MiB table was accepted");
+    let err = wait_for("evil's error", || b.sw.port("evil")["last_error"].as_str().map(String::from));
+    assert!(err.contains("memory table of 16 MiB: the port allows at most 8 MiB (max_guest_memory_mib)"), "{err}");
+    b.assert_alive();
+    b.check_forwarding(50);
+    b.sw.write_config(&(text + "max_guest_memory_mib = 16\n"));
+    b.sw.ctl("reload");
+    let mut evil = b.connect_evil();
+    evil.post_rx_buffers(8, RX_BUF);
+    b.evil_broadcasts(&mut evil);
+}

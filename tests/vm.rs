@@ -116,7 +116,11 @@ fn a_linux_guest_rebooting_ten_times_keeps_working() {
                     panic!("QEMU exited ({st}) after {ok} good boots\n{text}\n{}", sw.log());
                 }
             }
-            assert!(std::time::Instant::now() < deadline, "{ok} of {want} boots reached the peer\n{text}\n{}", sw.log());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{ok} of {want} boots reached the peer\n{text}\n{}",
+                sw.log()
+            );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     };

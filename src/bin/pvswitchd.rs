@@ -84,6 +84,8 @@ fn raise_fd_limit() {
 
 fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     raise_fd_limit();
+    // The watchdog's signal for a poll thread stuck in a guest's call eventfd write.
+    pvswitch::vring::call::install_interrupt_handler()?;
     // Block signals before spawning threads so only the control thread's signalfd sees them.
     let signals = SignalFd::block_signals()?;
     // The calling thread's CPU set, read before any thread is pinned.
@@ -103,7 +105,8 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
         }
     }
     let nic_poll_interval_us = cfg.dpdk.nic_poll_interval_us;
-    let mac = Arc::new(MacTable::new(4096));
+    // 16384 buckets of 8: 1 MiB, 131072 entries; each port learns at most its `mac_limit`.
+    let mac = Arc::new(MacTable::new(16384, pvswitch::config::MAX_PORTS, pvswitch::config::DEFAULT_MAC_LIMIT));
     let shutdown = Arc::new(AtomicBool::new(false));
     let (burst, retry_us) = (cfg.burst, cfg.rx_retry_us);
     // The control thread opens every port and decides the initial placement (round robin).

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use crate::mem::MemLimits;
 use crate::wire::MacAddr;
 
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pvswitch/pvswitchd.sock";
@@ -33,6 +34,13 @@ pub const DEFAULT_RX_RETRY_US: u32 = 100;
 pub const MAX_QUEUE_PAIRS: u16 = 64;
 /// Most ports one switch holds (per-thread counter arrays are sized by it).
 pub const MAX_PORTS: usize = 1024;
+/// Source MACs one port may have learned at a time (`mac_limit`).
+pub const DEFAULT_MAC_LIMIT: u32 = 1024;
+/// Guest memory one port's frontend may map into pvswitchd (`max_guest_memory_mib`): 64 GiB.
+pub const DEFAULT_MAX_GUEST_MEMORY_MIB: u32 = 64 * 1024;
+/// Most regions of one memory table (`max_memory_regions`): the most one SET_MEM_TABLE carries
+/// (VHOST_MEMORY_BASELINE_NREGIONS; pvswitchd does not offer CONFIGURE_MEM_SLOTS).
+pub const MAX_MEMORY_REGIONS: u32 = 8;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +100,9 @@ struct RawSwitch {
     poll_mode: Option<Spanned<String>>,
     idle_before_sleep_us: Option<Spanned<u32>>,
     core_poll_mode: Option<Spanned<HashMap<String, String>>>,
+    mac_limit: Option<Spanned<u32>>,
+    max_guest_memory_mib: Option<Spanned<u32>>,
+    max_memory_regions: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +125,9 @@ struct RawPort {
     weight_bytes: Option<Spanned<u32>>,
     #[serde(default)]
     allowed_macs: Vec<Spanned<String>>,
+    mac_limit: Option<Spanned<u32>>,
+    max_guest_memory_mib: Option<Spanned<u32>>,
+    max_memory_regions: Option<Spanned<u32>>,
     /// Pin every queue of the port to this poll core.
     affinity: Option<Spanned<usize>>,
     /// Per-queue overrides: `[[port.queue]] index = 0, weight_packets = 64, affinity = 2`.
@@ -238,6 +252,10 @@ pub struct PortConfig {
     pub weight_bytes: u32,
     /// Port security: source MACs this port may send from (empty: any).
     pub allowed_macs: Vec<MacAddr>,
+    /// Most source MACs the port may have learned at a time.
+    pub mac_limit: u32,
+    /// What a vhost-user frontend may map: total bytes and regions of one memory table.
+    pub mem_limits: MemLimits,
     /// Per queue pair: (weight_packets, weight_bytes, pinned poll core).
     pub queue_cfg: Vec<QueueConfig>,
 }
@@ -452,6 +470,11 @@ impl Config {
         let weight_packets = range(sw.weight_packets, "weight_packets", 1, 1 << 20, DEFAULT_WEIGHT_PACKETS)?;
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
         let burst = range(sw.burst, "burst", 1, MAX_BURST, MAX_BURST)?;
+        let max_regions = MAX_MEMORY_REGIONS;
+        let mac_limit = range(sw.mac_limit, "mac_limit", 1, 1 << 20, DEFAULT_MAC_LIMIT)?;
+        let max_guest_memory_mib =
+            range(sw.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, DEFAULT_MAX_GUEST_MEMORY_MIB)?;
+        let max_memory_regions = range(sw.max_memory_regions, "max_memory_regions", 1, max_regions, max_regions)?;
         let rx_retry_us = range(sw.rx_retry_us, "rx_retry_us", 0, 60_000_000, DEFAULT_RX_RETRY_US)?;
         let mode = |s: &Spanned<String>| match s.get_ref().as_str() {
             "busy" => Ok(PollMode::Busy),
@@ -627,6 +650,10 @@ impl Config {
                 })?;
                 allowed_macs.push(mac);
             }
+            let mac_limit = range(p.mac_limit, "mac_limit", 1, 1 << 20, mac_limit)?;
+            let mem_mib = range(p.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, max_guest_memory_mib)?;
+            let mem_regions = range(p.max_memory_regions, "max_memory_regions", 1, max_regions, max_memory_regions)?;
+            let mem_limits = MemLimits { max_bytes: (mem_mib as u64) << 20, max_regions: mem_regions as usize };
             let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
             // Receive queues: a vhost-user port's queue pairs, a dpdk port's rx queues.
             let nrxq = match &endpoint {
@@ -664,6 +691,8 @@ impl Config {
                 weight_packets,
                 weight_bytes,
                 allowed_macs,
+                mac_limit,
+                mem_limits,
                 queue_cfg,
             });
         }

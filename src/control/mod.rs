@@ -91,6 +91,10 @@ impl Control {
             for t in next.into_iter().flatten() {
                 due = due.min(t.saturating_duration_since(now));
             }
+            self.sw.watchdog();
+            if self.sw.threads_awake() {
+                due = due.min(crate::switch::WATCHDOG_EVERY);
+            }
             // Rounded up: waking a millisecond early would only spin.
             let timeout = due.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             let n = match self.epoll.wait(timeout, &mut events) {

@@ -421,7 +421,12 @@ impl VhostIo {
     /// waiting replies.
     pub fn serve(&mut self, i: usize, sw: &mut Switch) {
         let epoll = self.epoll.clone();
+        let limits = sw.port(i).map(|ps| ps.cfg.mem_limits);
         let Some(conn) = self.io(i).and_then(|io| io.conn.as_mut()) else { return };
+        // A reload's new limits apply from the next memory table on.
+        if let Some(l) = limits {
+            conn.backend.set_limits(l);
+        }
         let was_waiting = !conn.out.is_empty();
         let mut close = conn.flush().err();
         if close.is_none() {

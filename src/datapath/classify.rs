@@ -4,7 +4,8 @@
 //! the frame's first bytes become a flow key, looked up in the exact-match cache and then the
 //! classifier.
 
-use super::counters::Drop;
+use super::counters::{Drop, bump};
+use super::mac_table::Learned;
 use super::plan::PortPolicy;
 use super::{Env, Frame, Out, UNCLASSIFIED};
 use crate::flow::table::{NO_MATCH, Verdict};
@@ -103,8 +104,8 @@ fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12
 /// broadcast, multicast and unknown unicast.
 #[inline]
 pub(super) fn normal(env: &Env, in_port: u16, dst: &MacAddr, src: &MacAddr) -> Out {
-    if src.is_unicast() {
-        env.cx.mac.learn(src, in_port);
+    if src.is_unicast() && env.cx.mac.learn(src, in_port) == Learned::Refused {
+        bump(&env.cx.stats.ports[in_port as usize].learn_refused, 1);
     }
     if dst.is_multicast() {
         return Out::Flood;

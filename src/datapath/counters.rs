@@ -118,6 +118,9 @@ counters! {
         rx_bursts: AtomicU64,
         /// Batches delivered into the port's queues, each one used-index store.
         tx_batches: AtomicU64,
+        /// Source MACs not learned: the port was at its `mac_limit`, or the bucket held only other
+        /// ports' entries (frames to such a MAC flood).
+        learn_refused: AtomicU64,
         /// Frames dropped, by reason.
         drops: DropCounters,
     }
@@ -180,6 +183,9 @@ pub struct ThreadStats {
     pub loops: LoopCounters,
     /// 1 while the thread sleeps.
     pub sleeping: AtomicU64,
+    /// While the thread writes a guest's call eventfd: the TSC at which it started (else 0).
+    /// The control thread's watchdog interrupts a write that lasts (`vring::call`).
+    pub in_call: AtomicU64,
     /// Control wake-ups by latency from the wake request to the thread running again:
     /// bucket i counts latencies below 2^i microseconds (the last bucket: the rest).
     pub wake_latency_us: [AtomicU64; WAKE_BUCKETS],
@@ -195,6 +201,7 @@ impl ThreadStats {
             numa_node,
             loops: LoopCounters::default(),
             sleeping: AtomicU64::new(0),
+            in_call: AtomicU64::new(0),
             wake_latency_us: std::array::from_fn(|_| AtomicU64::new(0)),
             ports: (0..nports).map(|_| PortCounters::default()).collect(),
         }

@@ -5,7 +5,7 @@
 //! destination is full: backpressure) and a NIC receive queue (they cannot).
 
 use super::classify::classify;
-use super::counters::{Drop, PortCounters, bump, cycles};
+use super::counters::{Drop, bump, cycles};
 use super::nic_io::NicRx;
 use super::output::{RxScratch, deliver};
 use super::plan::RxqSpec;
@@ -50,8 +50,11 @@ trait Source {
     fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>);
     /// Puts back the last `n` frames taken: delivery could not place them yet.
     fn give_back(&mut self, n: usize);
-    /// Completes the frames delivery consumed (`frames` is every frame taken, in order).
-    fn complete(&mut self, frames: &[Frame], consumed: usize, pc: &PortCounters);
+    /// Completes the frames delivery consumed (`frames` is every frame taken, in order); an
+    /// interrupt the guest asked for is owed in `rx.irqs`.
+    fn complete(&mut self, frames: &[Frame], consumed: usize, rx: &mut RxScratch);
+    /// Descriptors walked since the last call.
+    fn walked(&mut self) -> u32;
     /// The source broke with `e`; it is not visited again until reset.
     fn broke(&mut self, e: RingError);
 }
@@ -93,13 +96,24 @@ impl Source for GuestTx<'_> {
     }
 
     #[inline]
-    fn complete(&mut self, frames: &[Frame], consumed: usize, pc: &PortCounters) {
+    fn complete(&mut self, frames: &[Frame], consumed: usize, rx: &mut RxScratch) {
         for f in &frames[..consumed] {
             self.ring.push_used(f.head, 0);
         }
-        if self.ring.publish() && self.ring.notify() {
-            bump(&pc.interrupts, 1);
+        if self.ring.publish()
+            && let Some(call) = self.ring.call()
+        {
+            if call.is_stuck() {
+                ring_broke(self.port, self.vq_index, self.broken, RingError::CallBlocked);
+            } else {
+                rx.irqs.owe(call);
+            }
         }
+    }
+
+    #[inline]
+    fn walked(&mut self) -> u32 {
+        self.ring.take_walked()
     }
 
     fn broke(&mut self, e: RingError) {
@@ -136,8 +150,12 @@ impl Source for NicQueue<'_> {
     }
 
     #[inline]
-    fn complete(&mut self, _: &[Frame], _: usize, _: &PortCounters) {
+    fn complete(&mut self, _: &[Frame], _: usize, _: &mut RxScratch) {
         self.rx.clear();
+    }
+
+    fn walked(&mut self) -> u32 {
+        0
     }
 
     fn broke(&mut self, _: RingError) {}
@@ -153,8 +171,23 @@ pub(super) fn visit(
     rxq: &mut Rxq,
 ) -> u32 {
     let Rxq { spec, state } = rxq;
-    let port = &*spec.port;
     env.src_q.set(spec.qpair);
+    let got = visit_queue(env, emc, frames, rx, nic_rx, spec, state);
+    // Every ring lock is released: now the interrupts owed can go out.
+    rx.irqs.send(&env.cx.stats);
+    got
+}
+
+fn visit_queue(
+    env: &Env,
+    emc: &mut Emc,
+    frames: &mut [Frame],
+    rx: &mut RxScratch,
+    nic_rx: &mut NicRx,
+    spec: &RxqSpec,
+    state: &mut RxqState,
+) -> u32 {
+    let port = &*spec.port;
     match &port.kind {
         PortKind::VhostUser(queues) => {
             let vq = queues.guest_tx(spec.qpair);
@@ -236,8 +269,11 @@ fn visit_source<S: Source>(
                 env.flows.count(cx.index, f.flow, f.len);
             }
         }
-        src.complete(frames, consumed, pc);
-        budget.charge(consumed as u32, bytes);
+        src.complete(frames, consumed, rx);
+        // The budget charges work, not frames alone: a frame's first three descriptors (its
+        // chain and the receive buffer) are part of its cost, more count one in three.
+        let walked = src.walked() + std::mem::take(&mut rx.walked);
+        budget.charge((consumed as u32).max(walked / 3), bytes);
         total += consumed as u32;
         total_bytes += bytes;
         if let Some(e) = err {

@@ -1,23 +1,53 @@
-//! The MAC learning table, shared by all poll threads without locks.
+//! The MAC learning table, shared by all poll threads without locks, and not a tenant's to
+//! abuse.
 //!
 //! Each entry is one `AtomicU64`: 48 bits of MAC and 16 bits of (port id + 1); 0 is empty.
 //! Entries sit in 8-way buckets of one cache line. A lookup is a few relaxed loads. Learning
 //! writes only when the entry is missing or the MAC moved to another port, so in steady state
-//! poll threads only read the table and no cache line bounces between cores. Two threads
-//! learning at once may race; the last store wins, which is the learning semantics anyway.
+//! poll threads only read the table and no cache line bounces between cores.
+//!
+//! What a guest cannot do with it:
+//! - **aim at a bucket**: the bucket comes from a multiply-add-shift hash whose two 64-bit keys
+//!   are random per process (a universal family: without the keys, which MACs share a bucket
+//!   is unknown);
+//! - **evict another port's entries**: a full bucket only makes room by replacing an entry of
+//!   the learning port itself; if there is none, the new MAC is not learned (frames to it
+//!   flood, as for any unknown MAC) and the refusal is counted;
+//! - **fill the table**: each port learns at most its `mac_limit` addresses (set per port);
+//!   beyond that, refusals are counted (`PortCounters::learn_refused`).
+//!
+//! A guest may still claim another guest's MAC (the entry moves to its port): port security
+//! (`allowed_macs`) is what stops that, and is required for untrusted guests.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 pub use crate::wire::MacAddr as Mac;
 
 const WAYS: usize = 8;
+const MAC_BITS: u64 = 0xFFFF_FFFF_FFFF;
 
 #[repr(align(64))]
 struct Bucket([AtomicU64; WAYS]);
 
+/// What `learn` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learned {
+    /// Known already, or learned, or moved to this port.
+    Yes,
+    /// Not learned: the port is at its limit, or the bucket holds only other ports' entries.
+    Refused,
+}
+
 pub struct MacTable {
     buckets: Box<[Bucket]>,
-    mask: usize,
+    /// 64 - log2(buckets): the bucket is the hash's top bits (which depend on every MAC bit).
+    shift: u32,
+    /// Keys of the bucket hash.
+    k1: u64,
+    k2: u64,
+    /// Per port id: addresses learned, and the most it may learn.
+    learned: Box<[AtomicU32]>,
+    limit: Box<[AtomicU32]>,
 }
 
 #[inline]
@@ -27,17 +57,51 @@ fn mac_bits(mac: &Mac) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The entry's port, if it holds one.
+#[inline]
+fn port_of(v: u64) -> Option<u16> {
+    (v != 0).then(|| (v >> 48) as u16 - 1)
+}
+
+/// Two random 64-bit keys, from the standard library's per-process random hash seed.
+fn random_keys() -> (u64, u64) {
+    use std::hash::BuildHasher;
+    let s = std::collections::hash_map::RandomState::new();
+    (s.hash_one(0x5eed_u64) | 1, s.hash_one(0xfeed_u64))
+}
+
 impl MacTable {
-    /// A table of `buckets` (rounded up to a power of two) buckets of 8 entries.
-    pub fn new(buckets: usize) -> MacTable {
+    /// A table of `buckets` (rounded up to a power of two) buckets of 8 entries, for ports ids
+    /// below `ports`, each port learning at most `default_limit` addresses until set otherwise.
+    pub fn new(buckets: usize, ports: usize, default_limit: u32) -> MacTable {
         let n = buckets.next_power_of_two().max(1);
-        MacTable { buckets: (0..n).map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(0)))).collect(), mask: n - 1 }
+        let (k1, k2) = random_keys();
+        MacTable {
+            buckets: (0..n).map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(0)))).collect(),
+            shift: 64 - n.trailing_zeros(),
+            k1,
+            k2,
+            learned: (0..ports).map(|_| AtomicU32::new(0)).collect(),
+            limit: (0..ports).map(|_| AtomicU32::new(default_limit)).collect(),
+        }
     }
 
     #[inline]
     fn bucket(&self, bits: u64) -> &Bucket {
-        let h = bits.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-        &self.buckets[h as usize & self.mask]
+        // Multiply-add-shift (Dietzfelbinger): the top bits of k1 * mac + k2. A shift by 64
+        // (one bucket) is done in u128 so it yields 0.
+        let h = (bits.wrapping_mul(self.k1).wrapping_add(self.k2) as u128) >> self.shift;
+        &self.buckets[h as usize]
+    }
+
+    /// Sets how many addresses `port` may learn.
+    pub fn set_limit(&self, port: u16, limit: u32) {
+        self.limit[port as usize].store(limit, Relaxed);
+    }
+
+    /// Addresses `port` has learned.
+    pub fn learned(&self, port: u16) -> u32 {
+        self.learned[port as usize].load(Relaxed)
     }
 
     #[inline]
@@ -45,8 +109,8 @@ impl MacTable {
         let bits = mac_bits(mac);
         for e in &self.bucket(bits).0 {
             let v = e.load(Relaxed);
-            if v != 0 && v & 0xFFFF_FFFF_FFFF == bits {
-                return Some((v >> 48) as u16 - 1);
+            if v != 0 && v & MAC_BITS == bits {
+                return port_of(v);
             }
         }
         None
@@ -54,27 +118,70 @@ impl MacTable {
 
     /// Records that `mac` lives behind `port`. Writes only if that is news.
     #[inline]
-    pub fn learn(&self, mac: &Mac, port: u16) {
+    pub fn learn(&self, mac: &Mac, port: u16) -> Learned {
         let bits = mac_bits(mac);
         let want = bits | ((port as u64 + 1) << 48);
         let b = self.bucket(bits);
-        let mut free = None;
+        let mut moved = false;
+        let (mut free, mut own) = (None, None);
         for e in &b.0 {
             let v = e.load(Relaxed);
             if v == want {
-                return;
+                return Learned::Yes;
             }
-            if v != 0 && v & 0xFFFF_FFFF_FFFF == bits {
-                e.store(want, Relaxed); // the MAC moved
-                return;
+            if v != 0 && v & MAC_BITS == bits {
+                // The MAC moved to this port (every copy: two threads may have learned it at
+                // once into two slots).
+                if !moved && !self.claim(port) {
+                    return Learned::Refused;
+                }
+                if e.compare_exchange(v, want, Relaxed, Relaxed).is_ok()
+                    && let Some(old) = port_of(v)
+                {
+                    self.release(old);
+                }
+                moved = true;
+                continue;
             }
-            if v == 0 && free.is_none() {
-                free = Some(e);
+            if v == 0 {
+                free.get_or_insert(e);
+            } else if port_of(v) == Some(port) {
+                own.get_or_insert(e);
             }
         }
-        // Bucket full: evict an entry chosen by the MAC's low bits.
-        let e = free.unwrap_or(&b.0[(bits >> 40) as usize % WAYS]);
-        e.store(want, Relaxed);
+        if moved {
+            return Learned::Yes;
+        }
+        // A new address: room in the bucket (a free slot, or one of this port's own entries),
+        // and room in the port's allowance.
+        if let Some(e) = free {
+            if !self.claim(port) {
+                return Learned::Refused;
+            }
+            if e.compare_exchange(0, want, Relaxed, Relaxed).is_err() {
+                // Another thread took the slot meanwhile: try again next frame.
+                self.release(port);
+                return Learned::Refused;
+            }
+            return Learned::Yes;
+        }
+        if let Some(e) = own {
+            // Replaces one of the port's own addresses: its count does not change.
+            e.store(want, Relaxed);
+            return Learned::Yes;
+        }
+        Learned::Refused
+    }
+
+    /// Counts one more address for `port`, if its limit allows.
+    fn claim(&self, port: u16) -> bool {
+        let c = &self.learned[port as usize];
+        let limit = self.limit[port as usize].load(Relaxed);
+        c.fetch_update(Relaxed, Relaxed, |n| (n < limit).then_some(n + 1)).is_ok()
+    }
+
+    fn release(&self, port: u16) {
+        let _ = self.learned[port as usize].fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
     }
 
     /// Forgets every MAC learned on `port` (it disconnected or was removed).
@@ -82,8 +189,8 @@ impl MacTable {
         for b in self.buckets.iter() {
             for e in &b.0 {
                 let v = e.load(Relaxed);
-                if v != 0 && (v >> 48) as u16 == port + 1 {
-                    let _ = e.compare_exchange(v, 0, Relaxed, Relaxed);
+                if port_of(v) == Some(port) && e.compare_exchange(v, 0, Relaxed, Relaxed).is_ok() {
+                    self.release(port);
                 }
             }
         }
@@ -95,9 +202,9 @@ impl MacTable {
         for b in self.buckets.iter() {
             for e in &b.0 {
                 let v = e.load(Relaxed);
-                if v != 0 {
+                if let Some(p) = port_of(v) {
                     let m = v.to_le_bytes();
-                    out.push((Mac([m[0], m[1], m[2], m[3], m[4], m[5]]), (v >> 48) as u16 - 1));
+                    out.push((Mac([m[0], m[1], m[2], m[3], m[4], m[5]]), p));
                 }
             }
         }
@@ -109,34 +216,63 @@ impl MacTable {
 mod tests {
     use super::*;
 
-    #[test]
-    fn learn_lookup_move_flush() {
-        let t = MacTable::new(4);
-        let a = Mac([2, 0, 0, 0, 0, 1]);
-        let b = Mac([2, 0, 0, 0, 0, 2]);
-        assert_eq!(t.lookup(&a), None);
-        t.learn(&a, 0);
-        t.learn(&b, 7);
-        assert_eq!(t.lookup(&a), Some(0));
-        assert_eq!(t.lookup(&b), Some(7));
-        t.learn(&a, 3);
-        assert_eq!(t.lookup(&a), Some(3));
-        t.flush_port(3);
-        assert_eq!(t.lookup(&a), None);
-        assert_eq!(t.lookup(&b), Some(7));
+    fn mac(i: u32) -> Mac {
+        let b = i.to_be_bytes();
+        Mac([2, 0, b[0], b[1], b[2], b[3]])
     }
 
     #[test]
-    fn full_bucket_evicts_but_stays_consistent() {
-        let t = MacTable::new(1);
-        for i in 0..100u8 {
-            t.learn(&Mac([2, 0, 0, 0, 1, i]), i as u16);
+    fn learn_lookup_move_flush() {
+        let t = MacTable::new(4, 16, 100);
+        let (a, b) = (mac(1), mac(2));
+        assert_eq!(t.lookup(&a), None);
+        t.learn(&a, 0);
+        t.learn(&b, 7);
+        assert_eq!((t.lookup(&a), t.lookup(&b)), (Some(0), Some(7)));
+        assert_eq!(t.learn(&a, 3), Learned::Yes);
+        assert_eq!(t.lookup(&a), Some(3));
+        assert_eq!((t.learned(0), t.learned(3), t.learned(7)), (0, 1, 1));
+        t.flush_port(3);
+        assert_eq!((t.lookup(&a), t.lookup(&b), t.learned(3)), (None, Some(7), 0));
+    }
+
+    #[test]
+    fn a_port_learns_at_most_its_limit() {
+        let t = MacTable::new(1024, 4, 10);
+        let learned = (0..100).filter(|&i| t.learn(&mac(i), 1) == Learned::Yes).count();
+        assert_eq!((learned, t.learned(1)), (10, 10));
+        assert_eq!(t.entries().len(), 10);
+        t.set_limit(1, 20);
+        assert_eq!((0..100).filter(|&i| t.learn(&mac(1000 + i), 1) == Learned::Yes).count(), 10);
+        t.flush_port(1);
+        assert_eq!(t.learned(1), 0);
+    }
+
+    /// However many addresses a port sends from, another port's entries stay: a full bucket
+    /// only ever gives up the learning port's own entries.
+    #[test]
+    fn no_port_evicts_another_ports_entries() {
+        let t = MacTable::new(16, 4, u32::MAX);
+        let victims: Vec<Mac> = (0..40).map(|i| mac(0x7000 + i)).collect();
+        for v in &victims {
+            t.learn(v, 0);
         }
-        let e = t.entries();
-        assert_eq!(e.len(), 8);
-        for (m, p) in e {
-            assert_eq!(t.lookup(&m), Some(p));
-            assert_eq!(m.0[5] as u16, p);
+        let kept: Vec<Mac> = victims.iter().copied().filter(|v| t.lookup(v) == Some(0)).collect();
+        assert!(kept.len() >= 30, "the victim port itself learned only {}", kept.len());
+        // Addresses of its own (claiming the victim's is what port security is for).
+        for i in 0..100_000 {
+            t.learn(&mac(0x10_0000 + i), 1);
         }
+        for v in &kept {
+            assert_eq!(t.lookup(v), Some(0), "{v} was evicted by another port");
+        }
+        // The attacker's own refusals are all it gets; the table holds both.
+        assert!(t.learned(1) <= 16 * 8 - kept.len() as u32);
+    }
+
+    #[test]
+    fn keys_differ_between_tables() {
+        let (a, b) = (MacTable::new(1, 1, 1), MacTable::new(1, 1, 1));
+        assert_ne!((a.k1, a.k2), (b.k1, b.k2));
     }
 }

@@ -5,14 +5,44 @@
 //! each frame once into the guest's receive buffers.
 
 use super::classify::normal;
-use super::counters::{Drop, PortCounters, bump, cycles};
+use std::sync::Arc;
+
+use super::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
 use super::nic_io::TxBatches;
 use super::{Ctx, Env, Frame, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;
 use crate::port::{Port, PortKind};
-use crate::vring::{ActiveRing, RingError, Vring, VringGuard};
+use crate::vring::call::Signal;
+use crate::vring::{ActiveRing, CallFd, RingError, Vring, VringGuard};
 use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet};
+
+/// Interrupts owed to guests, gathered while rings are locked and sent after: a write to a call
+/// eventfd (a file the frontend controls) never happens under a ring lock.
+#[derive(Default)]
+pub(super) struct Interrupts {
+    pending: Vec<Arc<CallFd>>,
+}
+
+impl Interrupts {
+    /// Owes `call` an interrupt (once, however many rings of this visit name it).
+    #[inline]
+    pub fn owe(&mut self, call: &Arc<CallFd>) {
+        if !self.pending.iter().any(|c| Arc::ptr_eq(c, call)) {
+            self.pending.push(call.clone());
+        }
+    }
+
+    /// Sends every owed interrupt. Call with no ring locked.
+    #[inline]
+    pub fn send(&mut self, st: &ThreadStats) {
+        for call in self.pending.drain(..) {
+            if call.signal(&st.in_call) == Signal::Sent {
+                bump(&st.ports[call.port as usize].interrupts, 1);
+            }
+        }
+    }
+}
 
 /// Receive-side scratch of a poll thread: segments of the buffers being filled, and per-port
 /// delivery state.
@@ -27,6 +57,10 @@ pub(super) struct RxScratch {
     pub nic_tx: TxBatches,
     /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
     pub dropped_full: bool,
+    /// Interrupts owed, sent when the visit ends.
+    pub irqs: Interrupts,
+    /// Receive descriptors walked (the visit budget charges them).
+    pub walked: u32,
 }
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -54,12 +88,14 @@ impl<'a> Open<'a> {
         guard.is_ready().then_some(Open { cx: env.cx, port, vq_index, guard: Some(guard), packets: 0, bytes: 0 })
     }
 
-    /// Whether the guest has at least one receive buffer free.
-    fn has_room(&mut self) -> bool {
+    /// Whether the guest has `n` receive buffers free (all of them, for a ring smaller).
+    fn has_room(&mut self, n: u32) -> bool {
         // A NIC never makes a sender wait: a full TX ring drops (nic_tx_full).
         let Some(guard) = self.guard.as_mut() else { return true };
         let Vring { active, broken, .. } = &mut **guard;
-        matches!(active.as_mut().filter(|_| broken.is_none()).map(|r| r.avail()), Some(Ok(n)) if n > 0)
+        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return false };
+        let want = n.min(ring.size() as u32).max(1) as u16;
+        matches!(ring.avail_at_least(want), Ok(k) if k >= want)
     }
 
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
@@ -86,17 +122,25 @@ impl<'a> Open<'a> {
         }
     }
 
-    /// Publishes what was written with one used-index store; interrupts the guest if it asked.
-    fn close(mut self, pc: &PortCounters) {
+    /// Publishes what was written with one used-index store; owes the guest an interrupt if it
+    /// asked for one (sent once no ring is locked).
+    fn close(mut self, pc: &PortCounters, rx: &mut RxScratch) {
         let Some(guard) = self.guard.as_mut() else { return };
         bump(&pc.tx_batches, (self.packets > 0) as u64);
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
-        if let Some(ring) = guard.active.as_mut()
-            && ring.publish()
-            && ring.notify()
-        {
-            bump(&pc.interrupts, 1);
+        let Vring { active, broken, .. } = &mut **guard;
+        if let Some(ring) = active.as_mut() {
+            rx.walked += ring.take_walked();
+            if ring.publish()
+                && let Some(call) = ring.call()
+            {
+                if call.is_stuck() {
+                    ring_broke(self.port, self.vq_index, broken, RingError::CallBlocked);
+                } else {
+                    rx.irqs.owe(call);
+                }
+            }
         }
     }
 }
@@ -140,28 +184,44 @@ fn deliver_in_order(
             Out::Nowhere | Out::Drop(_) => {}
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
-                    o_close(open.take(), env);
+                    o_close(open.take(), env, rx);
                     open = Open::new(env, p);
                 }
                 let pc = &cx.stats.ports[p as usize];
-                match open.as_mut().map(|o| o.write(f, AS_IS, rx)) {
-                    None => pc.drop(Drop::PortDown, 1),
-                    Some(Ok(())) => rx.stalled[p as usize] = false,
-                    Some(Err(Drop::RxRingFull)) if wait && !rx.stalled[p as usize] => {
+                let Some(o) = open.as_mut() else {
+                    pc.drop(Drop::PortDown, 1);
+                    i += 1;
+                    continue;
+                };
+                if rx.stalled[p as usize] {
+                    // A destination that let a frame time out is dropped toward, without
+                    // touching its ring, until it has room for a whole burst again: one free
+                    // buffer at a time must not re-arm a wait for every sender.
+                    if !o.has_room(cx.burst) {
+                        pc.drop(Drop::RxRingFull, 1);
+                        rx.dropped_full = true;
+                        i += 1;
+                        continue;
+                    }
+                    rx.stalled[p as usize] = false;
+                }
+                match o.write(f, AS_IS, rx) {
+                    Ok(()) => {}
+                    Err(Drop::RxRingFull) if wait => {
                         if keep_waiting(cx, rx, p, blocked_since) {
-                            o_close(open, env);
+                            o_close(open, env, rx);
                             return i;
                         }
                         pc.drop(Drop::RxRingFull, 1);
                     }
-                    Some(Err(why)) => {
+                    Err(why) => {
                         rx.dropped_full |= why == Drop::RxRingFull;
                         pc.drop(why, 1)
                     }
                 }
             }
             Out::Actions(fi) => {
-                o_close(open.take(), env);
+                o_close(open.take(), env, rx);
                 // Backpressure as for a single output, checked before any copy goes out so a
                 // retried frame is never sent twice: wait while a port it names is full.
                 if wait
@@ -174,7 +234,7 @@ fn deliver_in_order(
                 run_actions(env, f, fi, in_port, rx);
             }
             Out::Flood => {
-                o_close(open.take(), env);
+                o_close(open.take(), env, rx);
                 // A run of consecutive flooded frames goes to each port as one batch. Best
                 // effort, as broadcast is: a full or absent port misses the frame.
                 let run = frames[i..].iter().take_while(|f| f.out == Out::Flood).count();
@@ -186,7 +246,7 @@ fn deliver_in_order(
                                 pc.drop(why, 1);
                             }
                         }
-                        o.close(pc);
+                        o.close(pc, rx);
                     }
                 }
                 i += run;
@@ -195,7 +255,7 @@ fn deliver_in_order(
         }
         i += 1;
     }
-    o_close(open, env);
+    o_close(open, env, rx);
     *blocked_since = None;
     frames.len()
 }
@@ -224,7 +284,7 @@ fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
             Action::InPort => in_port,
             _ => continue,
         };
-        if full.is_none() && Open::new(env, p).is_some_and(|mut o| !o.has_room()) {
+        if full.is_none() && Open::new(env, p).is_some_and(|mut o| !o.has_room(1)) {
             full = Some(p);
         }
     }
@@ -270,21 +330,20 @@ fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, rx: &mut RxScratch, name
     let pc = &env.cx.stats.ports[p as usize];
     match Open::new(env, p) {
         Some(mut o) => {
-            match o.write(f, shape, rx) {
-                Ok(()) => rx.stalled[p as usize] = false,
-                Err(why) => pc.drop(why, 1),
+            if let Err(why) = o.write(f, shape, rx) {
+                pc.drop(why, 1);
             }
-            o.close(pc);
+            o.close(pc, rx);
         }
         None if named => pc.drop(Drop::PortDown, 1),
         None => {}
     }
 }
 
-fn o_close(open: Option<Open>, env: &Env) {
+fn o_close(open: Option<Open>, env: &Env, rx: &mut RxScratch) {
     if let Some(o) = open {
         let pc = &env.cx.stats.ports[o.port.id as usize];
-        o.close(pc);
+        o.close(pc, rx);
     }
 }
 
@@ -308,6 +367,11 @@ struct Shape<'a> {
 }
 
 const AS_IS: Shape = Shape { prefix: &[], skip: 0 };
+
+/// Most receive buffers one frame may take (MRG_RXBUF): a 64 KiB frame in 256-byte buffers.
+pub const MAX_FRAME_BUFS: usize = 256;
+/// Most receive descriptors walked for one frame, over all its buffers.
+pub const MAX_FRAME_DESCS: u32 = 1024;
 
 /// Copies one frame into the guest's receive buffers: the virtio-net header, then the frame,
 /// spread over several buffers when MRG_RXBUF allows (num_buffers says how many).
@@ -340,11 +404,16 @@ fn write_frame(
     rx.first.copy_from(hdr_len + pre, &f.segs, body_off, copied);
     ring.push_used(head, hdr_len + pre + copied);
     let mut nbufs: u16 = 1;
+    let walked = ring.walked();
     while copied < body_len {
-        if ring.avail()? == 0 {
+        // Bounded work per frame: at most MAX_FRAME_BUFS buffers and MAX_FRAME_DESCS
+        // descriptors; a guest whose buffers are smaller than that gets the frame dropped.
+        let room = ring.avail()?;
+        let too_small = nbufs as usize >= MAX_FRAME_BUFS || ring.walked() - walked > MAX_FRAME_DESCS;
+        if room == 0 || too_small {
             ring.unpop(nbufs);
             ring.unpush(nbufs);
-            return Err(WriteError::Drop(Drop::RxRingFull));
+            return Err(WriteError::Drop(if too_small { Drop::RxBufferTooSmall } else { Drop::RxRingFull }));
         }
         let h = ring.pop(&mut rx.more, true)?;
         let c = rx.more.len().min(body_len - copied);

@@ -22,9 +22,11 @@
 //!   short of frames for a while cannot burst for long when it comes back. A negative credit
 //!   (an overdraft) is kept whole and reduces this visit's credit.
 //! - **during a visit**: frames are taken while *both* credits are positive; the visit ends as
-//!   soon as either is spent (≤ 0). The packet credit also limits a burst's size, so it never
-//!   goes negative in the data path; the byte credit can: a frame is never split, so the last
-//!   burst may overdraw the byte credit by up to one burst of frames.
+//!   soon as either is spent (≤ 0). The packet credit also limits a burst's size. Both can go
+//!   negative: a frame is never split, so the last burst may overdraw the byte credit by up to
+//!   one burst of frames; and the data path charges the packet credit for work, not frames
+//!   alone (a burst of long descriptor chains costs more than its frame count), so a queue of
+//!   pathological chains overdraws it and is repaid from its later visits.
 //! - **overdraft**: a negative credit is repaid from the next visit's quantum, so over many
 //!   visits a busy queue gets exactly its quantum per visit on average, in whichever dimension
 //!   limits it.

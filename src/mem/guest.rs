@@ -51,7 +51,10 @@ unsafe impl Sync for GuestMem {}
 
 #[derive(Debug)]
 pub enum MemError {
-    TooManyRegions(usize),
+    /// Regions in the table, and the most the port allows.
+    TooManyRegions(usize, usize),
+    /// Bytes in the table, and the most the port allows.
+    TooLarge(u64, u64),
     EmptyRegion(usize),
     Overflow(usize),
     Overlap(usize),
@@ -62,7 +65,15 @@ pub enum MemError {
 impl std::fmt::Display for MemError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MemError::TooManyRegions(n) => write!(f, "{n} memory regions (at most {MAX_REGIONS})"),
+            MemError::TooManyRegions(n, max) => {
+                write!(f, "memory table of {n} regions: the port allows at most {max} (max_memory_regions)")
+            }
+            MemError::TooLarge(n, max) => write!(
+                f,
+                "memory table of {} MiB: the port allows at most {} MiB (max_guest_memory_mib)",
+                n.div_ceil(1 << 20),
+                max >> 20
+            ),
             MemError::EmptyRegion(i) => write!(f, "memory region {i} is empty"),
             MemError::Overflow(i) => write!(f, "memory region {i} wraps the address space"),
             MemError::Overlap(i) => write!(f, "memory region {i} overlaps another"),
@@ -77,11 +88,31 @@ impl std::fmt::Display for MemError {
 /// QEMU's limit for vhost-user memory slots.
 pub const MAX_REGIONS: usize = 509;
 
+/// The most guest memory one memory table may map into pvswitchd: every page of it is one
+/// pvswitchd may come to touch (and, for a page the guest never touched, be charged for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemLimits {
+    /// Sum of the regions' sizes.
+    pub max_bytes: u64,
+    pub max_regions: usize,
+}
+
+impl MemLimits {
+    pub const NONE: MemLimits = MemLimits { max_bytes: u64::MAX, max_regions: MAX_REGIONS };
+}
+
 impl GuestMem {
     /// Maps every region of a memory table. `files[i]` backs `descs[i]`.
-    pub fn map(descs: &[RegionDesc], files: Vec<File>) -> Result<GuestMem, MemError> {
-        if descs.len() > MAX_REGIONS || descs.len() != files.len() {
-            return Err(MemError::TooManyRegions(descs.len()));
+    /// A table over `limits` is refused before anything is mapped.
+    pub fn map(descs: &[RegionDesc], files: Vec<File>, limits: &MemLimits) -> Result<GuestMem, MemError> {
+        let max = limits.max_regions.min(MAX_REGIONS);
+        if descs.len() > max || descs.len() != files.len() {
+            return Err(MemError::TooManyRegions(descs.len(), max));
+        }
+        let total = descs.iter().try_fold(0u64, |t, d| t.checked_add(d.size));
+        match total {
+            Some(t) if t <= limits.max_bytes => {}
+            _ => return Err(MemError::TooLarge(total.unwrap_or(u64::MAX), limits.max_bytes)),
         }
         let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
         for (i, (d, file)) in descs.iter().zip(files).enumerate() {
@@ -224,7 +255,7 @@ mod tests {
         let mut f = memfd(8192);
         f.write_all(b"hello").unwrap();
         let d = RegionDesc { guest_phys_addr: 0x1000, size: 8192, user_addr: 0x7000_0000, mmap_offset: 0 };
-        let m = GuestMem::map(&[d], vec![f]).unwrap();
+        let m = GuestMem::map(&[d], vec![f], &MemLimits::NONE).unwrap();
         let p = m.translate(0x1000, 5).unwrap();
         // SAFETY: p points at 5 mapped bytes.
         assert_eq!(unsafe { std::slice::from_raw_parts(p, 5) }, b"hello");
@@ -242,8 +273,27 @@ mod tests {
     fn rejects_overlap_and_overflow() {
         let d1 = RegionDesc { guest_phys_addr: 0, size: 4096, user_addr: 0, mmap_offset: 0 };
         let d2 = RegionDesc { guest_phys_addr: 2048, size: 4096, user_addr: 1 << 20, mmap_offset: 0 };
-        assert!(matches!(GuestMem::map(&[d1, d2], vec![memfd(4096), memfd(4096)]), Err(MemError::Overlap(1))));
+        assert!(matches!(
+            GuestMem::map(&[d1, d2], vec![memfd(4096), memfd(4096)], &MemLimits::NONE),
+            Err(MemError::Overlap(1))
+        ));
         let d3 = RegionDesc { guest_phys_addr: u64::MAX - 10, size: 4096, user_addr: 0, mmap_offset: 0 };
-        assert!(matches!(GuestMem::map(&[d3], vec![memfd(4096)]), Err(MemError::Overflow(0))));
+        assert!(matches!(GuestMem::map(&[d3], vec![memfd(4096)], &MemLimits::NONE), Err(MemError::Overflow(0))));
+    }
+
+    /// A table over the port's limits is refused whole, before anything is mapped: a sparse
+    /// file of any size costs nothing until then.
+    #[test]
+    fn refuses_tables_over_the_limits() {
+        let lim = MemLimits { max_bytes: 1 << 20, max_regions: 2 };
+        let r = |i: u64, size: u64| RegionDesc { guest_phys_addr: i << 32, size, user_addr: i << 32, mmap_offset: 0 };
+        assert!(GuestMem::map(&[r(0, 1 << 19), r(1, 1 << 19)], vec![memfd(1 << 19), memfd(1 << 19)], &lim).is_ok());
+        let e = GuestMem::map(&[r(0, 1 << 19), r(1, (1 << 19) + 4096)], vec![memfd(1 << 19), memfd(1 << 20)], &lim);
+        assert!(matches!(e, Err(MemError::TooLarge(n, m)) if n == (1 << 20) + 4096 && m == 1 << 20));
+        let e = GuestMem::map(&[r(0, 4096), r(1, 4096), r(2, 4096)], (0..3).map(|_| memfd(4096)).collect(), &lim);
+        assert!(matches!(e, Err(MemError::TooManyRegions(3, 2))));
+        // Sizes that overflow when summed are over any limit.
+        let e = GuestMem::map(&[r(0, u64::MAX), r(1, 4096)], vec![memfd(4096), memfd(4096)], &MemLimits::NONE);
+        assert!(matches!(e, Err(MemError::TooLarge(u64::MAX, _))));
     }
 }

@@ -13,5 +13,5 @@ pub mod fault;
 pub mod guest;
 pub mod segs;
 
-pub use guest::{GuestMem, MAX_REGIONS, MemError, RegionDesc};
+pub use guest::{GuestMem, MAX_REGIONS, MemError, MemLimits, RegionDesc};
 pub use segs::{Segs, SegsFull};

@@ -36,6 +36,10 @@ use placement::QueueId;
 
 /// How long the control thread waits for a poll thread to adopt a plan before it warns.
 const ADOPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A call eventfd write lasting this long is stuck (a normal one takes microseconds).
+pub const CALL_STUCK: Duration = Duration::from_millis(5);
+/// How often the watchdog looks while a poll thread is awake.
+pub const WATCHDOG_EVERY: Duration = Duration::from_millis(5);
 
 /// What the control loop does on the OS side of a port: listen on (or connect to) its
 /// vhost-user socket, and close that again. The switch calls it when ports come and go
@@ -233,6 +237,7 @@ impl Switch {
             (None, None) => unreachable!("a port is vhost-user or dpdk"),
         };
         let port = Arc::new(port);
+        self.mac.set_limit(id, cfg.mac_limit);
         // New queues go to their pinned core's thread, else to the thread with the fewest
         // (round robin from a fresh start); `rebalance` applies the configured policy.
         for q in 0..port.rx_queues() {
@@ -345,6 +350,30 @@ impl Switch {
         let spawner = self.spawner.as_mut().ok_or_else(|| std::io::Error::other("no thread spawner"))?;
         self.threads[index].handle = Some(spawner(start)?);
         Ok(())
+    }
+
+    /// Whether some poll thread is awake (then the watchdog must look every `WATCHDOG_EVERY`).
+    pub fn threads_awake(&self) -> bool {
+        self.threads.iter().any(|t| t.live && t.stats.sleeping.load(std::sync::atomic::Ordering::Relaxed) == 0)
+    }
+
+    /// Interrupts a poll thread stuck writing a guest's call eventfd for longer than
+    /// `CALL_STUCK` (the frontend saturated the eventfd and cleared O_NONBLOCK): its write
+    /// returns EINTR and the ring is stopped (`vring::call`).
+    pub fn watchdog(&self) {
+        use std::os::unix::thread::JoinHandleExt;
+        let stuck = CALL_STUCK.as_micros() as u64 * crate::counter::cycles_per_sec() / 1_000_000;
+        let now = crate::counter::cycles();
+        for (i, t) in self.threads.iter().enumerate() {
+            let since = t.stats.in_call.load(std::sync::atomic::Ordering::Relaxed);
+            if since != 0
+                && now.wrapping_sub(since) > stuck
+                && let Some(h) = &t.handle
+            {
+                warn!("poll thread {i}: stuck in a guest's call eventfd write; interrupting it");
+                crate::vring::call::interrupt_thread(h.as_pthread_t());
+            }
+        }
     }
 
     /// Stops the thread of slot `i` and waits for it.

@@ -76,6 +76,7 @@ impl Switch {
             if let Some(ps) = self.port_mut(*id as usize) {
                 ps.port.set_mtu(p.mtu);
                 ps.cfg = p.clone();
+                self.mac.set_limit(*id, p.mac_limit);
             }
         }
         let mut errors = Vec::new();

@@ -13,7 +13,6 @@
 
 use std::cell::UnsafeCell;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::Arc;
 #[cfg(not(target_arch = "x86_64"))]
@@ -24,8 +23,11 @@ use crate::mem::GuestMem;
 
 pub use crate::mem::Segs;
 pub use crate::mem::segs::MAX_SEGS;
+pub mod call;
+
 #[cfg(target_arch = "x86_64")]
 use crate::mem::segs::prefetch_for_write;
+pub use call::CallFd;
 
 const VRING_DESC_F_NEXT: u16 = 1;
 const VRING_DESC_F_WRITE: u16 = 2;
@@ -35,6 +37,10 @@ const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 
 /// Largest ring the spec allows for split queues.
 pub const MAX_QUEUE_SIZE: u16 = 32768;
+/// Most descriptors one chain may have, counting every one walked (zero-length ones, the
+/// indirect one and its table's entries): DPDK vhost's BUF_VECTOR_MAX. Linux drivers use at
+/// most MAX_SKB_FRAGS + 2 (19). A longer chain stops its queue: walking it is bounded work.
+pub const MAX_CHAIN_DESCS: u32 = 256;
 
 /// Why a queue was stopped. Shown in `pvswitchctl ports` and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +49,12 @@ pub enum RingError {
     HeadOutOfRange,
     NextOutOfRange,
     ChainTooLong,
+    /// A receive buffer of no bytes (it could never hold anything; a ring of them would make
+    /// every frame walk the whole ring).
+    EmptyBuffer,
+    /// The guest's call eventfd cannot take a write (the frontend saturated it and made it
+    /// blocking): interrupts stopped.
+    CallBlocked,
     BadAddress,
     BadIndirect,
     WrongDirection,
@@ -55,7 +67,9 @@ impl RingError {
             RingError::AvailJump => "avail index moved past the ring size",
             RingError::HeadOutOfRange => "descriptor head index out of range",
             RingError::NextOutOfRange => "descriptor next index out of range",
-            RingError::ChainTooLong => "descriptor chain longer than its table (loop)",
+            RingError::ChainTooLong => "descriptor chain longer than 256 descriptors (or a loop)",
+            RingError::EmptyBuffer => "receive buffer of length zero",
+            RingError::CallBlocked => "interrupts blocked: the call eventfd would not take a write",
             RingError::BadAddress => "descriptor address outside guest memory",
             RingError::BadIndirect => "malformed indirect descriptor table",
             RingError::WrongDirection => "descriptor direction wrong for this queue (e.g. read-only receive buffer)",
@@ -87,7 +101,9 @@ pub struct ActiveRing {
     /// `used->idx` as last published.
     used_published: u16,
     event_idx: bool,
-    call: Option<File>,
+    call: Option<Arc<CallFd>>,
+    /// Descriptors walked by `pop` since the last `take_walked` (the visit budget charges them).
+    walked: u32,
     _mem: Arc<GuestMem>,
     mem_ptr: *const GuestMem,
 }
@@ -191,7 +207,7 @@ impl Vring {
         addrs: RingAddrs,
         base: u16,
         event_idx: bool,
-        (call, kick): (Option<File>, Option<File>),
+        (call, kick): (Option<Arc<CallFd>>, Option<File>),
         mem: Arc<GuestMem>,
     ) {
         let mem_ptr = Arc::as_ptr(&mem);
@@ -211,6 +227,7 @@ impl Vring {
             used_published: base,
             event_idx,
             call,
+            walked: 0,
             _mem: mem,
             mem_ptr,
         });
@@ -227,7 +244,7 @@ impl Vring {
     }
 
     /// Replaces the call eventfd of a running ring.
-    pub fn set_call(&mut self, call: Option<File>) {
+    pub fn set_call(&mut self, call: Option<Arc<CallFd>>) {
         if let Some(a) = self.active.as_mut() {
             a.call = call;
         }
@@ -369,6 +386,17 @@ impl ActiveRing {
         self.refresh_avail().ok_or(RingError::AvailJump)
     }
 
+    /// Chains available, at least `want` of them if the guest made that many available: the
+    /// guest's index is read again when the shadow shows fewer.
+    #[inline]
+    pub fn avail_at_least(&mut self, want: u16) -> Result<u16, RingError> {
+        let n = self.avail_shadow.wrapping_sub(self.last_avail);
+        if n >= want {
+            return Ok(n);
+        }
+        self.refresh_avail().ok_or(RingError::AvailJump)
+    }
+
     /// Reads the guest's avail index into the shadow and returns how many chains are ready;
     /// None (shadow unchanged) if the index jumped past the ring size.
     #[inline]
@@ -414,20 +442,27 @@ impl ActiveRing {
         if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != write {
             return false;
         }
+        if len == 0 {
+            return false; // the general walk reports it
+        }
         let Some(p) = mem.translate(addr, len as u64) else { return false };
         segs.set_one(p, len);
         true
     }
 
-    fn walk(&self, head: u16, segs: &mut Segs, writable: bool) -> Result<(), RingError> {
+    fn walk(&mut self, head: u16, segs: &mut Segs, writable: bool) -> Result<(), RingError> {
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
         let mut table = self.desc;
         let mut table_len = self.size as u32;
         let mut idx = head as u32;
+        // `seen`: descriptors of the current table (a loop in it is longer than the table);
+        // `total`: every descriptor of the chain (the bound on its work).
         let mut seen = 0u32;
+        let mut total = 0u32;
         let mut indirect = false;
         if self.take_simple(head, segs, writable) {
+            self.walked += 1;
             return Ok(());
         }
         loop {
@@ -435,7 +470,9 @@ impl ActiveRing {
                 return Err(RingError::NextOutOfRange);
             }
             seen += 1;
-            if seen > table_len {
+            total += 1;
+            if seen > table_len || total > MAX_CHAIN_DESCS {
+                self.walked += total;
                 return Err(RingError::ChainTooLong);
             }
             // SAFETY: idx < table_len and the table was validated to hold table_len entries.
@@ -467,6 +504,10 @@ impl ActiveRing {
                 left -= n;
             }
             if flags & VRING_DESC_F_NEXT == 0 {
+                self.walked += total;
+                if writable && segs.is_empty() {
+                    return Err(RingError::EmptyBuffer);
+                }
                 return Ok(());
             }
             idx = next as u32;
@@ -580,13 +621,25 @@ impl ActiveRing {
         }
     }
 
-    /// Signals the guest's call eventfd. Returns false if there is none.
+    /// The guest's call eventfd, to signal (with no ring lock held) when `publish` says so.
     #[inline]
-    pub fn notify(&self) -> bool {
-        let Some(f) = &self.call else { return false };
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writing 8 bytes from a local buffer to an eventfd we own.
-        unsafe { libc::write(f.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) };
-        true
+    pub fn call(&self) -> Option<&Arc<CallFd>> {
+        self.call.as_ref()
+    }
+
+    /// Descriptors walked so far (since the last `take_walked`).
+    #[inline]
+    pub fn walked(&self) -> u32 {
+        self.walked
+    }
+
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Descriptors walked since the last call (popped chains, every descriptor counted).
+    #[inline]
+    pub fn take_walked(&mut self) -> u32 {
+        std::mem::take(&mut self.walked)
     }
 }

@@ -174,7 +174,7 @@ impl Bench {
         let mailboxes: Vec<Arc<Mailbox>> = (0..cfg.threads).map(|_| Arc::new(Mailbox::default())).collect();
         let mut queues = vec![Vec::new(); cfg.threads];
         queues[0] = (0..cfg.vms).collect();
-        let mac = Arc::new(MacTable::new(64));
+        let mac = Arc::new(MacTable::new(64, crate::config::MAX_PORTS, crate::config::DEFAULT_MAC_LIMIT));
         let mut b = Bench {
             rxq_stats: (0..cfg.vms).map(|_| Arc::default()).collect(),
             vms,

@@ -4,6 +4,7 @@
 //! time. No socket, no root, no hugepages, no testpmd: ring walking, MRG_RXBUF, backpressure,
 //! floods, plan swaps and queue moves run under plain `cargo test`.
 
+mod attacks;
 mod harness;
 mod switching;
 

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use log::{info, warn};
 
-use crate::mem::{GuestMem, RegionDesc};
+use crate::mem::{GuestMem, MemLimits, RegionDesc};
 use crate::port::Port;
-use crate::vring::{MAX_QUEUE_SIZE, ring_addrs};
+use crate::vring::call::is_eventfd;
+use crate::vring::{CallFd, MAX_QUEUE_SIZE, ring_addrs};
 use crate::wire::virtio_net::{self, feature};
 use msg::{Header, Request, VringFd};
 
@@ -75,7 +76,7 @@ struct VringConf {
     kicked: bool,
     kick: Option<File>,
     enabled: bool,
-    call: Option<File>,
+    call: Option<Arc<CallFd>>,
     /// Whether the data path is serving this ring now.
     running: bool,
 }
@@ -86,6 +87,8 @@ pub struct PortBackend {
     features: u64,
     protocol: u64,
     mem: Option<Arc<GuestMem>>,
+    /// What the next memory table may map (the port's configuration, as of the last message).
+    limits: MemLimits,
     vrings: Vec<VringConf>,
 }
 
@@ -103,8 +106,14 @@ impl PortBackend {
             features: 0,
             protocol: 0,
             mem: None,
+            limits: MemLimits::NONE,
             vrings: (0..n).map(|_| VringConf::default()).collect(),
         }
+    }
+
+    /// Sets the limits the next memory table is checked against (a table already mapped stays).
+    pub fn set_limits(&mut self, limits: MemLimits) {
+        self.limits = limits;
     }
 
     pub fn features(&self) -> u64 {
@@ -178,10 +187,7 @@ impl PortBackend {
         let Some(addrs) = ring_addrs(&mem, v.size, d, a, u) else {
             return Err(format!("vring {i} addresses outside guest memory or misaligned"));
         };
-        let call = match &v.call {
-            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} call eventfd: {e}"))?),
-            None => None,
-        };
+        let call = v.call.clone();
         let kick = match &v.kick {
             Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} kick eventfd: {e}"))?),
             None => None,
@@ -213,8 +219,9 @@ impl PortBackend {
 
     fn reset(&mut self) {
         self.stop_all();
-        let port = self.port.clone();
+        let (port, limits) = (self.port.clone(), self.limits);
         *self = PortBackend::new(port);
+        self.limits = limits;
     }
 }
 
@@ -304,7 +311,7 @@ impl PortBackend {
     }
 
     pub fn set_mem_table(&mut self, regions: &[RegionDesc], files: Vec<File>) -> Result<(), Refusal> {
-        let mem = GuestMem::map(regions, files).map_err(|e| e.to_string())?;
+        let mem = GuestMem::map(regions, files, &self.limits).map_err(|e| e.to_string())?;
         info!("{}: memory table: {} regions, {} MiB", self.port.name(), mem.region_count(), mem.total_size() >> 20);
         // Each running ring is stopped and restarted on the new table under its lock, so no
         // poll thread ever uses the old mapping after this; the old one is unmapped when the
@@ -359,6 +366,9 @@ impl PortBackend {
     pub fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<(), Refusal> {
         // Kicks are suppressed in the ring while it is polled; a poll thread that goes to
         // sleep (adaptive polling) re-enables them and waits on this fd.
+        if fd.as_ref().is_some_and(|f| !is_eventfd(f)) {
+            return Err(format!("vring {index}: kick fd is not an eventfd"));
+        }
         let v = self.vring(index as u32)?;
         v.kicked = true;
         v.kick = fd;
@@ -366,11 +376,12 @@ impl PortBackend {
     }
 
     pub fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<(), Refusal> {
-        let call = match &fd {
-            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {index} call eventfd: {e}"))?),
+        self.vring(index as u32)?;
+        let call = match fd {
+            Some(f) => Some(Arc::new(CallFd::new(f, self.port.id).map_err(|e| format!("vring {index}: {e}"))?)),
             None => None,
         };
-        self.vring(index as u32)?.call = fd;
+        self.vrings[index as usize].call = call.clone();
         rings(&self.port)[index as usize].lock().set_call(call);
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::mem::RegionDesc;
 
 pub const HEADER_LEN: usize = 12;
 /// Most regions one SET_MEM_TABLE carries (VHOST_MEMORY_BASELINE_NREGIONS).
-pub const MAX_MEM_REGIONS: usize = 8;
+pub const MAX_MEM_REGIONS: usize = crate::config::MAX_MEMORY_REGIONS as usize;
 /// Most file descriptors any message carries (SET_MEM_TABLE's, one per region).
 pub const MAX_FDS: usize = MAX_MEM_REGIONS;
 /// The largest payload accepted for a request pvswitchd does not know: it is read (so the

@@ -84,6 +84,9 @@ fn raise_fd_limit() {
 
 fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     raise_fd_limit();
+    // First: a second pvswitchd on the same configuration stops here, before it touches a
+    // NIC or a socket of the running one.
+    let ctl = pvswitch::control::bind_control(&cfg.control_socket, cfg.control_socket_mode)?;
     // The watchdog's signal for a poll thread stuck in a guest's call eventfd write.
     pvswitch::vring::call::install_interrupt_handler()?;
     // Block signals before spawning threads so only the control thread's signalfd sees them.
@@ -111,7 +114,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     let (burst, retry_us) = (cfg.burst, cfg.rx_retry_us);
     // The control thread opens every port and decides the initial placement (round robin).
     let sw = Switch::new(cfg, Some(config_path), mac.clone()).map_err(std::io::Error::other)?;
-    let mut control = Control::new(sw, signals)?;
+    let mut control = Control::new(sw, ctl, signals)?;
 
     // How a poll thread starts: now, and when a reload adds a poll core.
     let spawner = {
@@ -157,6 +160,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     };
     control.sw.spawner = Some(Box::new(spawner));
     control.sw.start_threads()?;
+    control.ready();
     control.run();
     shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
     control.sw.stop_threads();

@@ -8,11 +8,13 @@
 //! - [`clients`]: request-reply clients: the control socket (`pvswitchctl`) and the Prometheus
 //!   endpoint, served without waiting on them.
 //! - [`metrics`]: the Prometheus endpoint's HTTP.
-//! - [`os`]: the signalfd and epoll tokens.
+//! - [`os`]: the signalfd, epoll tokens, stale sockets.
+//! - [`service`]: the service manager's notify protocol (READY, STATUS, RELOADING, WATCHDOG).
 
 pub mod clients;
 pub mod metrics;
 pub mod os;
+pub mod service;
 pub mod vhost;
 
 use std::net::TcpListener;
@@ -23,14 +25,15 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
-use log::{info, warn};
+use log::{error, info, warn};
 use vmm_sys_util::epoll::{Epoll, EpollEvent};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use crate::ctl;
 use crate::switch::{Endpoints, Switch};
 use clients::{Parsed, Server};
-use os::{SignalFd, Token, watch};
+use os::{SignalFd, SocketInUse, Token, watch};
+use service::Service;
 use vhost::VhostIo;
 
 /// Largest control request accepted.
@@ -45,14 +48,17 @@ pub struct Control {
     signals: SignalFd,
     /// Written by the SIGBUS handler when a guest's memory file shrank under us.
     fault: EventFd,
+    service: Service,
 }
 
 impl Control {
-    /// Opens the control socket, the metrics endpoint and every port's endpoint. Poll threads
-    /// are started by the caller (`sw.start_threads()`).
-    pub fn new(sw: Switch, signals: SignalFd) -> std::io::Result<Control> {
+    /// Serves the control socket `ctl` (bound first, by `bind_control`), opens the metrics
+    /// endpoint and every port's endpoint. A port whose endpoint cannot be made (its socket
+    /// path is a file, or another process listens there) is logged and shows the error; the
+    /// others run. Poll threads are started by the caller (`sw.start_threads()`), which then
+    /// calls `ready`.
+    pub fn new(mut sw: Switch, ctl: UnixListener, signals: SignalFd) -> std::io::Result<Control> {
         let epoll = Rc::new(Epoll::new()?);
-        let ctl = bind_control(&sw.cfg.control_socket, sw.cfg.control_socket_mode)?;
         let ctl = Server::new(epoll.clone(), ctl, Token::CtlListen, Token::CtlClient, MAX_CTL_REQUEST);
         watch(&epoll, signals.as_raw_fd(), Token::Signal);
         let fault = EventFd::new(EFD_NONBLOCK)?;
@@ -69,10 +75,27 @@ impl Control {
             None => None,
         };
         let mut vhost = VhostIo::new(epoll.clone());
+        let mut failed = Vec::new();
         for ps in sw.ports.iter().flatten() {
-            vhost.open(ps)?;
+            if let Err(e) = vhost.open(ps) {
+                error!("{e}");
+                failed.push((ps.id(), e.to_string()));
+            }
         }
-        Ok(Control { sw, epoll, vhost, ctl, metrics, signals, fault })
+        for (id, e) in failed {
+            if let Some(ps) = sw.ports.get_mut(id as usize).and_then(|p| p.as_mut()) {
+                ps.last_error = Some(e);
+            }
+        }
+        Ok(Control { sw, epoll, vhost, ctl, metrics, signals, fault, service: Service::from_env() })
+    }
+
+    /// Tells the service manager that start-up is complete: every listener and the control
+    /// socket exist and the poll threads run.
+    pub fn ready(&mut self) {
+        let status = self.sw.status_line();
+        info!("ready: {status}");
+        self.service.ready(status);
     }
 
     /// Runs until SIGINT or SIGTERM.
@@ -95,6 +118,10 @@ impl Control {
             if self.sw.threads_awake() {
                 due = due.min(crate::switch::WATCHDOG_EVERY);
             }
+            self.service.ping_if_due();
+            if let Some(t) = self.service.next_due() {
+                due = due.min(t.saturating_duration_since(Instant::now()));
+            }
             // Rounded up: waking a millisecond early would only spin.
             let timeout = due.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             let n = match self.epoll.wait(timeout, &mut events) {
@@ -108,6 +135,7 @@ impl Control {
             if self.sw.samples.due_in().is_zero() {
                 self.sw.sample();
                 self.sw.maybe_auto_rebalance();
+                self.service.status(self.sw.status_line());
             }
             for ev in &events[..n] {
                 match Token::from_u64(ev.data()) {
@@ -126,7 +154,10 @@ impl Control {
                     }
                     Some(Token::MetricsClient(id)) => self.serve_metrics(id),
                     Some(Token::MemFault) => self.memory_fault(),
-                    Some(Token::Signal) if self.take_signal() => return,
+                    Some(Token::Signal) if self.take_signal() => {
+                        self.service.stopping();
+                        return;
+                    }
                     _ => {}
                 }
             }
@@ -144,10 +175,12 @@ impl Control {
     fn take_signal(&mut self) -> bool {
         let Some(signo) = self.signals.take() else { return false };
         if signo == libc::SIGHUP {
+            self.service.reloading();
             match self.sw.reload(&mut self.vhost) {
                 Ok(summary) => info!("SIGHUP: reloaded: {summary}"),
                 Err(e) => warn!("SIGHUP: reload rejected, running configuration unchanged: {e}"),
             }
+            self.service.reloaded(self.sw.status_line());
             return false;
         }
         info!("signal {signo}: shutting down");
@@ -162,7 +195,18 @@ impl Control {
         let mut reply = match self.ctl.read(id, line) {
             None => return,
             Some(Err(e)) => ctl::error_reply(&e),
-            Some(Ok(req)) => ctl::handle(&mut self.sw, &mut self.vhost, &req),
+            Some(Ok(req)) => {
+                // The service manager sees a reload from pvswitchctl (ExecReload) as from SIGHUP.
+                let reload = ctl::command(&req).as_deref() == Some("reload");
+                if reload {
+                    self.service.reloading();
+                }
+                let reply = ctl::handle(&mut self.sw, &mut self.vhost, &req);
+                if reload {
+                    self.service.reloaded(self.sw.status_line());
+                }
+                reply
+            }
         };
         reply.push('\n');
         self.ctl.reply(id, reply.into_bytes());
@@ -179,12 +223,23 @@ impl Control {
     }
 }
 
-/// Binds the control socket at `path` with file mode `mode` (a stale socket file is replaced).
-fn bind_control(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
+/// Binds the control socket at `path` with file mode `mode`. A stale socket file (a crashed
+/// run's) is replaced; a live one means another pvswitchd runs on this configuration, and
+/// start-up is refused before anything else is touched.
+pub fn bind_control(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let _ = std::fs::remove_file(path);
+    let refuse =
+        |why: String| std::io::Error::other(format!("control socket {}: {why}; refusing to start", path.display()));
+    match os::clear_stale_socket(path) {
+        Ok(()) => {}
+        Err(SocketInUse::Live) => {
+            return Err(refuse("another pvswitchd is running (a process accepts connections on it)".into()));
+        }
+        Err(SocketInUse::NotASocket) => return Err(refuse("exists and is not a socket".into())),
+        Err(SocketInUse::Other(e)) => return Err(refuse(e.to_string())),
+    }
     let l = UnixListener::bind(path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;

@@ -214,15 +214,16 @@ pub struct VhostIo {
 }
 
 /// Binds a listening socket at `path`, replacing a stale socket file (never a file that is
-/// not a socket).
+/// not a socket, never a socket another process listens on).
 fn listen(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
-        Ok(_) => {
-            return Err(std::io::Error::other(format!("{} exists and is not a socket", path.display())));
+    use super::os::{SocketInUse, clear_stale_socket};
+    match clear_stale_socket(path) {
+        Ok(()) => {}
+        Err(SocketInUse::NotASocket) => return Err(std::io::Error::other("exists and is not a socket")),
+        Err(SocketInUse::Live) => {
+            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another process listens on it"));
         }
-        Err(_) => {}
+        Err(SocketInUse::Other(e)) => return Err(e),
     }
     let l = std::os::unix::net::UnixListener::bind(path)?;
     l.set_nonblocking(true)?;

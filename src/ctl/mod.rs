@@ -23,6 +23,12 @@ pub fn error_reply(msg: &str) -> String {
     json!({"ok": false, "error": msg}).to_string()
 }
 
+/// The command a request line names, if it is well formed.
+pub fn command(req: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(req).ok()?;
+    v.get("command")?.as_str().map(String::from)
+}
+
 /// Answers one request line. `ep` is the control loop's side of the ports (for reload).
 pub fn handle(c: &mut Switch, ep: &mut dyn Endpoints, req: &[u8]) -> String {
     let v: Value = match serde_json::from_slice(req) {

@@ -199,6 +199,32 @@ impl Switch {
     }
 
     /// A port's counters summed over every poll thread.
+    /// One line on what runs, for the service manager's STATUS=: vhost-user ports connected,
+    /// NIC ports open, poll threads.
+    pub fn status_line(&self) -> String {
+        let (mut vhost, mut connected, mut nics, mut up) = (0, 0, 0, 0);
+        for ps in self.ports.iter().flatten() {
+            match &ps.port.kind {
+                PortKind::VhostUser(_) => {
+                    vhost += 1;
+                    connected += ps.link.is_some() as usize;
+                }
+                PortKind::Nic(_) => {
+                    nics += 1;
+                    up += 1;
+                }
+                PortKind::Failed if ps.cfg.vhost_user().is_some() => vhost += 1,
+                PortKind::Failed => nics += 1,
+            }
+        }
+        let threads = self.threads.iter().filter(|t| t.live).count();
+        let mut line = format!("{connected} of {vhost} vhost-user ports connected");
+        if nics > 0 {
+            line += &format!(", {up} of {nics} dpdk ports open");
+        }
+        line + &format!(", {threads} poll threads")
+    }
+
     pub fn port_totals(&self, id: u16) -> PortTotals {
         let mut t = PortTotals::default();
         for th in &self.threads {

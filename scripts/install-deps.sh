@@ -19,7 +19,7 @@ fi
 
 need=()
 for p in libdpdk-dev dpdk dpdk-dev libhwloc-dev libnuma-dev libudev-dev libclang-14-dev clang-14 pkg-config \
-         busybox-static ethtool iperf3 iproute2 iputils-ping socat; do
+         busybox-static ethtool iperf3 iproute2 iputils-ping socat systemd; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 qemu_missing=0

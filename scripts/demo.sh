@@ -7,9 +7,11 @@ source scripts/prepare.sh
 conf=conf/pvswitch.toml
 ctl=/run/pvswitch/pvswitchd.sock
 ./target/release/pvswitchd --check "$conf"
-sudo_if ./target/release/pvswitchd --config "$conf" > target/pvswitchd.log 2>&1 &
+# Started directly (not through a shell function, whose subshell $! would name), so the EXIT
+# trap stops pvswitchd itself: the demo leaves nothing running.
+"${as_root[@]}" ./target/release/pvswitchd --config "$conf" > target/pvswitchd.log 2>&1 &
 pid=$!
-trap 'sudo_if kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+trap '"${as_root[@]}" kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S $ctl ] && break; sleep 0.1; done
 sudo_if bash scripts/vm-pair.sh /run/pvswitch/vm1.sock /run/pvswitch/vm2.sock --logdir target/vm-pair &
 vms=$!

@@ -13,4 +13,10 @@ status=0
 cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole suite (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+# Tests stop everything they start: any process still naming a test directory is a failure.
+if left=$(pgrep -af /tmp/pvs-test/); then
+  echo "test.sh: processes the tests left running:"; echo "$left"
+  pkill -9 -f /tmp/pvs-test/ || true
+  status=1
+fi
 exit $status

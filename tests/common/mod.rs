@@ -125,6 +125,29 @@ impl Switch {
         sw
     }
 
+    /// Stops this pvswitchd (SIGKILL if `kill`, else SIGTERM and wait for it) and starts a new
+    /// one on the same configuration file at once, as a service manager would; the new one's
+    /// log is appended to the same file. Returns when its control socket answers.
+    pub fn restart(&mut self, kill: bool) {
+        if kill {
+            let _ = self.child.kill();
+        } else {
+            // SAFETY: sending SIGTERM to our own child process.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        }
+        let _ = self.child.wait();
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("pvswitchd.log")).unwrap();
+        self.child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
+            .arg("--config")
+            .arg(self.dir.join("pvswitch.toml"))
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn pvswitchd");
+        wait_for("the new pvswitchd's control socket", || self.try_ctl("version").ok());
+    }
+
     pub fn sock(&self, port: &str) -> String {
         self.dir.join(format!("{port}.sock")).display().to_string()
     }

@@ -8,10 +8,12 @@
 //! - [`ipv4`], [`ipv6`], [`tcp`], [`udp`], [`arp`]: what flows match on and offloads rewrite.
 //! - [`checksum`]: the Internet checksum, in pieces.
 //! - [`virtio_net`]: the virtio-net header, its length by features, and feature bit names.
+//! - [`gso`]: offloads in software: a partial checksum completed, a TSO frame segmented.
 
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+pub mod gso;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mac;

@@ -128,6 +128,8 @@ struct RawPort {
     mac_limit: Option<Spanned<u32>>,
     max_guest_memory_mib: Option<Spanned<u32>>,
     max_memory_regions: Option<Spanned<u32>>,
+    /// Checksum and segmentation offloads offered to the guest (vhost-user; default on).
+    offloads: Option<Spanned<bool>>,
     /// Pin every queue of the port to this poll core.
     affinity: Option<Spanned<usize>>,
     /// Per-queue overrides: `[[port.queue]] index = 0, weight_packets = 64, affinity = 2`.
@@ -233,6 +235,9 @@ pub struct VhostUserConfig {
     pub socket: PathBuf,
     pub mode: SocketMode,
     pub queue_pairs: u16,
+    /// Offer checksum and TCP segmentation offloads (CSUM, GUEST_CSUM, HOST/GUEST_TSO4/6,
+    /// HOST/GUEST_ECN). Applies from the next connection.
+    pub offloads: bool,
 }
 
 /// What a port connects to.
@@ -568,6 +573,9 @@ impl Config {
                 if let Some(q) = &p.queues {
                     return Err(cx.err(Some(q.span()), "queues: only for vhost-user ports (use rx_queues, tx_queues)"));
                 }
+                if let Some(o) = &p.offloads {
+                    return Err(cx.err(Some(o.span()), "offloads: only for vhost-user ports"));
+                }
                 let device = match &p.device {
                     Some(d) if !d.get_ref().trim().is_empty() => d.get_ref().trim().to_string(),
                     Some(d) => return Err(cx.err(Some(d.span()), "device: expected a PCI address or vdev string")),
@@ -632,7 +640,8 @@ impl Config {
                         );
                     }
                 };
-                Endpoint::VhostUser(VhostUserConfig { socket, mode, queue_pairs })
+                let offloads = p.offloads.as_ref().is_none_or(|o| *o.get_ref());
+                Endpoint::VhostUser(VhostUserConfig { socket, mode, queue_pairs, offloads })
             };
             let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
             let weight_packets = range(p.weight_packets, "weight_packets", 1, 1 << 20, weight_packets)?;

@@ -408,7 +408,8 @@ impl VhostIo {
             warn!("port {}: {e}", ps.name());
             return;
         }
-        let backend = PortBackend::new(ps.port.clone());
+        let mut backend = PortBackend::new(ps.port.clone());
+        backend.set_offloads(ps.cfg.vhost_user().is_some_and(|v| v.offloads));
         watch(&self.epoll, s.as_raw_fd(), Token::PortConn(i as u32));
         info!("port {}: frontend connected", ps.name());
         let status = backend.status();

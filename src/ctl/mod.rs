@@ -128,6 +128,21 @@ fn ports(c: &Switch) -> Value {
             "connected_secs": ps.link.as_ref().map(|l| l.since.elapsed().as_secs()),
             "last_error": ps.last_error,
             "features": feature_names(status.map_or(0, |s| s.features)),
+            // What each direction negotiated: the guest may send (tx) and can take (rx).
+            "offloads": vhost.map(|v| {
+                let f = status.map_or(0, |s| s.features);
+                let names = |n: crate::wire::gso::Negotiated| {
+                    [("csum", n.csum), ("tso4", n.tso4), ("tso6", n.tso6), ("ecn", n.ecn)]
+                        .into_iter()
+                        .filter_map(|(k, on)| on.then_some(k))
+                        .collect::<Vec<_>>()
+                };
+                json!({
+                    "offered": v.offloads,
+                    "guest_sends": names(crate::wire::gso::Negotiated::host(f)),
+                    "guest_takes": names(crate::wire::gso::Negotiated::guest(f)),
+                })
+            }),
             "memory_regions": status.map_or(0, |s| s.memory_regions),
             "memory_bytes": status.map_or(0, |s| s.memory_bytes),
             "max_memory_regions": ps.cfg.mem_limits.max_regions,

@@ -11,12 +11,14 @@ use super::{Env, Frame, Out, UNCLASSIFIED};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Emc, FlowKey};
 use crate::port::Port;
-use crate::wire::{EthernetFrame, MacAddr};
+use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
+use crate::wire::{EthernetFrame, MacAddr, VirtioNetHdr, virtio_net};
 
 /// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the
 /// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
 /// one: the exact-match cache, then the classifier, then the flow's actions.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn classify(
     env: &Env,
     emc: &mut Emc,
@@ -25,16 +27,37 @@ pub(super) fn classify(
     policy: &PortPolicy,
     f: &mut Frame,
     hdr_len: u32,
+    sender: &Negotiated,
 ) {
     f.data_off = hdr_len;
     f.len = f.segs.len().saturating_sub(hdr_len);
     f.out = Out::Nowhere;
     f.flow = UNCLASSIFIED;
+    f.off = Offload::NONE;
     if f.len < 14 {
         f.out = Out::Drop(Drop::Runt);
         return;
     }
-    if f.len > in_port.max_frame() {
+    // A guest's frames (a NIC's have no header): the header must ask only for what the
+    // sender negotiated.
+    if hdr_len > 0 {
+        match offload(f, hdr_len, sender) {
+            Ok(o) => f.off = o,
+            Err(e) => {
+                f.out = Out::Drop(e.into());
+                return;
+            }
+        }
+    }
+    // The MTU applies to what goes on a wire: a TSO frame's segments, not the frame.
+    let too_big = match f.off.tso {
+        Some(t) => {
+            bump(&env.cx.stats.ports[in_port.id as usize].rx_gso, 1);
+            f.len > gso::MAX_FRAME || t.hdr_len as u32 + t.mss as u32 > in_port.max_frame()
+        }
+        None => f.len > in_port.max_frame(),
+    };
+    if too_big {
         f.out = Out::Drop(Drop::Mtu);
         return;
     }
@@ -79,6 +102,20 @@ pub(super) fn classify(
         Verdict::Drop => Out::Drop(Drop::FlowDrop),
         Verdict::Actions => Out::Actions(i),
     };
+}
+
+/// The offload a frame's virtio-net header asks for, checked against the frame and what its
+/// sender negotiated. A header asking for nothing (flags and gso_type zero) costs one read.
+#[inline]
+fn offload(f: &Frame, hdr_len: u32, sender: &Negotiated) -> Result<Offload, OffloadError> {
+    let Some(h) = f.segs.read_array::<{ virtio_net::HDR_LEN_LEGACY }>(0) else { return Ok(Offload::NONE) };
+    if h[0] == 0 && h[1] == 0 {
+        return Ok(Offload::NONE);
+    }
+    let h = VirtioNetHdr::parse(&h).map_err(|_| OffloadError::GsoHeaders)?;
+    let mut head = [0u8; gso::MAX_HDR];
+    let n = f.segs.read_at(hdr_len, &mut head[..(f.len as usize).min(gso::MAX_HDR)]);
+    Offload::parse(&h, &head[..n], f.len, sender)
 }
 
 /// The addresses (destination, source) of the last frame of a burst that went through NORMAL,

@@ -44,6 +44,29 @@ drop_reasons! {
     FlowDrop = "flow_drop",
     /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
     NicTxFull = "nic_tx_full",
+    /// Offloads: NEEDS_CSUM with csum_start/csum_offset past the frame's end.
+    OffloadCsum = "offload_bad_csum",
+    /// Offloads: a gso_type pvswitchd does not know (only TCPv4/TCPv6 segmentation).
+    OffloadGsoType = "offload_bad_gso_type",
+    /// Offloads: a TSO frame with gso_size 0.
+    OffloadGsoSize = "offload_gso_size_zero",
+    /// Offloads: a TSO frame whose headers are not Ethernet/IP/TCP, or hdr_len past the frame.
+    OffloadHeaders = "offload_bad_headers",
+    /// Offloads: a frame asked for an offload its port did not negotiate.
+    OffloadNotNegotiated = "offload_not_negotiated",
+}
+
+impl From<crate::wire::gso::OffloadError> for Drop {
+    fn from(e: crate::wire::gso::OffloadError) -> Drop {
+        use crate::wire::gso::OffloadError as E;
+        match e {
+            E::CsumOutOfFrame => Drop::OffloadCsum,
+            E::GsoType => Drop::OffloadGsoType,
+            E::GsoSizeZero => Drop::OffloadGsoSize,
+            E::GsoHeaders => Drop::OffloadHeaders,
+            E::NotNegotiated => Drop::OffloadNotNegotiated,
+        }
+    }
 }
 
 pub const NDROPS: usize = DROP_REASONS.len();
@@ -121,6 +144,12 @@ counters! {
         /// Source MACs not learned: the port was at its `mac_limit`, or the bucket held only other
         /// ports' entries (frames to such a MAC flood).
         learn_refused: AtomicU64,
+        /// TSO frames received from the port (the guest handed over up to 64 KiB at once).
+        rx_gso: AtomicU64,
+        /// TSO frames cut into segments for this port (it did not negotiate the offload).
+        sw_segmented: AtomicU64,
+        /// Partial checksums completed for this port (it did not negotiate GUEST_CSUM, or is a NIC).
+        sw_checksums: AtomicU64,
         /// Frames dropped, by reason.
         drops: DropCounters,
     }

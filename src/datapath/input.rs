@@ -15,6 +15,7 @@ use crate::flow::Emc;
 use crate::port::nic::NicPort;
 use crate::port::{Port, PortKind};
 use crate::vring::{ActiveRing, RingError, Vring};
+use crate::wire::gso::Negotiated;
 
 /// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
 /// receive queue `qpair`), and the poll thread's state for it, which survives plan changes that
@@ -45,6 +46,8 @@ trait Source {
     const CAN_WAIT: bool;
     /// Bytes in front of each frame (the sender's virtio-net header; 0 for a NIC).
     fn hdr_len(&self) -> u32;
+    /// The offloads its frames may ask for (a guest's CSUM/HOST_TSO; none for a NIC).
+    fn offloads(&self) -> Negotiated;
     /// Takes up to `max` frames into `frames` (their `segs` and `head`); returns how many, and
     /// the error that broke the source after them, if one did.
     fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>);
@@ -66,6 +69,7 @@ struct GuestTx<'a> {
     ring: &'a mut ActiveRing,
     broken: &'a mut Option<RingError>,
     hdr_len: u32,
+    offloads: Negotiated,
 }
 
 impl Source for GuestTx<'_> {
@@ -73,6 +77,10 @@ impl Source for GuestTx<'_> {
 
     fn hdr_len(&self) -> u32 {
         self.hdr_len
+    }
+
+    fn offloads(&self) -> Negotiated {
+        self.offloads
     }
 
     #[inline]
@@ -135,6 +143,10 @@ impl Source for NicQueue<'_> {
         0
     }
 
+    fn offloads(&self) -> Negotiated {
+        Negotiated::default()
+    }
+
     #[inline]
     fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
         let got = self.rx.receive(self.nic, self.queue, max.min(frames.len())).unwrap_or(0);
@@ -195,11 +207,19 @@ fn visit_queue(
                 return 0;
             }
             let mut g = vq.lock();
-            let Vring { active, broken, hdr_len, .. } = &mut *g;
-            let hdr_len = *hdr_len;
+            let Vring { active, broken, hdr_len, offloads, .. } = &mut *g;
+            let (hdr_len, offloads) = (*hdr_len, *offloads);
             let (Some(ring), None) = (active.as_mut(), *broken) else { return 0 };
             let vq_index = 2 * spec.qpair + 1;
-            visit_source(env, emc, frames, rx, spec, state, &mut GuestTx { port, vq_index, ring, broken, hdr_len })
+            visit_source(
+                env,
+                emc,
+                frames,
+                rx,
+                spec,
+                state,
+                &mut GuestTx { port, vq_index, ring, broken, hdr_len, offloads },
+            )
         }
         PortKind::Nic(nic) => {
             let queue = spec.qpair;
@@ -226,6 +246,7 @@ fn visit_source<S: Source>(
     let pc = &cx.stats.ports[port.id as usize];
     let policy = &env.ports.policy[port.id as usize];
     let hdr_len = src.hdr_len();
+    let sender = src.offloads();
     let t0 = cycles();
     // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
     let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
@@ -248,7 +269,7 @@ fn visit_source<S: Source>(
         }
         let mut recent = None;
         for f in &mut frames[..got] {
-            classify(env, emc, &mut recent, port, policy, f, hdr_len);
+            classify(env, emc, &mut recent, port, policy, f, hdr_len, &sender);
         }
         rx.dropped_full = false;
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);

@@ -19,6 +19,7 @@ pub mod idle;
 mod input;
 pub mod mac_table;
 pub mod nic_io;
+mod offload;
 mod output;
 pub mod plan;
 pub mod sched;
@@ -42,6 +43,7 @@ use crate::flow::table::{FlowTable, NO_MATCH};
 use crate::mem::Segs;
 use crate::port::Port;
 use crate::vring::RingError;
+use crate::wire::gso::Offload;
 
 /// What a poll thread is given at start and never changes.
 pub struct Ctx {
@@ -91,6 +93,8 @@ struct Frame {
     data_off: u32,
     /// Ethernet frame length.
     len: u32,
+    /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
+    off: Offload,
     out: Out,
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
     /// there is no flow table.
@@ -99,7 +103,15 @@ struct Frame {
 
 impl Default for Frame {
     fn default() -> Frame {
-        Frame { head: 0, segs: Segs::default(), data_off: 0, len: 0, out: Out::Nowhere, flow: UNCLASSIFIED }
+        Frame {
+            head: 0,
+            segs: Segs::default(),
+            data_off: 0,
+            len: 0,
+            off: Offload::NONE,
+            out: Out::Nowhere,
+            flow: UNCLASSIFIED,
+        }
     }
 }
 

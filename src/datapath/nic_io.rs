@@ -65,8 +65,9 @@ mod imp {
     }
 
     impl TxBatches {
-        /// Copies a frame (`prefix`, then `len` bytes of `src` from `off`) into a new mbuf and
-        /// queues it for NIC port `id`; a full batch is sent at once.
+        /// Copies a frame (`prefix`, then `len` bytes of `src` from `off`, then `patch`'s value
+        /// stored at its offset: a checksum completed) into a new mbuf and queues it for NIC
+        /// port `id`; a full batch is sent at once.
         #[inline]
         #[allow(clippy::too_many_arguments)]
         pub fn write(
@@ -79,6 +80,7 @@ mod imp {
             off: u32,
             len: u32,
             prefix: &[u8],
+            patch: Option<(u32, u16)>,
         ) -> Result<u32, Drop> {
             let total = prefix.len() + len as usize;
             let i = id as usize;
@@ -97,6 +99,11 @@ mod imp {
             };
             room[..prefix.len()].copy_from_slice(prefix);
             src.read_at(off, &mut room[prefix.len()..]);
+            if let Some((at, v)) = patch
+                && let Some(field) = room.get_mut(at as usize..at as usize + 2)
+            {
+                field.copy_from_slice(&v.to_be_bytes());
+            }
             if b.is_empty() {
                 self.dirty.push(id);
             }
@@ -184,6 +191,7 @@ mod stub {
             _: u32,
             _: u32,
             _: &[u8],
+            _: Option<(u32, u16)>,
         ) -> Result<u32, Drop> {
             match *nic {}
         }

@@ -9,13 +9,15 @@ use std::sync::Arc;
 
 use super::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
 use super::nic_io::TxBatches;
+use super::offload::{self, Segments};
 use super::{Ctx, Env, Frame, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;
 use crate::port::{Port, PortKind};
 use crate::vring::call::Signal;
 use crate::vring::{ActiveRing, CallFd, RingError, Vring, VringGuard};
-use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet};
+use crate::wire::gso::Negotiated;
+use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 
 /// Interrupts owed to guests, gathered while rings are locked and sent after: a write to a call
 /// eventfd (a file the frontend controls) never happens under a ring lock.
@@ -98,20 +100,86 @@ impl<'a> Open<'a> {
         matches!(ring.avail_at_least(want), Ok(k) if k >= want)
     }
 
+    /// Writes frame `f`, shaped by `e`, to this port: as it is, or with the offloads it asked
+    /// for done here if the port cannot take them.
+    #[inline]
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+        if f.off.is_none() {
+            return self.write_one(f, e, &VirtioNetHdr::PLAIN, None, rx);
+        }
+        self.write_offloaded(f, e, rx)
+    }
+
+    /// A frame with a partial checksum or TSO: whole to a guest that negotiated the same
+    /// offloads (the header carried through, its offsets following a rewritten Ethernet
+    /// header), else completed or segmented for this port alone.
+    #[cold]
+    fn write_offloaded(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+        let takes = self.guard.as_ref().map_or(Negotiated::default(), |g| g.offloads);
+        let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
+        if takes.takes(&off) {
+            return self.write_one(f, e, &off.to_hdr(), None, rx);
+        }
+        let pc = &self.cx.stats.ports[self.port.id as usize];
+        if f.off.tso.is_none() {
+            // A checksum only: its value from the sender's bytes, stored as the frame is copied.
+            let (field, v) = offload::checksum(f).ok_or(Drop::OffloadHeaders)?;
+            bump(&pc.sw_checksums, 1);
+            let field = (field as i32 + e.prefix.len() as i32 - e.skip as i32) as u32;
+            return self.write_one(f, e, &VirtioNetHdr::PLAIN, Some((field, v)), rx);
+        }
+        let mut segs = Segments::new(f, e.prefix, e.skip).ok_or(Drop::OffloadHeaders)?;
+        // Room for every segment first, so backpressure retries the frame whole.
+        if !self.has_room(segs.count) {
+            return Err(Drop::RxRingFull);
+        }
+        bump(&pc.sw_segmented, 1);
+        // A guest with GUEST_CSUM completes each segment's checksum itself.
+        let partial = self.guard.is_some() && takes.csum;
+        while let Some(s) = segs.next(f, !partial) {
+            let vh = if partial {
+                VirtioNetHdr {
+                    flags: virtio_net::flags::NEEDS_CSUM,
+                    csum_start: s.l4,
+                    csum_offset: tcp::CHECKSUM_OFFSET as u16,
+                    ..VirtioNetHdr::PLAIN
+                }
+            } else {
+                VirtioNetHdr::PLAIN
+            };
+            let shape = Shape { prefix: &s.hdrs[..s.hdr_len as usize], skip: s.skip, take: s.len };
+            self.write_one(f, shape, &vh, None, rx)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one frame: `e`'s bytes after virtio-net header `vh`, with `patch` (an offset in
+    /// the written frame and a 16-bit value) stored over them.
+    #[inline]
+    fn write_one(
+        &mut self,
+        f: &Frame,
+        e: Shape,
+        vh: &VirtioNetHdr,
+        patch: Option<(u32, u16)>,
+        rx: &mut RxScratch,
+    ) -> Result<(), Drop> {
         let Some(guard) = self.guard.as_mut() else {
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             let nic = self.port.nic().ok_or(Drop::PortDown)?;
             let pc = &self.cx.stats.ports[self.port.id as usize];
-            let (off, len) = (f.data_off + e.skip, f.len - e.skip);
-            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix).map(|_| ());
+            let (off, len) = (f.data_off + e.skip, e.body_len(f));
+            return rx
+                .nic_tx
+                .write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix, patch)
+                .map(|_| ());
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
-        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, rx) {
+        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, vh, patch, rx) {
             Ok(()) => {
                 self.packets += 1;
-                self.bytes += (f.len - e.skip + e.prefix.len() as u32) as u64;
+                self.bytes += (e.body_len(f) + e.prefix.len() as u32) as u64;
                 Ok(())
             }
             Err(WriteError::Drop(why)) => Err(why),
@@ -301,7 +369,7 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) 
     execute(env.flows.actions(fi), &hdr, |emit, h| {
         let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
         let len = h.emit(&mut buf);
-        let shape = Shape { prefix: &buf[..len], skip: covered as u32 };
+        let shape = Shape { prefix: &buf[..len], skip: covered as u32, take: u32::MAX };
         match emit {
             Emit::Port(p) if p != in_port => send_one(env, p, f, shape, rx, true),
             Emit::Port(_) => {}
@@ -358,34 +426,48 @@ impl From<RingError> for WriteError {
     }
 }
 
-/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, or
-/// nothing) followed by the sender's frame from byte `skip` on.
+/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, a
+/// segment's headers, or nothing) followed by at most `take` bytes of the sender's frame from
+/// byte `skip` on.
 #[derive(Clone, Copy)]
 struct Shape<'a> {
     prefix: &'a [u8],
     skip: u32,
+    take: u32,
 }
 
-const AS_IS: Shape = Shape { prefix: &[], skip: 0 };
+impl Shape<'_> {
+    /// Bytes of the sender's frame `f` this shape sends.
+    #[inline]
+    fn body_len(&self, f: &Frame) -> u32 {
+        (f.len - self.skip).min(self.take)
+    }
+}
+
+const AS_IS: Shape = Shape { prefix: &[], skip: 0, take: u32::MAX };
 
 /// Most receive buffers one frame may take (MRG_RXBUF): a 64 KiB frame in 256-byte buffers.
 pub const MAX_FRAME_BUFS: usize = 256;
 /// Most receive descriptors walked for one frame, over all its buffers.
 pub const MAX_FRAME_DESCS: u32 = 1024;
 
-/// Copies one frame into the guest's receive buffers: the virtio-net header, then the frame,
-/// spread over several buffers when MRG_RXBUF allows (num_buffers says how many).
+/// Copies one frame into the guest's receive buffers: the virtio-net header (`vh`, with
+/// num_buffers), then the frame, spread over several buffers when MRG_RXBUF allows (num_buffers
+/// says how many); `patch` (frame offset, value) is stored over the copy, in the first buffer.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn write_frame(
     ring: &mut ActiveRing,
     hdr_len: u32,
     mrg: bool,
     f: &Frame,
     e: Shape,
+    vh: &VirtioNetHdr,
+    patch: Option<(u32, u16)>,
     rx: &mut RxScratch,
 ) -> Result<(), WriteError> {
     let pre = e.prefix.len() as u32;
-    let (body_off, body_len) = (f.data_off + e.skip, f.len - e.skip);
+    let (body_off, body_len) = (f.data_off + e.skip, e.body_len(f));
     let need = hdr_len + pre + body_len;
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
@@ -401,7 +483,16 @@ fn write_frame(
         rx.first.write_at(hdr_len, e.prefix);
     }
     let mut copied = (first_room - hdr_len - pre).min(body_len);
+    if let Some((at, _)) = patch
+        && at + 2 > pre + copied
+    {
+        ring.push_used(head, 0);
+        return Err(WriteError::Drop(Drop::RxBufferTooSmall));
+    }
     rx.first.copy_from(hdr_len + pre, &f.segs, body_off, copied);
+    if let Some((at, v)) = patch {
+        rx.first.write_at(hdr_len + at, &v.to_be_bytes());
+    }
     ring.push_used(head, hdr_len + pre + copied);
     let mut nbufs: u16 = 1;
     let walked = ring.walked();
@@ -422,7 +513,7 @@ fn write_frame(
         copied += c;
         nbufs += 1;
     }
-    let hdr = VirtioNetHdr { num_buffers: nbufs, ..VirtioNetHdr::PLAIN }.to_bytes();
+    let hdr = VirtioNetHdr { num_buffers: nbufs, ..*vh }.to_bytes();
     // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
     // frame too); not writing it then keeps the guest's cached copy of that line valid.
     rx.first.update_at(0, &hdr[..hdr_len as usize]);

@@ -142,6 +142,24 @@ impl Segs {
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
+    /// The Internet checksum sum of the `len` bytes at `off` (fewer if the chain is short): read
+    /// through a local buffer, never as a slice of guest memory (a software offload's pass).
+    pub fn sum(&self, off: u32, len: u32) -> crate::wire::checksum::Sum {
+        let mut s = crate::wire::checksum::Sum::new();
+        let mut buf = [0u8; 512];
+        let (mut at, end) = (off, off.saturating_add(len));
+        while at < end {
+            let n = ((end - at) as usize).min(buf.len());
+            let got = self.read_at(at, &mut buf[..n]);
+            s.add_bytes(&buf[..got]);
+            if got < n {
+                break;
+            }
+            at += n as u32;
+        }
+        s
+    }
+
     /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small
     /// `src` in the first segment): a line that is only read stays shared with the guest's
     /// core, where a store, even of the same bytes, would take it away. Returns the bytes

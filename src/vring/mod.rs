@@ -118,6 +118,9 @@ pub struct Vring {
     pub hdr_len: u32,
     /// Whether a received frame may span several buffers (MRG_RXBUF).
     pub mrg_rxbuf: bool,
+    /// Offloads negotiated for this queue's direction (what a TX queue's frames may ask for,
+    /// what an RX queue's guest takes).
+    pub offloads: crate::wire::gso::Negotiated,
     /// The guest's kick eventfd, which a sleeping poll thread waits on (adaptive polling).
     pub kick: Option<File>,
     /// Counts starts, so a poll thread can tell that `kick` may have changed.

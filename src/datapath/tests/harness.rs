@@ -14,7 +14,10 @@ use crate::datapath::{Ctx, PollThread};
 use crate::flow::table::FlowTable;
 use crate::mem::RegionDesc;
 use crate::port::Port;
-use crate::port::vhost::{OFFERED_FEATURES, OFFERED_PROTOCOL_FEATURES, PortBackend, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::port::vhost::{
+    OFFERED_FEATURES, OFFERED_PROTOCOL_FEATURES, OFFLOAD_FEATURES, PortBackend, VHOST_USER_F_PROTOCOL_FEATURES,
+};
+use crate::wire::VirtioNetHdr;
 use crate::wire::virtio_net::feature;
 
 /// What a test VM's driver acks by default: pvsgen's features.
@@ -52,6 +55,8 @@ pub struct TestVm {
     pub features: u64,
     /// Size of the receive buffers it posts.
     pub rx_buf: u32,
+    /// The virtio-net header of each frame `recv` returned, in order (cleared by each `recv`).
+    pub hdrs: Vec<VirtioNetHdr>,
 }
 
 impl TestVm {
@@ -62,7 +67,7 @@ impl TestVm {
         let mut backend = PortBackend::new(port.clone());
         let guest = Guest::new(layout, layout.mem_size);
         attach(&mut backend, &guest, features);
-        TestVm { port, backend, guest, features, rx_buf: layout.buf_slot as u32 }
+        TestVm { port, backend, guest, features, rx_buf: layout.buf_slot as u32, hdrs: Vec::new() }
     }
 
     /// Frames received since the last call, header stripped, with MRG_RXBUF frames put back
@@ -75,6 +80,7 @@ impl TestVm {
             std::iter::from_fn(|| rx.next_used(idx)).collect()
         };
         let mut out: Vec<Vec<u8>> = Vec::new();
+        self.hdrs.clear();
         let mut left = 0u16;
         for &(id, len) in &used {
             assert!(id < l.qsize as u32, "used id {id} out of range");
@@ -92,6 +98,7 @@ impl TestVm {
             assert!(nbufs >= 1, "num_buffers 0");
             assert!(nbufs == 1 || self.features & feature::MRG_RXBUF != 0, "num_buffers {nbufs} without MRG_RXBUF");
             left = nbufs - 1;
+            self.hdrs.push(VirtioNetHdr::parse(&buf[..HDR_LEN]).unwrap());
             out.push(buf[HDR_LEN..].to_vec());
         }
         assert_eq!(left, 0, "a frame's buffers were published in part");
@@ -104,7 +111,7 @@ impl TestVm {
 /// each ring's size, base, addresses, kick and call eventfds, enable.
 pub fn attach(backend: &mut PortBackend, guest: &Guest, features: u64) {
     let features = features | VHOST_USER_F_PROTOCOL_FEATURES;
-    assert_eq!(features & !OFFERED_FEATURES, 0, "the switch does not offer {features:#x}");
+    assert_eq!(features & !(OFFERED_FEATURES | OFFLOAD_FEATURES), 0, "the switch does not offer {features:#x}");
     let l = *guest.layout();
     let uva = |gpa: u64| guest.mem.uva() + gpa;
     backend.set_owner().unwrap();

@@ -6,6 +6,7 @@
 
 mod attacks;
 mod harness;
+mod offloads;
 mod switching;
 
 pub(crate) use harness::*;

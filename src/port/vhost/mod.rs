@@ -17,6 +17,7 @@ use crate::mem::{GuestMem, MemLimits, RegionDesc};
 use crate::port::Port;
 use crate::vring::call::is_eventfd;
 use crate::vring::{CallFd, MAX_QUEUE_SIZE, ring_addrs};
+use crate::wire::gso::Negotiated;
 use crate::wire::virtio_net::{self, feature};
 use msg::{Header, Request, VringFd};
 
@@ -34,6 +35,17 @@ pub const OFFERED_FEATURES: u64 = feature::VERSION_1
     | feature::RING_INDIRECT_DESC
     | feature::RING_EVENT_IDX
     | VHOST_USER_F_PROTOCOL_FEATURES;
+
+/// Checksum and TCP segmentation offloads, both directions (with `offloads = true`, the
+/// default). UFO/USO are not offered: pvswitchd does not segment UDP.
+pub const OFFLOAD_FEATURES: u64 = feature::CSUM
+    | feature::GUEST_CSUM
+    | feature::HOST_TSO4
+    | feature::HOST_TSO6
+    | feature::HOST_ECN
+    | feature::GUEST_TSO4
+    | feature::GUEST_TSO6
+    | feature::GUEST_ECN;
 
 /// The protocol features offered: multi-queue, and acks for requests that ask for one.
 pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK;
@@ -89,6 +101,9 @@ pub struct PortBackend {
     mem: Option<Arc<GuestMem>>,
     /// What the next memory table may map (the port's configuration, as of the last message).
     limits: MemLimits,
+    /// The virtio features offered (OFFERED_FEATURES, with OFFLOAD_FEATURES unless the port
+    /// turned offloads off).
+    offer: u64,
     vrings: Vec<VringConf>,
 }
 
@@ -107,6 +122,7 @@ impl PortBackend {
             protocol: 0,
             mem: None,
             limits: MemLimits::NONE,
+            offer: OFFERED_FEATURES | OFFLOAD_FEATURES,
             vrings: (0..n).map(|_| VringConf::default()).collect(),
         }
     }
@@ -114,6 +130,11 @@ impl PortBackend {
     /// Sets the limits the next memory table is checked against (a table already mapped stays).
     pub fn set_limits(&mut self, limits: MemLimits) {
         self.limits = limits;
+    }
+
+    /// Whether offloads are offered (before GET_FEATURES: a connection keeps what it was offered).
+    pub fn set_offloads(&mut self, on: bool) {
+        self.offer = OFFERED_FEATURES | if on { OFFLOAD_FEATURES } else { 0 };
     }
 
     pub fn features(&self) -> u64 {
@@ -194,6 +215,8 @@ impl PortBackend {
         };
         g.hdr_len = hdr_len;
         g.mrg_rxbuf = mrg;
+        // A guest's TX queues (odd) carry what it may send, its RX queues what it can take.
+        g.offloads = if i % 2 == 1 { Negotiated::host(self.features) } else { Negotiated::guest(self.features) };
         g.start(addrs, v.base, event_idx, (call, kick), mem);
         drop(g);
         self.vrings[i].running = true;
@@ -219,9 +242,10 @@ impl PortBackend {
 
     fn reset(&mut self) {
         self.stop_all();
-        let (port, limits) = (self.port.clone(), self.limits);
+        let (port, limits, offer) = (self.port.clone(), self.limits, self.offer);
         *self = PortBackend::new(port);
         self.limits = limits;
+        self.offer = offer;
     }
 }
 
@@ -256,7 +280,7 @@ impl PortBackend {
     fn apply(&mut self, req: Request, fds: &mut Vec<File>) -> Result<Option<Vec<u8>>, Refusal> {
         let u64_reply = |v: u64| Ok(Some(v.to_le_bytes().to_vec()));
         match req {
-            Request::GetFeatures => return u64_reply(OFFERED_FEATURES),
+            Request::GetFeatures => return u64_reply(self.offer),
             Request::SetFeatures(f) => self.set_features(f)?,
             Request::SetOwner => self.set_owner()?,
             Request::ResetOwner => self.reset(),
@@ -301,7 +325,7 @@ impl PortBackend {
     }
 
     pub fn set_features(&mut self, features: u64) -> Result<(), Refusal> {
-        if features & !OFFERED_FEATURES != 0 {
+        if features & !self.offer != 0 {
             return Err(format!("frontend acked features {features:#x} we did not offer"));
         }
         self.features = features;

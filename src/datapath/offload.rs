@@ -1,0 +1,88 @@
+//! Offloads a destination did not negotiate, done for that destination only: a partial
+//! checksum (NEEDS_CSUM) completed, a TSO frame cut into segments. `output` asks this module
+//! for the checksum's value or for each segment's headers, and copies the payload itself, from
+//! the sender's buffers straight into the receiver's, as for any frame. The wire formats are
+//! `wire::gso`'s; here they meet a frame in guest memory.
+
+use super::Frame;
+use crate::wire::gso::{self, MAX_HDR, Tso};
+
+/// The checksum a NEEDS_CSUM frame asked for, computed from the sender's bytes: the field's
+/// offset in the frame and its value.
+pub(super) fn checksum(f: &Frame) -> Option<(u32, u16)> {
+    let (start, field) = f.off.csum?;
+    let (start, field) = (start as u32, field as u32);
+    let sum = f.segs.sum(f.data_off + start, f.len - start);
+    Some((start + field, gso::final_value(sum.fold())))
+}
+
+/// The segments of a TSO frame as sent to one destination: `prefix` replaces its first `skip`
+/// bytes (a rewritten Ethernet header), as `output::Shape` says.
+pub(super) struct Segments {
+    /// The destination's headers before segmentation: prefix, then the sender's from `skip`.
+    hdrs: [u8; MAX_HDR + 8],
+    /// Their layout in `hdrs`.
+    t: Tso,
+    /// Where the payload starts in the sender's frame.
+    payload_at: u32,
+    payload_len: u32,
+    pub count: u32,
+    next: u32,
+}
+
+/// One segment: its headers, and the part of the sender's frame that is its payload.
+pub(super) struct Segment {
+    pub hdrs: [u8; MAX_HDR + 8],
+    pub hdr_len: u32,
+    /// Offset of the payload in the sender's frame, and its length.
+    pub skip: u32,
+    pub len: u32,
+    /// The TCP header's offset (the checksum starts there).
+    pub l4: u16,
+}
+
+impl Segments {
+    pub fn new(f: &Frame, prefix: &[u8], skip: u32) -> Option<Segments> {
+        let t0 = f.off.tso?;
+        let t = f.off.shifted(prefix.len() as i32 - skip as i32).tso?;
+        let mut hdrs = [0u8; MAX_HDR + 8];
+        if t.hdr_len as usize > hdrs.len() || (t0.hdr_len as u32) < skip {
+            return None;
+        }
+        hdrs[..prefix.len()].copy_from_slice(prefix);
+        let rest = t0.hdr_len as u32 - skip;
+        let got = f.segs.read_at(f.data_off + skip, &mut hdrs[prefix.len()..prefix.len() + rest as usize]);
+        if got < rest as usize {
+            return None;
+        }
+        let payload_len = f.len - t0.hdr_len as u32;
+        let count = f.off.segments(f.len);
+        Some(Segments { hdrs, t, payload_at: t0.hdr_len as u32, payload_len, count, next: 0 })
+    }
+
+    /// The next segment's headers, with the TCP checksum complete if `full`, else in the
+    /// partial form (pseudo header only) a receiver with GUEST_CSUM completes itself.
+    pub fn next(&mut self, f: &Frame, full: bool) -> Option<Segment> {
+        if self.next == self.count {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        let mss = self.t.mss as u32;
+        let off = i * mss;
+        let len = (self.payload_len - off).min(mss);
+        let mut s = Segment {
+            hdrs: [0u8; MAX_HDR + 8],
+            hdr_len: self.t.hdr_len as u32,
+            skip: self.payload_at + off,
+            len,
+            l4: self.t.l4,
+        };
+        gso::segment_headers(&self.hdrs, &self.t, i, self.count, off, len, &mut s.hdrs);
+        if full {
+            let payload = f.segs.sum(f.data_off + s.skip, len);
+            gso::finish_tcp_checksum(&mut s.hdrs, &self.t, payload);
+        }
+        Some(s)
+    }
+}

@@ -1,0 +1,277 @@
+//! Checksum and segmentation offloads through the data path: a TSO frame of up to 64 KiB and a
+//! partial checksum reach a receiver that negotiated the offloads as they are (header fields
+//! carried through), and one that did not as MSS-sized segments with complete headers and
+//! checksums, or with the checksum completed; malformed offload headers are dropped per reason
+//! while a bystander's frames go on.
+
+use pvsgen::frontend::{Desc, F_NEXT, Layout, SCRATCH};
+
+use super::*;
+use crate::datapath::counters::Drop;
+use crate::wire::checksum::Sum;
+use crate::wire::gso::l4_checksum_ok;
+use crate::wire::virtio_net::{feature, flags, gso};
+use crate::wire::{Ipv4Packet, VirtioNetHdr};
+
+const OFFLOADS: u64 = feature::CSUM
+    | feature::GUEST_CSUM
+    | feature::HOST_TSO4
+    | feature::HOST_TSO6
+    | feature::GUEST_TSO4
+    | feature::GUEST_TSO6
+    | feature::HOST_ECN
+    | feature::GUEST_ECN;
+
+/// A TCP/IPv4 frame from VM `from` to VM `to` with `payload` bytes, its TCP checksum field
+/// holding the pseudo header's sum (as a guest with CSUM hands it over).
+fn tcp_frame(to: usize, from: usize, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&mac(to));
+    f.extend_from_slice(&mac(from));
+    f.extend_from_slice(&[0x08, 0x00]);
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((40 + payload.len()).min(65535) as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&100u16.to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&[10, 0, 0, from as u8 + 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, to as u8 + 1]);
+    f.extend_from_slice(&ip);
+    Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+    let mut th = [0u8; 20];
+    th[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    th[2..4].copy_from_slice(&5201u16.to_be_bytes());
+    th[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    th[12..14].copy_from_slice(&(5u16 << 12 | 0x018).to_be_bytes()); // ACK PSH
+    th[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    f.extend_from_slice(&th);
+    f.extend_from_slice(payload);
+    let l4_len = 20 + payload.len() as u32;
+    let pseudo = Ipv4Packet::new_unchecked(&f[14..]).pseudo_header(l4_len);
+    f[50..52].copy_from_slice(&pseudo.fold().to_be_bytes());
+    f
+}
+
+fn payload(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8).collect()
+}
+
+/// A TSO header for `tcp_frame`'s frames.
+fn tso(mss: u16) -> VirtioNetHdr {
+    VirtioNetHdr {
+        flags: flags::NEEDS_CSUM,
+        gso_type: gso::TCPV4,
+        hdr_len: 54,
+        gso_size: mss,
+        csum_start: 34,
+        csum_offset: 16,
+        num_buffers: 0,
+    }
+}
+
+/// A partial checksum header for `tcp_frame`'s frames.
+const CSUM: VirtioNetHdr = VirtioNetHdr {
+    flags: flags::NEEDS_CSUM,
+    gso_type: 0,
+    hdr_len: 0,
+    gso_size: 0,
+    csum_start: 34,
+    csum_offset: 16,
+    num_buffers: 0,
+};
+
+/// Sends one frame from VM `i` with virtio-net header `h`: the header, then the frame in
+/// 4 KiB descriptors, one chain from descriptor 0 (the previous one must be completed).
+fn send_with(b: &mut Bench, i: usize, h: &VirtioNetHdr, frame: &[u8]) {
+    assert_eq!(b.vms[i].guest.tx_pending(), 0, "the previous raw frame is not completed");
+    b.vms[i].guest.mem.write(SCRATCH, &h.to_bytes());
+    b.vms[i].guest.mem.write(SCRATCH + 4096, frame);
+    let mut tx = b.vms[i].guest.raw_tx();
+    let pieces: Vec<&[u8]> = frame.chunks(4096).collect();
+    tx.desc(0, Desc { addr: SCRATCH, len: 12, flags: F_NEXT, next: 1 });
+    for (k, p) in pieces.iter().enumerate() {
+        let last = k + 1 == pieces.len();
+        let d = Desc {
+            addr: SCRATCH + 4096 + 4096 * k as u64,
+            len: p.len() as u32,
+            flags: if last { 0 } else { F_NEXT },
+            next: k as u16 + 2,
+        };
+        tx.desc(k as u16 + 1, d);
+    }
+    tx.stage(0);
+    tx.publish();
+}
+
+/// A bench of three VMs: 0 sends with offloads, 1 receives with `rx_features`, 2 is a
+/// bystander. Receive buffers of 4 KiB; MRG_RXBUF for everyone.
+fn bench(rx_features: u64) -> Bench {
+    let d = DRIVER_FEATURES | feature::MRG_RXBUF;
+    let mut b = Bench::with_features(
+        BenchCfg { vms: 3, layout: Layout::TEST, ..BenchCfg::default() },
+        &[d | OFFLOADS, d | rx_features, d],
+    );
+    for i in 0..3 {
+        b.announce(i);
+    }
+    b
+}
+
+/// The segments a receiver without offloads got for a TSO frame: each a complete TCP/IPv4
+/// frame within the MSS, checksums good, sequence numbers contiguous; their payloads put
+/// together are the original's.
+fn check_segments(got: &[Vec<u8>], original: &[u8], mss: usize) {
+    let n = (original.len() - 54).div_ceil(mss);
+    assert_eq!(got.len(), n, "segments");
+    let mut back = Vec::new();
+    for (i, s) in got.iter().enumerate() {
+        assert!(s.len() - 54 <= mss, "segment {i} is {} bytes", s.len());
+        assert_eq!(s[..12], original[..12], "segment {i}'s addresses");
+        let ip = Ipv4Packet::new_checked(&s[14..]).unwrap();
+        assert!(ip.verify_checksum(), "segment {i}: IP checksum");
+        assert_eq!(ip.total_len() as usize, s.len() - 14, "segment {i}: IP length");
+        assert_eq!(ip.ident(), 100 + i as u16, "segment {i}: IP id");
+        assert_eq!(l4_checksum_ok(s), Some(true), "segment {i}: TCP checksum");
+        let seq = u32::from_be_bytes(s[38..42].try_into().unwrap());
+        assert_eq!(seq, 1000 + (i * mss) as u32, "segment {i}: sequence number");
+        let psh = s[47] & 0x08 != 0;
+        assert_eq!(psh, i + 1 == n, "segment {i}: PSH only on the last");
+        back.extend_from_slice(&s[54..]);
+    }
+    assert!(back == original[54..], "payload differs after segmentation");
+}
+
+#[test]
+fn a_64k_tso_frame_reaches_a_receiver_with_offloads_whole() {
+    let mut b = bench(OFFLOADS);
+    let f = tcp_frame(1, 0, &payload(65000, 1));
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(50);
+    let got = b.vms[1].recv();
+    assert_eq!(got.len(), 1, "one frame, not segments");
+    assert!(got[0] == f, "the frame changed on the way");
+    let h = b.vms[1].hdrs[0];
+    assert_eq!((h.flags, h.gso_type, h.gso_size, h.hdr_len, h.csum_start, h.csum_offset), (1, 1, 1448, 54, 34, 16));
+    assert!(h.num_buffers >= 16, "64 KiB in 4 KiB buffers: {}", h.num_buffers);
+    assert_eq!(b.totals(1).sw_segmented, 0);
+}
+
+#[test]
+fn a_tso_frame_to_a_receiver_without_offloads_is_segmented_for_it_alone() {
+    let mut b = bench(0);
+    let before = b.totals(1).tx_packets;
+    let f = tcp_frame(1, 0, &payload(60000, 2));
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(50);
+    let got = b.vms[1].recv();
+    check_segments(&got, &f, 1448);
+    assert!(b.vms[1].hdrs.iter().all(|h| *h == VirtioNetHdr { num_buffers: 1, ..VirtioNetHdr::PLAIN }));
+    assert_eq!(b.totals(1).sw_segmented, 1);
+    assert_eq!(b.totals(1).tx_packets - before, got.len() as u64, "each segment counts as a frame sent");
+}
+
+#[test]
+fn a_receiver_with_guest_csum_but_no_tso_gets_segments_with_partial_checksums() {
+    let mut b = bench(feature::GUEST_CSUM);
+    let f = tcp_frame(1, 0, &payload(10000, 3));
+    send_with(&mut b, 0, &tso(1000), &f);
+    b.settle(50);
+    let mut got = b.vms[1].recv();
+    assert_eq!(got.len(), 10);
+    for (s, h) in got.iter_mut().zip(b.vms[1].hdrs.clone()) {
+        assert_eq!((h.flags, h.gso_type, h.csum_start, h.csum_offset), (flags::NEEDS_CSUM, 0, 34, 16));
+        // Complete it as the guest would: the field holds the pseudo header's sum.
+        let v = crate::wire::gso::final_value(Sum::new().add_bytes(&s[34..]).fold());
+        s[50..52].copy_from_slice(&v.to_be_bytes());
+    }
+    check_segments(&got, &f, 1000);
+}
+
+#[test]
+fn a_partial_checksum_is_completed_for_a_receiver_without_guest_csum() {
+    let mut b = bench(0);
+    for len in [0usize, 1, 99, 1400] {
+        let f = tcp_frame(1, 0, &payload(len, 4));
+        send_with(&mut b, 0, &CSUM, &f);
+        b.settle(20);
+        let got = b.vms[1].recv();
+        assert_eq!(got.len(), 1);
+        assert_eq!(l4_checksum_ok(&got[0]), Some(true), "payload {len}: checksum not completed");
+        assert_eq!(got[0][..50], f[..50]);
+        assert_eq!(got[0][52..], f[52..]);
+    }
+    assert_eq!(b.totals(1).sw_checksums, 4);
+    // A receiver with GUEST_CSUM gets the frame as it was, NEEDS_CSUM kept.
+    let mut b = bench(feature::GUEST_CSUM);
+    let f = tcp_frame(1, 0, &payload(500, 5));
+    send_with(&mut b, 0, &CSUM, &f);
+    b.settle(20);
+    assert!(b.vms[1].recv() == [f.clone()]);
+    assert_eq!(b.vms[1].hdrs[0].flags, flags::NEEDS_CSUM);
+}
+
+#[test]
+fn a_flood_gives_each_port_what_it_negotiated() {
+    // Unknown destination: vm1 (offloads) gets it whole, vm2 (none) as segments.
+    let mut b = bench(OFFLOADS);
+    let mut f = tcp_frame(1, 0, &payload(20000, 6));
+    f[..6].copy_from_slice(&[2, 0xee, 0, 0, 0, 9]);
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(50);
+    assert!(b.vms[1].recv() == [f.clone()]);
+    let got = b.vms[2].recv();
+    check_segments(&got, &f, 1448);
+}
+
+/// Each malformed offload header is dropped and counted for its reason; the sender's next good
+/// frame, and a bystander's, go through.
+#[test]
+fn malformed_offload_headers_are_dropped_per_reason() {
+    let mut b = bench(OFFLOADS);
+    let f = tcp_frame(1, 0, &payload(3000, 7));
+    let len = f.len() as u16;
+    let cases = [
+        (VirtioNetHdr { csum_start: len - 10, ..CSUM }, Drop::OffloadCsum),
+        (VirtioNetHdr { gso_size: 0, ..tso(1448) }, Drop::OffloadGsoSize),
+        (VirtioNetHdr { hdr_len: len + 1, ..tso(1448) }, Drop::OffloadHeaders),
+        (VirtioNetHdr { gso_type: gso::UDP, ..tso(1448) }, Drop::OffloadGsoType),
+        (VirtioNetHdr { gso_type: gso::TCPV6, ..tso(1448) }, Drop::OffloadHeaders),
+        // MSS past the MTU (9000 here): the segments would not fit.
+        (tso(9500), Drop::Mtu),
+    ];
+    for (h, why) in cases {
+        let before = b.drops(0, why);
+        send_with(&mut b, 0, &h, &f);
+        b.vms[2].guest.send(&frame(mac(1), mac(2), 100, 1));
+        b.settle(20);
+        assert_eq!(b.drops(0, why), before + 1, "{why:?} not counted for {h:?}");
+        assert_eq!(b.vms[1].recv().len(), 1, "the bystander's frame ({why:?})");
+    }
+    // The sender itself goes on.
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(20);
+    assert!(b.vms[1].recv() == [f]);
+}
+
+/// A port that did not negotiate offloads may not use them: a TSO or NEEDS_CSUM header from it
+/// is dropped (offload_not_negotiated), and a 64 KiB plain frame is over its MTU.
+#[test]
+fn offloads_a_port_did_not_negotiate_are_refused() {
+    let d = DRIVER_FEATURES | feature::MRG_RXBUF;
+    let mut b =
+        Bench::with_features(BenchCfg { vms: 2, layout: Layout::TEST, ..BenchCfg::default() }, &[d, d | OFFLOADS]);
+    b.announce(0);
+    b.announce(1);
+    let f = tcp_frame(1, 0, &payload(20000, 8));
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(20);
+    send_with(&mut b, 0, &CSUM, &f[..1000]);
+    b.settle(20);
+    assert_eq!(b.drops(0, Drop::OffloadNotNegotiated), 2);
+    send_with(&mut b, 0, &VirtioNetHdr::PLAIN, &f);
+    b.settle(20);
+    assert_eq!(b.drops(0, Drop::Mtu), 1);
+    assert!(b.vms[1].recv().is_empty());
+}

@@ -20,7 +20,10 @@
 #   --reboot          a guest reboot resets the machine (default: it ends QEMU)
 #   --guest-dir DIR   where vmlinuz and initrd.img live (default target/guest; built if
 #                     missing)
+#   --net-opts OPTS   extra virtio-net-pci properties, e.g. offloads off for this guest:
+#                     guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off
 # Environment:
+#   PVS_NET_OPTS      default for --net-opts
 #   PVS_ACCEL         QEMU accelerator (default tcg; e.g. PVS_ACCEL=kvm)
 #   PVS_CPU           -cpu model (default max; host with kvm)
 #   PVS_APPEND        extra kernel command line arguments
@@ -32,7 +35,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0
+socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --name)         name=${2:?}; shift 2 ;;
     --reboot)       reboot=1; shift ;;
     --guest-dir)    guest_dir=${2:?}; shift 2 ;;
+    --net-opts)     net_opts=${2:?}; shift 2 ;;
     -h|--help)      usage ;;
     *)              echo "run-vm: unknown argument: $1" >&2; usage ;;
   esac
@@ -104,6 +108,8 @@ if [ "$queues" -gt 1 ]; then
   device+=",mq=on,vectors=$((2 * queues + 2))"
 fi
 [ -z "$mtu" ] || device+=",host_mtu=$mtu"
+# Device properties, e.g. offloads turned off: guest_tso4=off,guest_tso6=off,guest_csum=off
+[ -z "$net_opts" ] || device+=",$net_opts"
 
 accel=${PVS_ACCEL:-tcg}
 cpu=max

@@ -11,18 +11,6 @@ use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Kills the QEMU processes it holds when the test ends, however it ends.
-struct Qemus(Vec<std::process::Child>);
-
-impl Drop for Qemus {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 const JOB_A: &str = r#"
 for i in $(seq 1 120); do ping -c 1 -W 1 10.10.0.2 >/dev/null 2>&1 && break; done
 for i in $(seq 1 120); do iperf3 -c 10.10.0.2 -t 1 >/dev/null 2>&1 && break; sleep 0.5; done
@@ -61,6 +49,13 @@ fn delivered(sw: &Switch) -> Option<(u64, u64)> {
     Some((get("vm1")?, get("vm2")?))
 }
 
+/// Queues of every port the current pvswitchd serves now.
+fn running_queues(sw: &Switch) -> Option<usize> {
+    let ports = sw.try_ctl("ports").ok()?;
+    let queues = ports.as_array()?.iter().flat_map(|p| p["queues"].as_array().cloned().unwrap_or_default());
+    Some(queues.filter(|q| q["running"] == serde_json::json!(true)).count())
+}
+
 fn restart_under_traffic(name: &str, client: bool) {
     let _g = serial();
     let spec = |n: &str| if client { PortSpec::server(n).client() } else { PortSpec::server(n) };
@@ -95,14 +90,7 @@ fn restart_under_traffic(name: &str, client: bool) {
     sw.restart(true);
     let started = killed.elapsed();
     let running = wait_for("both guests' rings running on the new pvswitchd", || {
-        let ports = sw.try_ctl("ports").ok()?;
-        let n = ports
-            .as_array()?
-            .iter()
-            .flat_map(|p| p["queues"].as_array().cloned().unwrap_or_default())
-            .filter(|q| q["running"] == serde_json::json!(true))
-            .count();
-        (n >= 4).then(|| killed.elapsed())
+        (running_queues(&sw)? >= 4).then(|| killed.elapsed())
     });
     let flowing = wait_for("TCP frames both ways through the new pvswitchd", || {
         delivered(&sw).filter(|&(a, b)| a > 100 && b > 100).map(|_| killed.elapsed())
@@ -125,16 +113,8 @@ fn restart_under_traffic(name: &str, client: bool) {
     wait_for("pings through pvswitchd", || delivered(&sw).filter(|&(a, _)| a > 20));
     let stopped = Instant::now();
     sw.restart(false);
-    let back = wait_for("rings running after the graceful restart", || {
-        let ports = sw.try_ctl("ports").ok()?;
-        let n = ports
-            .as_array()?
-            .iter()
-            .flat_map(|p| p["queues"].as_array().cloned().unwrap_or_default())
-            .filter(|q| q["running"] == serde_json::json!(true))
-            .count();
-        (n >= 4).then(|| stopped.elapsed())
-    });
+    let back =
+        wait_for("rings running after the graceful restart", || (running_queues(&sw)? >= 4).then(|| stopped.elapsed()));
     let text = wait_log(&log_a, "PVS-PINGS-DONE", &mut vms, &mut sw);
     let received: u32 =
         text.lines().find_map(|l| l.strip_prefix("PVS-PINGS-DONE ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0);

@@ -29,9 +29,13 @@ fn vm_pair(name: &str, specs: &[PortSpec], extra: &[&str]) {
         let feats = log.lines().find(|l| l.contains(&format!("{}: features", s.name))).unwrap_or("");
         assert!(feats.contains("EVENT_IDX") && feats.contains("MRG_RXBUF"), "{feats}\n{log}");
         assert!(p["rx_packets"].as_u64().unwrap() > 1000 && p["tx_packets"].as_u64().unwrap() > 1000, "{p}");
-        // Notifications are batched and honour the guest's EVENT_IDX: far fewer
-        // interrupts than frames.
-        assert!(p["interrupts"].as_u64().unwrap() < p["tx_packets"].as_u64().unwrap(), "{p}");
+        // Notifications honour the guest's EVENT_IDX and come at most once per used-ring
+        // publish (a batch delivered, a burst of sent frames completed). (With offloads the
+        // guests exchange few large frames, so "fewer interrupts than frames" no longer holds.)
+        let publishes = p["tx_batches"].as_u64().unwrap() + p["rx_bursts"].as_u64().unwrap();
+        assert!(p["interrupts"].as_u64().unwrap() <= publishes, "{p}");
+        // Linux hands the switch TSO frames (offloads are on by default).
+        assert!(p["rx_gso"].as_u64().unwrap() > 0, "no TSO frame from the guest: {p}");
         assert_eq!(p["drops"]["malformed"], 0, "{p}");
     }
 }
@@ -57,18 +61,6 @@ fn two_linux_guests_switch_as_client() {
         &[PortSpec::server("vm1").client(), PortSpec::server("vm2").client()],
         &["--vhost-server", "--pings", "5", "--iperf-time", "3"],
     );
-}
-
-/// Kills the QEMU processes it holds when the test ends, however it ends.
-struct Qemus(Vec<std::process::Child>);
-
-impl Drop for Qemus {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// A guest that reboots ten times in a row (the driver resets the device and re-creates its

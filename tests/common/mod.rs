@@ -220,6 +220,19 @@ impl Drop for Switch {
     }
 }
 
+/// Processes a test started (QEMU guests), killed and reaped when the test ends, however it
+/// ends.
+pub struct Qemus(pub Vec<Child>);
+
+impl Drop for Qemus {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A DPDK testpmd process in interactive mode, acting as one or more VMs.
 pub struct Testpmd {
     child: Child,

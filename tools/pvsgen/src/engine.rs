@@ -11,7 +11,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
-use crate::config::{Driver, Reuse};
+use crate::config::Driver;
+use crate::free_ids::FreeIds;
 use crate::frontend::{Desc, F_INDIRECT, F_NEXT, F_WRITE, HDR_LEN, Vm};
 use crate::stats::{FlowRx, Histogram};
 
@@ -30,44 +31,6 @@ pub const BCAST: [u8; 6] = [0xff; 6];
 const IRQ_TIMEOUT_NS: u64 = 500_000_000;
 /// Bytes at the end of each TX buffer slot for the frame's indirect table (3 descriptors).
 pub const TABLE_LEN: u64 = 48;
-
-/// Free descriptor ids of one ring, handed out in the driver's reuse order.
-struct FreeIds {
-    ids: VecDeque<u16>,
-    reuse: Reuse,
-    rng: u64,
-}
-
-impl FreeIds {
-    fn new(n: u16, reuse: Reuse, seed: u64) -> FreeIds {
-        FreeIds { ids: (0..n).collect(), reuse, rng: seed | 1 }
-    }
-
-    fn take(&mut self) -> Option<u16> {
-        match self.reuse {
-            Reuse::Lifo => self.ids.pop_back(),
-            Reuse::Fifo => self.ids.pop_front(),
-            Reuse::Random => {
-                if self.ids.is_empty() {
-                    return None;
-                }
-                self.rng ^= self.rng << 13;
-                self.rng ^= self.rng >> 7;
-                self.rng ^= self.rng << 17;
-                let i = (self.rng % self.ids.len() as u64) as usize;
-                self.ids.swap_remove_back(i)
-            }
-        }
-    }
-
-    fn give(&mut self, id: u16) {
-        self.ids.push_back(id);
-    }
-
-    fn len(&self) -> usize {
-        self.ids.len()
-    }
-}
 
 /// The payload byte at offset `i` of a frame with sequence number `seq` (verify mode).
 #[inline]

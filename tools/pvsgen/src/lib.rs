@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod free_ids;
 pub mod frontend;
 pub mod stats;
 

@@ -535,3 +535,73 @@ fn memory_table_over_the_ports_limit() {
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
 }
+
+// ---- offload headers: per-frame drops, the queue keeps running ----
+
+/// A TCP/IPv4 frame from the evil VM to good1 with `payload` bytes.
+fn tcp_to_good1(payload: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC_A);
+    f.extend_from_slice(&MAC_C);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 3, 10, 0, 0, 1]);
+    let total = (40 + payload) as u16;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend((0..payload).map(|i| i as u8));
+    f
+}
+
+/// A guest that negotiated offloads sends malformed offload headers (csum_start past the frame,
+/// gso_size 0, hdr_len past the frame, an unknown gso_type, TSO6 it did not negotiate, an MSS
+/// over the MTU): each frame is dropped and counted for its reason, its queue keeps running,
+/// its next good TSO frame arrives (segmented for good1, which negotiated no offloads), and the
+/// good VMs forward as before.
+#[test]
+fn malformed_offload_headers_drop_only_their_frames() {
+    use pvsgen::frontend::Layout;
+    let _g = serial();
+    let mut b = Bench::start("h-offload");
+    let features = FEATURES | 1 | (1 << 11); // CSUM, HOST_TSO4
+    let mut evil = Vm::connect_features(&b.sw.sock("evil"), Layout::TEST, features).unwrap();
+    b.sw.wait_running("evil", 1);
+    b.evil_broadcasts(&mut evil);
+    let f = tcp_to_good1(3000);
+    let len = f.len() as u16;
+    // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+    let cases: [([u16; 6], &str); 6] = [
+        ([1, 0, 0, 0, len - 10, 16], "offload_bad_csum"),
+        ([1, 1, 54, 0, 34, 16], "offload_gso_size_zero"),
+        ([1, 1, len + 1, 1448, 34, 16], "offload_bad_headers"),
+        ([1, 3, 54, 1448, 34, 16], "offload_bad_gso_type"),
+        ([1, 4, 54, 1448, 34, 16], "offload_not_negotiated"),
+        ([1, 1, 54, 9000, 34, 16], "mtu_exceeded"),
+    ];
+    let send = |evil: &mut Vm, h: [u16; 6]| {
+        let mut hdr = [0u8; 12];
+        hdr[0] = h[0] as u8;
+        hdr[1] = h[1] as u8;
+        for (k, v) in h[2..].iter().enumerate() {
+            hdr[2 + 2 * k..4 + 2 * k].copy_from_slice(&v.to_le_bytes());
+        }
+        evil.mem.write(GOOD_BUF, &hdr);
+        evil.mem.write(GOOD_BUF + 12, &f);
+        tx_chain(evil, &[Desc { addr: GOOD_BUF, len: 12 + f.len() as u32, flags: 0, next: 0 }]);
+    };
+    for (h, reason) in cases {
+        let before = b.sw.port("evil")["drops"][reason].as_u64().unwrap();
+        send(&mut evil, h);
+        wait_for(&format!("a {reason} drop"), || {
+            (b.sw.port("evil")["drops"][reason].as_u64() > Some(before)).then_some(())
+        });
+        b.check_forwarding(20);
+    }
+    let evil_port = b.sw.port("evil");
+    assert!(queue(&evil_port, GUEST_TX)["error"].is_null(), "a bad offload header stopped the queue: {evil_port}");
+    // A good TSO frame after all that: good1 (no offloads) gets it as three segments.
+    send(&mut evil, [1, 1, 54, 1448, 34, 16]);
+    let got = recv_n(&mut b.good1, 3);
+    assert_eq!(got.iter().map(|s| s.len()).collect::<Vec<_>>(), [1502, 1502, 158]);
+    assert!(got.iter().flat_map(|s| s[54..].to_vec()).eq(f[54..].iter().copied()), "payload changed");
+    b.check_forwarding(100);
+    b.assert_alive();
+}

@@ -279,3 +279,33 @@ fn walk(d: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `socket_mode` and `socket_group` give server-mode sockets the mode and group a VMM running
+/// as another user needs; an unknown group is a configuration error at its place in the file.
+#[test]
+fn server_sockets_get_the_configured_mode_and_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _g = serial();
+    let sw = Switch::start_with(
+        "sockperm",
+        &[1],
+        &[PortSpec::server("vm1")],
+        "socket_mode = \"0660\"\nsocket_group = \"daemon\"",
+    );
+    let m = std::fs::metadata(sw.sock("vm1")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o660, "socket mode");
+    assert_eq!(m.gid(), 1, "socket group (daemon is gid 1 on Debian)");
+    let vm = Vm::connect(&sw.sock("vm1"));
+    sw.wait_running("vm1", 1);
+    drop(vm);
+    let bad = sw.dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        Switch::config_text(&sw.dir, &[1], &[PortSpec::server("x")], "socket_group = \"no-such-group\""),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvswitchd")).arg("--check").arg(&bad).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("socket_group: no group \"no-such-group\"") && err.contains("bad.toml:"), "{err}");
+}

@@ -91,6 +91,8 @@ struct RawSwitch {
     rebalance_improvement_pct: Option<Spanned<u32>>,
     control_socket: Option<String>,
     control_socket_mode: Option<Spanned<String>>,
+    socket_mode: Option<Spanned<String>>,
+    socket_group: Option<Spanned<String>>,
     socket_dir: Option<String>,
     weight_packets: Option<Spanned<u32>>,
     weight_bytes: Option<Spanned<u32>>,
@@ -235,9 +237,31 @@ pub struct VhostUserConfig {
     pub socket: PathBuf,
     pub mode: SocketMode,
     pub queue_pairs: u16,
+    /// Server mode: file mode and group given to the socket once bound (`[switch]
+    /// socket_mode`, `socket_group`), so a VMM running as another user can connect.
+    pub socket_perms: SocketPerms,
     /// Offer checksum and TCP segmentation offloads (CSUM, GUEST_CSUM, HOST/GUEST_TSO4/6,
     /// HOST/GUEST_ECN). Applies from the next connection.
     pub offloads: bool,
+}
+
+/// File mode and group of a server-mode socket (None: as created, by the umask, owned by root).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketPerms {
+    pub mode: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+/// A group's id from its name (or a number), as /etc/group lists it.
+fn group_id(name: &str) -> Option<u32> {
+    if let Ok(n) = name.parse() {
+        return Some(n);
+    }
+    let groups = std::fs::read_to_string("/etc/group").ok()?;
+    groups.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then(|| f.nth(1)?.parse().ok()).flatten()
+    })
 }
 
 /// What a port connects to.
@@ -464,13 +488,24 @@ impl Config {
                 _ => p,
             }
         };
-        let control_socket_mode = match sw.control_socket_mode {
-            Some(m) => {
-                u32::from_str_radix(m.get_ref().trim_start_matches("0o"), 8).ok().filter(|v| *v <= 0o777).ok_or_else(
-                    || cx.err(Some(m.span()), "control_socket_mode: expected an octal mode such as \"0660\""),
-                )?
-            }
+        let octal = |m: &Spanned<String>, name: &str| {
+            u32::from_str_radix(m.get_ref().trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|v| *v <= 0o777)
+                .ok_or_else(|| cx.err(Some(m.span()), format!("{name}: expected an octal mode such as \"0660\"")))
+        };
+        let control_socket_mode = match &sw.control_socket_mode {
+            Some(m) => octal(m, "control_socket_mode")?,
             None => 0o660,
+        };
+        let socket_perms = SocketPerms {
+            mode: sw.socket_mode.as_ref().map(|m| octal(m, "socket_mode")).transpose()?,
+            gid: match &sw.socket_group {
+                Some(g) => Some(group_id(g.get_ref()).ok_or_else(|| {
+                    cx.err(Some(g.span()), format!("socket_group: no group \"{}\" in /etc/group", g.get_ref()))
+                })?),
+                None => None,
+            },
         };
         let weight_packets = range(sw.weight_packets, "weight_packets", 1, 1 << 20, DEFAULT_WEIGHT_PACKETS)?;
         let weight_bytes = range(sw.weight_bytes, "weight_bytes", 64, 1 << 30, DEFAULT_WEIGHT_BYTES)?;
@@ -641,7 +676,7 @@ impl Config {
                     }
                 };
                 let offloads = p.offloads.as_ref().is_none_or(|o| *o.get_ref());
-                Endpoint::VhostUser(VhostUserConfig { socket, mode, queue_pairs, offloads })
+                Endpoint::VhostUser(VhostUserConfig { socket, mode, queue_pairs, offloads, socket_perms })
             };
             let mtu = range(p.mtu, "mtu", 68, 9216, 1500)?;
             let weight_packets = range(p.weight_packets, "weight_packets", 1, 1 << 20, weight_packets)?;

@@ -215,7 +215,7 @@ pub struct VhostIo {
 
 /// Binds a listening socket at `path`, replacing a stale socket file (never a file that is
 /// not a socket, never a socket another process listens on).
-fn listen(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+fn listen(path: &Path, perms: crate::config::SocketPerms) -> std::io::Result<std::os::unix::net::UnixListener> {
     use super::os::{SocketInUse, clear_stale_socket};
     match clear_stale_socket(path) {
         Ok(()) => {}
@@ -227,6 +227,13 @@ fn listen(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     }
     let l = std::os::unix::net::UnixListener::bind(path)?;
     l.set_nonblocking(true)?;
+    if let Some(gid) = perms.gid {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
+    if let Some(mode) = perms.mode {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
     Ok(l)
 }
 
@@ -253,7 +260,7 @@ impl Endpoints for VhostIo {
                 if let Some(dir) = v.socket.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                let l = listen(&v.socket).map_err(|e| {
+                let l = listen(&v.socket, v.socket_perms).map_err(|e| {
                     std::io::Error::other(format!("port {}: socket {}: {e}", ps.name(), v.socket.display()))
                 })?;
                 watch(&self.epoll, l.as_raw_fd(), Token::PortListen(id as u32));

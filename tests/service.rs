@@ -44,9 +44,9 @@ impl Manager {
     }
 }
 
-/// Starts pvswitchd on `text` with NOTIFY_SOCKET (and a watchdog of `watchdog_usec`), without
-/// waiting for its control socket: the notifications are what is waited for.
-fn start_notified(dir: &Path, text: &str, notify: &Path, watchdog_usec: u64) -> Switch {
+/// Starts pvswitchd on `text` with NOTIFY_SOCKET (and a watchdog of `watchdog_usec`, if any),
+/// without waiting for its control socket: the notifications are what is waited for.
+fn start_notified(dir: &Path, text: &str, notify: &Path, watchdog_usec: Option<u64>) -> Switch {
     let conf = dir.join("pvswitch.toml");
     std::fs::write(&conf, text).unwrap();
     let log = std::fs::File::create(dir.join("pvswitchd.log")).unwrap();
@@ -56,7 +56,7 @@ fn start_notified(dir: &Path, text: &str, notify: &Path, watchdog_usec: u64) -> 
         .arg(format!("WATCHDOG_PID=$$ exec {} --config {}", env!("CARGO_BIN_EXE_pvswitchd"), conf.display()))
         .env("RUST_LOG", "info")
         .env("NOTIFY_SOCKET", notify)
-        .env("WATCHDOG_USEC", watchdog_usec.to_string())
+        .envs(watchdog_usec.map(|u| ("WATCHDOG_USEC", u.to_string())))
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -88,7 +88,7 @@ fn the_service_manager_is_told_ready_status_watchdog_reload_and_stop() {
     let mut mgr = Manager::bind(&notify);
     let ports = [PortSpec::server("vm1"), PortSpec::server("vm2")];
     let text = Switch::config_text(&dir, &[1], &ports, "");
-    let mut sw = start_notified(&dir, &text, &notify, 200_000);
+    let mut sw = start_notified(&dir, &text, &notify, Some(200_000));
     let ready = mgr.wait("READY=1", "READY=1", &mut sw);
     // READY=1 means everything is there: the control socket answers, both ports listen, the
     // poll thread runs.
@@ -128,17 +128,7 @@ fn without_a_watchdog_no_pings_are_sent() {
     let notify = dir.join("notify.sock");
     let mut mgr = Manager::bind(&notify);
     let text = Switch::config_text(&dir, &[1], &[PortSpec::server("vm1")], "");
-    let conf = dir.join("pvswitch.toml");
-    std::fs::write(&conf, &text).unwrap();
-    let log = std::fs::File::create(dir.join("pvswitchd.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
-        .args(["--config", conf.to_str().unwrap()])
-        .env("NOTIFY_SOCKET", &notify)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut sw = Switch { child, ctl: dir.join("ctl.sock"), dir: dir.clone() };
+    let mut sw = start_notified(&dir, &text, &notify, None);
     mgr.wait("READY=1", "READY=1", &mut sw);
     // Ask something and wait for a once-a-second sample: still no WATCHDOG=1.
     let t0 = Instant::now();

@@ -17,62 +17,11 @@ Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of 
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSWITCHD, Testpmd, emit, wait_socket  # noqa: E402
-
-
-def start_pvswitch(d):
-    conf = os.path.join(d, "pvswitch.toml")
-    with open(conf, "w") as f:
-        f.write('flows = ["in_port=nic,actions=output:vm", "in_port=vm,actions=output:nic"]\n')
-        f.write(f'[switch]\npoll_cores = [1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n')
-        f.write('[[port]]\nname = "vm"\ntype = "vhost-user"\nsocket = "vm.sock"\n')
-        f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0"\n')
-    log = open(os.path.join(d, "pvswitchd.log"), "w")
-    p = subprocess.Popen([PVSWITCHD, "--config", conf], stdout=log, stderr=log)
-    wait_socket(os.path.join(d, "ctl.sock"))
-    return lambda: (p.send_signal(signal.SIGTERM), p.wait())
-
-
-def start_ceiling(d):
-    t = Testpmd(
-        "benchnicvh",
-        ["--lcores", "0@1,1@1", "-m", "512", "--vdev", f"net_vhost0,iface={d}/vm.sock,queues=1",
-         "--vdev", "net_null0"],
-        ["--forward-mode=io", "--nb-cores=1", "--auto-start"],
-    )
-    wait_socket(f"{d}/vm.sock")
-    return t.close
-
-
-def measure(kind, seconds, warmup=2.0):
-    d = tempfile.mkdtemp(prefix="pvs-bench-nic-")
-    stop = (start_pvswitch if kind == "pvswitch" else start_ceiling)(d)
-    try:
-        vm = Testpmd(
-            "benchnicvm",
-            ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
-             "--vdev", f"net_virtio_user0,path={d}/vm.sock,queues=1"],
-            ["--forward-mode=io", "--nb-cores=1", "--total-num-mbufs=32768"],
-        )
-        try:
-            vm.cmd("start")
-            time.sleep(warmup)
-            r0, t0 = vm.rx_packets(1), time.time()
-            time.sleep(seconds)
-            r1, t1 = vm.rx_packets(1), time.time()
-            return (r1 - r0) / (t1 - t0)
-        finally:
-            vm.close()
-    finally:
-        stop()
+from pvsbench import emit, measure_nic  # noqa: E402
 
 
 def main():
@@ -84,7 +33,7 @@ def main():
     rows = []
     for rep in range(a.reps):
         order = ["pvswitch", "ceiling"] if rep % 2 == 0 else ["ceiling", "pvswitch"]
-        r = {k: measure(k, a.seconds) for k in order}
+        r = {k: measure_nic(k, a.seconds) for k in order}
         rows.append(r)
         print(f"rep {rep + 1}: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps  ceiling {r['ceiling'] / 1e6:6.3f} Mpps  "
               f"ratio {r['pvswitch'] / r['ceiling']:.3f}", flush=True)

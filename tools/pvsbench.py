@@ -145,22 +145,38 @@ def start_ceiling(d):
     return t.close
 
 
-def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra=""):
-    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling"); `extra` goes at
-    the top of pvswitchd's configuration file, `binary` replaces target/release/pvswitchd, and
-    `during(dir)` runs (in a thread) while the window is measured."""
+def flowgen(d, size, ring=None, flows=None):
+    """The testpmd "VM" of the VM-to-VM benchmarks: two virtio-user ports on CPU 0 in flowgen
+    mode. DPDK 22.11's flowgen sends every frame from 00:01:02:03:04:00 to 00:01:02:03:04:01
+    whatever the ports' MACs, to `flows` destination IPs (10.253.0.0 up; testpmd's default
+    1024). `ring` sets the virtio-user queue_size and --txd/--rxd (None: the defaults, 256)."""
+    q = f",queue_size={ring}" if ring else ""
+    app = ["--forward-mode=flowgen", f"--txpkts={size}", "--nb-cores=1", "--total-num-mbufs=32768",
+           f"--eth-peer=0,{MAC_B}", f"--eth-peer=1,{MAC_A}"]
+    if ring:
+        app += [f"--txd={ring}", f"--rxd={ring}"]
+    if flows:
+        app += [f"--flowgen-flows={flows}"]
+    return Testpmd(
+        "benchgen",
+        ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
+         "--vdev", f"net_virtio_user0,path={d}/a.sock,queues=1,mac={MAC_A}{q}",
+         "--vdev", f"net_virtio_user1,path={d}/b.sock,queues=1,mac={MAC_B}{q}"],
+        app,
+    )
+
+
+def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra="", ring=None,
+            flows=None):
+    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling") of the flowgen
+    generator's traffic; `extra` goes at the top of pvswitchd's configuration file, `binary`
+    replaces target/release/pvswitchd, `ring` and `flows` go to flowgen(), and `during(dir)`
+    runs (in a thread) while the window is measured."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
     stop = (lambda d: start_pvswitch(d, extra, binary, switch_extra)) if kind == "pvswitch" else start_ceiling
     stop = stop(d)
     try:
-        gen = Testpmd(
-            "benchgen",
-            ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
-             "--vdev", f"net_virtio_user0,path={d}/a.sock,queues=1,mac={MAC_A}",
-             "--vdev", f"net_virtio_user1,path={d}/b.sock,queues=1,mac={MAC_B}"],
-            ["--forward-mode=flowgen", f"--txpkts={size}", "--nb-cores=1", "--total-num-mbufs=32768",
-             f"--eth-peer=0,{MAC_B}", f"--eth-peer=1,{MAC_A}"],
-        )
+        gen = flowgen(d, size, ring, flows)
         try:
             gen.cmd("start")
             time.sleep(warmup)
@@ -177,6 +193,67 @@ def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None,
             return (r1 - r0) / (t1 - t0)
         finally:
             gen.close()
+    finally:
+        stop()
+
+
+def measure_unicast(kind, size, seconds, ring=256, extra="", binary=None):
+    """Forwarded packets per second through `kind` of pvsgen's learned unicast: VM a sends to
+    b and b to a, each from its own MAC (announced first), on CPU 0."""
+    d = tempfile.mkdtemp(prefix="pvs-bench-uc-")
+    stop = start_pvswitch(d, extra, binary) if kind == "pvswitch" else start_ceiling(d)
+    try:
+        out = os.path.join(d, "gen.json")
+        cmd = [PVSGEN, "--cpus", "0", "--seconds", str(seconds), "--qsize", str(ring), "--quiet", "--json", out,
+               "--vm", f"name=a,socket={d}/a.sock,dst=b,size={size}",
+               "--vm", f"name=b,socket={d}/b.sock,dst=a,size={size}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        if r.returncode != 0:
+            raise RuntimeError(f"pvsgen failed: {r.stderr[-2000:]}")
+        with open(out) as f:
+            return sum(v["rx_mpps"] for v in json.load(f)["vms"]) * 1e6
+    finally:
+        stop()
+
+
+NIC_FLOWS = 'flows = ["in_port=nic,actions=output:vm", "in_port=vm,actions=output:nic"]\n'
+
+
+def measure_nic(kind, seconds, warmup=2.0, binary=None):
+    """NIC -> VM -> NIC: frames per second the VM (one testpmd virtio-user port in io-forward
+    mode on CPU 0, sending every frame back) receives from a net_null0 DPDK port through
+    `kind`: pvswitchd with two in_port flows, or testpmd with net_null0 and a net_vhost port."""
+    d = tempfile.mkdtemp(prefix="pvs-bench-nic-")
+    if kind == "pvswitch":
+        conf = write_config(d, [("vm", "")], (1,), top=NIC_FLOWS)
+        with open(conf, "a") as f:
+            f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0"\n')
+        stop = start_pvswitchd(d, conf, binary)
+    else:
+        t = Testpmd(
+            "benchnicvh",
+            ["--lcores", "0@1,1@1", "-m", "512", "--vdev", f"net_vhost0,iface={d}/vm.sock,queues=1",
+             "--vdev", "net_null0"],
+            ["--forward-mode=io", "--nb-cores=1", "--auto-start"],
+        )
+        wait_socket(f"{d}/vm.sock")
+        stop = t.close
+    try:
+        vm = Testpmd(
+            "benchnicvm",
+            ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
+             "--vdev", f"net_virtio_user0,path={d}/vm.sock,queues=1"],
+            ["--forward-mode=io", "--nb-cores=1", "--total-num-mbufs=32768"],
+        )
+        try:
+            vm.cmd("start")
+            time.sleep(warmup)
+            r0, t0 = vm.rx_packets(1), time.time()
+            time.sleep(seconds)
+            r1, t1 = vm.rx_packets(1), time.time()
+            return (r1 - r0) / (t1 - t0)
+        finally:
+            vm.close()
     finally:
         stop()
 

@@ -7,12 +7,13 @@
 use super::counters::{Drop, bump};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
-use super::{Env, Frame, Out, UNCLASSIFIED};
+use super::{Env, Frame, Out, PENDING, UNCLASSIFIED};
+use crate::config::MAX_BURST;
 use crate::flow::table::{NO_MATCH, Verdict};
-use crate::flow::{Emc, FlowKey};
+use crate::flow::{Depth, Emc, FlowKey};
 use crate::port::Port;
 use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
-use crate::wire::{EthernetFrame, MacAddr, VirtioNetHdr, virtio_net};
+use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 
 /// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the
 /// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
@@ -74,34 +75,111 @@ pub(super) fn classify(
         };
         return;
     }
+    if let Some(i) = env.flows.port_flow(in_port.id) {
+        // Flows on in_port alone: the flow is known from the port, and the two addresses are
+        // all that is read (for port security, and NORMAL), straight into registers.
+        let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
+            f.out = Out::Drop(Drop::Runt);
+            return;
+        };
+        if !policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
+            f.out = Out::Drop(Drop::PortSecurity);
+            return;
+        }
+        f.flow = i;
+        f.out = verdict(env, recent, in_port.id, f, i);
+        return;
+    }
+    // Only as much of the frame as the table's fields need.
+    let depth = env.flows.depth();
     let mut eth = [0u8; 64];
-    let want = (f.len as usize).min(64);
+    let want = if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize);
     if f.segs.read_at(hdr_len, &mut eth[..want]) < want {
         f.out = Out::Drop(Drop::Runt);
         return;
     }
     // At least the 14-byte header: shorter frames were dropped as runts above.
-    if !policy.allows(&EthernetFrame::new_unchecked(&eth[..want]).src_addr()) {
+    if !policy.allows(&MacAddr::from_bytes(&eth[6..12])) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
-    let key = FlowKey::extract(in_port.id, &eth[..want]);
-    let i = env.flows.classify(emc, &key);
-    f.flow = i;
-    if i == NO_MATCH {
-        f.out = Out::Drop(Drop::NoMatch);
-        return;
+    let key = FlowKey::extract_to(in_port.id, &eth[..want], depth).and(env.flows.scope());
+    // A repeat of the previous frame's key (under the table's scope, the common case in a
+    // burst) will take that frame's flow; any other key's cache entry starts loading now,
+    // while the rest of the burst is read, for `lookup_flows`.
+    let slot = &mut recent.keys[recent.n];
+    recent.n += 1;
+    if recent.key != Some(key) {
+        slot.1 = key.hash();
+        emc.prefetch(slot.1);
+        recent.key = Some(key);
     }
-    f.out = match env.flows.verdict(i) {
-        Verdict::Normal => normal_in_burst(env, recent, in_port.id, eth[..12].try_into().unwrap()),
+    slot.0 = key;
+    f.flow = PENDING;
+}
+
+/// The second pass over a burst with a flow table: each frame [`classify`] left pending takes
+/// its flow and that flow's verdict.
+#[inline]
+pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {
+    for (n, f) in frames.iter_mut().filter(|f| f.flow == PENDING).enumerate() {
+        let (key, hash) = recent.keys[n];
+        let i = flow_of(env, emc, recent, &key, Some(hash));
+        f.flow = i;
+        f.out = verdict(env, recent, in_port, f, i);
+    }
+}
+
+/// The flow a key (under the table's scope) hits: the previous frame's, for a repeat of its
+/// key; else through the exact-match cache (with the key's hash, if known) and the classifier.
+#[inline]
+fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: Option<u64>) -> u32 {
+    match recent.flow {
+        Some((k, i)) if k == *key => i,
+        _ => {
+            let i = env.flows.classify_masked(emc, key, hash.unwrap_or_else(|| key.hash()));
+            recent.flow = Some((*key, i));
+            i
+        }
+    }
+}
+
+/// Where a frame that hit flow `i` goes.
+#[inline]
+fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> Out {
+    if i == NO_MATCH {
+        return Out::Drop(Drop::NoMatch);
+    }
+    match env.flows.verdict(i) {
+        Verdict::Normal => match f.segs.read_array::<12>(f.data_off) {
+            Some(addrs) => normal_in_burst(env, recent, in_port, &addrs),
+            None => Out::Drop(Drop::Runt),
+        },
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
-        Verdict::Output(p) if p == in_port.id => Out::Nowhere,
+        Verdict::Output(p) if p == in_port => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
-        Verdict::InPort => Out::Port(in_port.id),
+        Verdict::InPort => Out::Port(in_port),
         Verdict::Flood => Out::Flood,
         Verdict::Drop => Out::Drop(Drop::FlowDrop),
         Verdict::Actions => Out::Actions(i),
-    };
+    }
+}
+
+impl Default for Recent {
+    fn default() -> Recent {
+        Recent { keys: [(FlowKey::default(), 0); MAX_BURST as usize], n: 0, normal: None, key: None, flow: None }
+    }
+}
+
+impl Recent {
+    /// Forgets the previous burst.
+    #[inline]
+    pub(super) fn new_burst(&mut self) {
+        self.n = 0;
+        self.normal = None;
+        self.key = None;
+        self.flow = None;
+    }
 }
 
 /// The offload a frame's virtio-net header asks for, checked against the frame and what its
@@ -118,22 +196,31 @@ fn offload(f: &Frame, hdr_len: u32, sender: &Negotiated) -> Result<Offload, Offl
     Offload::parse(&h, &head[..n], f.len, sender)
 }
 
-/// The addresses (destination, source) of the last frame of a burst that went through NORMAL,
-/// and where it went.
-pub(super) type Recent = Option<([u8; 12], Out)>;
+/// What the previous frames of a burst were switched by: the addresses (destination,
+/// source) of the last frame that went through NORMAL and where it went, and the last flow
+/// keys (under the flow table's scope) seen.
+pub(super) struct Recent {
+    keys: [(FlowKey, u64); MAX_BURST as usize],
+    n: usize,
+    normal: Option<([u8; 12], Out)>,
+    /// The last key whose cache entry was prefetched (classify's first pass).
+    key: Option<FlowKey>,
+    /// The last key looked up and the flow it hit.
+    flow: Option<(FlowKey, u32)>,
+}
 
 /// NORMAL for a frame of a burst: frames of one burst mostly share their addresses, and a
 /// repeat of the previous frame's pair goes where that frame went without learning (already
 /// learned) or looking up again. A burst is switched as of one moment.
 #[inline]
 fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12]) -> Out {
-    if let Some((a, out)) = *recent
+    if let Some((a, out)) = recent.normal
         && a == *addrs
     {
         return out;
     }
     let out = normal(env, in_port, &MacAddr::from_bytes(&addrs[0..6]), &MacAddr::from_bytes(&addrs[6..12]));
-    *recent = Some((*addrs, out));
+    recent.normal = Some((*addrs, out));
     out
 }
 

@@ -4,7 +4,7 @@
 //! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
 //! destination is full: backpressure) and a NIC receive queue (they cannot).
 
-use super::classify::classify;
+use super::classify::{Recent, classify, lookup_flows};
 use super::counters::{Drop, bump, cycles};
 use super::nic_io::NicRx;
 use super::output::{RxScratch, deliver};
@@ -251,6 +251,7 @@ fn visit_source<S: Source>(
     // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
     let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
     let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
+    let mut recent = Recent::default();
     while budget.allows() {
         let max = cx.burst.min(budget.burst_limit()) as usize;
         let (got, err) = src.take(frames, max);
@@ -267,9 +268,12 @@ fn visit_source<S: Source>(
         for f in &frames[..got] {
             f.segs.prefetch(hdr_len);
         }
-        let mut recent = None;
+        recent.new_burst();
         for f in &mut frames[..got] {
             classify(env, emc, &mut recent, port, policy, f, hdr_len, &sender);
+        }
+        if !env.flows.is_normal() {
+            lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);
         }
         rx.dropped_full = false;
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);

@@ -97,7 +97,7 @@ struct Frame {
     off: Offload,
     out: Out,
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
-    /// there is no flow table.
+    /// there is no flow table, PENDING between classify's two passes.
     flow: u32,
 }
 
@@ -116,6 +116,7 @@ impl Default for Frame {
 }
 
 const UNCLASSIFIED: u32 = NO_MATCH - 1;
+const PENDING: u32 = NO_MATCH - 2;
 
 /// Logs a queue's first error and stops it (`broken`), until the guest resets it.
 pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {

@@ -105,6 +105,33 @@ impl Field {
     }
 }
 
+/// How deep into a frame a key has to be read: the last header holding a field of a mask.
+/// Fields of deeper headers stay 0 in a key extracted to a shallower depth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Depth {
+    /// Only `in_port`: the frame's bytes are not read.
+    #[default]
+    Port,
+    /// The Ethernet header and VLAN tag: `dl_dst`, `dl_src`, `dl_type`, `vlan_tci`.
+    L2,
+    /// Also the IPv4 (or ARP) header: `nw_src`, `nw_dst`, `nw_proto`, `nw_tos`.
+    L3,
+    /// Also the transport ports: `tp_src`, `tp_dst`.
+    L4,
+}
+
+impl Field {
+    /// The header this field is read from.
+    pub const fn depth(self) -> Depth {
+        match self {
+            Field::InPort => Depth::Port,
+            Field::DlDst | Field::DlSrc | Field::DlType | Field::VlanTci => Depth::L2,
+            Field::NwSrc | Field::NwDst | Field::NwProto | Field::NwTos => Depth::L3,
+            Field::TpSrc | Field::TpDst => Depth::L4,
+        }
+    }
+}
+
 /// Packet header fields, or a mask over them. See the module docs for the layout.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
@@ -153,6 +180,12 @@ impl FlowKey {
     #[inline]
     pub fn and(&self, mask: &FlowKey) -> FlowKey {
         FlowKey { w: std::array::from_fn(|i| self.w[i] & mask.w[i]) }
+    }
+
+    /// Word-wise OR: as masks, the fields either one matches.
+    #[inline]
+    pub fn or(&self, other: &FlowKey) -> FlowKey {
+        FlowKey { w: std::array::from_fn(|i| self.w[i] | other.w[i]) }
     }
 
     /// True if every bit is 0 (as a mask: matches everything).
@@ -245,8 +278,19 @@ impl FlowKey {
     /// - ARP (Ethernet/IPv4 only) sets `nw_src`/`nw_dst` to SPA/TPA and `nw_proto` to the opcode
     ///   if it is <= 0xff (as OVS).
     pub fn extract(in_port: u16, frame: &[u8]) -> FlowKey {
+        FlowKey::extract_to(in_port, frame, Depth::L4)
+    }
+
+    /// As [`FlowKey::extract`], but reading no header deeper than `depth`: the fields of
+    /// deeper headers stay 0. For a mask `m`, `extract_to(p, f, m.depth()).and(&m)` equals
+    /// `extract(p, f).and(&m)`.
+    #[inline]
+    pub fn extract_to(in_port: u16, frame: &[u8], depth: Depth) -> FlowKey {
         let mut k = FlowKey::default();
         k.set(Field::InPort, in_port as u64);
+        if depth == Depth::Port {
+            return k;
+        }
         if let Some(d) = frame.get(0..6) {
             k.set(Field::DlDst, MacAddr::from_bytes(d).to_u64());
         }
@@ -261,22 +305,30 @@ impl FlowKey {
             ty = ETH_TYPE_NONE;
         }
         k.set(Field::DlType, ty as u64);
+        if depth == Depth::L2 {
+            return k;
+        }
         let l3 = &frame[off..];
         match ty {
-            ethertype::IPV4 => k.extract_ipv4(l3),
+            ethertype::IPV4 => k.extract_ipv4(l3, depth),
             ethertype::ARP => k.extract_arp(l3),
             _ => {}
         }
         k
     }
 
-    fn extract_ipv4(&mut self, ip: &[u8]) {
+    /// The deepest header holding a bit of this mask.
+    pub fn depth(&self) -> Depth {
+        Field::ALL.iter().filter(|&&f| self.get(f) != 0).map(|f| f.depth()).max().unwrap_or(Depth::Port)
+    }
+
+    fn extract_ipv4(&mut self, ip: &[u8], depth: Depth) {
         let Ok(ip) = Ipv4Packet::new_checked(ip) else { return };
         self.set(Field::NwTos, (ip.tos() & 0xfc) as u64);
         self.set(Field::NwProto, ip.protocol() as u64);
         self.set(Field::NwSrc, u32::from(ip.src_addr()) as u64);
         self.set(Field::NwDst, u32::from(ip.dst_addr()) as u64);
-        if ip.frag_offset() != 0 {
+        if ip.frag_offset() != 0 || depth < Depth::L4 {
             return;
         }
         let l4 = ip.payload();
@@ -572,5 +624,38 @@ mod tests {
             buckets[(FlowKey::default().with(Field::TpDst, i).hash() & 63) as usize] += 1;
         }
         assert!(buckets.iter().all(|&n| (50..150).contains(&n)), "{buckets:?}");
+    }
+
+    #[test]
+    fn extract_to_a_masks_depth_agrees_with_extract() {
+        let mut rng = Rng(7);
+        let l4 = ports(1000, 80);
+        let frames = [
+            [eth(None, 0x0800), ipv4(0x10, 17, [10, 0, 0, 1], [10, 0, 0, 2], 0, &[], &l4)].concat(),
+            [eth(Some(0x2005), 0x0800), ipv4(0, 6, [1, 2, 3, 4], [5, 6, 7, 8], 0, &[0; 4], &l4)].concat(),
+            [eth(None, 0x0806), vec![0, 1, 8, 0, 6, 4, 0, 2], vec![7; 20]].concat(),
+            eth(None, 0x86dd),
+            vec![1, 2, 3],
+        ];
+        for _ in 0..2000 {
+            let mut mask = FlowKey::default();
+            for _ in 0..rng.below(4) {
+                let f = rng.pick(&Field::ALL);
+                mask.set(f, rng.next());
+            }
+            let f = &frames[rng.below(frames.len() as u64) as usize];
+            let f = &f[..rng.below(f.len() as u64 + 1) as usize];
+            let d = mask.depth();
+            assert_eq!(FlowKey::extract_to(3, f, d).and(&mask), FlowKey::extract(3, f).and(&mask), "{mask:?}");
+        }
+        assert_eq!(FlowKey::default().depth(), Depth::Port);
+        assert_eq!(FlowKey::default().with(Field::InPort, 1).depth(), Depth::Port);
+        assert_eq!(FlowKey::default().with(Field::DlType, 0x800).depth(), Depth::L2);
+        assert_eq!(FlowKey::default().with(Field::DlType, 1).with(Field::NwDst, 1).depth(), Depth::L3);
+        assert_eq!(FlowKey::default().with(Field::TpSrc, 1).depth(), Depth::L4);
+        // A shallower extraction leaves the deeper fields 0.
+        let k = FlowKey::extract_to(3, &frames[0], Depth::L3);
+        assert_eq!((k.nw_dst(), k.tp_dst()), (0x0a00_0002, 0));
+        assert_eq!(FlowKey::extract_to(3, &frames[0], Depth::Port), FlowKey::default().with(Field::InPort, 3));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::counter::bump;
-use crate::flow::{Action, Classifier, Emc, Flow, FlowKey, parse_flow};
+use crate::flow::{Action, Classifier, Depth, Emc, Field, Flow, FlowKey, parse_flow};
 
 /// What classification returns when no flow matches.
 pub const NO_MATCH: u32 = u32::MAX;
@@ -64,6 +64,14 @@ pub struct FlowTable {
     /// Per poll thread: frames no flow matched.
     missed: Vec<Box<[FlowCounter]>>,
     created: Option<Instant>,
+    /// The union of every flow's mask: the fields the winning flow depends on.
+    scope: FlowKey,
+    /// How deep into a frame those fields lie.
+    depth: Depth,
+    /// When the flows match on in_port alone: the flow each port id hits (ids past the end hit
+    /// `by_port_rest`).
+    by_port: Vec<u32>,
+    by_port_rest: u32,
 }
 
 impl FlowTable {
@@ -92,9 +100,29 @@ impl FlowTable {
         let n = entries.len();
         let flows: Vec<Flow> = entries.iter().map(|e| e.flow.clone()).collect();
         let cls = (n > 0).then(|| Classifier::new(&flows));
+        let scope = flows.iter().fold(FlowKey::default(), |u, f| u.or(&f.m.mask));
         let counters = (0..threads).map(|_| (0..n + PAD).map(|_| FlowCounter::default()).collect()).collect();
         let missed = (0..threads).map(|_| (0..1 + PAD).map(|_| FlowCounter::default()).collect()).collect();
-        Ok(FlowTable { entries, cls, counters, missed, created: Some(Instant::now()) })
+        let mut t = FlowTable {
+            entries,
+            cls,
+            counters,
+            missed,
+            created: Some(Instant::now()),
+            scope,
+            depth: scope.depth(),
+            by_port: Vec::new(),
+            by_port_rest: NO_MATCH,
+        };
+        if t.depth == Depth::Port {
+            // Ports a flow names, and one id past them that stands for every other port.
+            let ids = flows.iter().filter(|f| f.m.mask.get(Field::InPort) != 0).map(|f| f.m.key.get(Field::InPort));
+            let end = ids.max().map_or(0, |m| m as usize + 1);
+            let at = |p: usize| t.lookup(&FlowKey::default().with(Field::InPort, p as u64));
+            let (by_port, rest) = ((0..end).map(at).collect(), at(end));
+            (t.by_port, t.by_port_rest) = (by_port, rest);
+        }
+        Ok(t)
     }
 
     pub fn len(&self) -> usize {
@@ -120,15 +148,46 @@ impl FlowTable {
         self.cls.is_none()
     }
 
-    /// The flow a key hits, through this thread's exact-match cache; NO_MATCH if none.
+    /// The fields some flow matches on (the union of the flows' masks). Which flow a frame
+    /// hits depends on these bits of its key alone, so two keys equal under this mask hit the
+    /// same flow, and a key needs to be extracted only to [`FlowTable::depth`].
+    #[inline]
+    pub fn scope(&self) -> &FlowKey {
+        &self.scope
+    }
+
+    /// How deep into a frame the fields of [`FlowTable::scope`] lie.
+    #[inline]
+    pub fn depth(&self) -> Depth {
+        self.depth
+    }
+
+    /// With flows that match on in_port alone (depth [`Depth::Port`]), the flow a frame from
+    /// `in_port` hits, whatever it carries; else None.
+    #[inline]
+    pub fn port_flow(&self, in_port: u16) -> Option<u32> {
+        (self.depth == Depth::Port).then(|| *self.by_port.get(in_port as usize).unwrap_or(&self.by_port_rest))
+    }
+
+    /// The flow a key hits, through this thread's exact-match cache; NO_MATCH if none. The
+    /// cache holds keys under [`FlowTable::scope`], so frames that differ only in fields no
+    /// flow looks at share an entry.
     #[inline]
     pub fn classify(&self, emc: &mut Emc, key: &FlowKey) -> u32 {
-        let h = key.hash();
-        if let Some(i) = emc.lookup(key, h) {
+        let key = key.and(&self.scope);
+        self.classify_masked(emc, &key, key.hash())
+    }
+
+    /// [`FlowTable::classify`] for a key already under [`FlowTable::scope`], with its
+    /// [`FlowKey::hash`]. A wrong hash costs a cache miss, never a wrong flow: the cache
+    /// compares whole keys.
+    #[inline]
+    pub fn classify_masked(&self, emc: &mut Emc, key: &FlowKey, hash: u64) -> u32 {
+        if let Some(i) = emc.lookup(key, hash) {
             return i;
         }
         let i = self.lookup(key);
-        emc.insert(key, h, i);
+        emc.insert(key, hash, i);
         i
     }
 
@@ -164,5 +223,72 @@ impl FlowTable {
     /// Frames no flow matched, over every thread.
     pub fn missed(&self) -> (u64, u64) {
         self.missed.iter().fold((0, 0), |(p, b), t| (p + t[0].packets.load(Relaxed), b + t[0].bytes.load(Relaxed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::key::testutil::Rng;
+
+    fn table(flows: &[&str]) -> FlowTable {
+        let id = |s: &str| s.strip_prefix("p").and_then(|n| n.parse().ok());
+        FlowTable::build(flows.iter().copied(), &id, 1, None).unwrap()
+    }
+
+    fn random_key(rng: &mut Rng) -> FlowKey {
+        FlowKey::default()
+            .with(Field::InPort, rng.below(8))
+            .with(Field::DlType, rng.pick(&[0x800, 0x806, 0x86dd]))
+            .with(Field::NwDst, 0x0a00_0000 | rng.below(4))
+            .with(Field::TpDst, rng.below(3))
+    }
+
+    #[test]
+    fn scope_and_depth_are_the_union_of_the_masks() {
+        let t = table(&["in_port=p1,actions=output:p2", "priority=0,actions=drop"]);
+        assert_eq!((t.depth(), *t.scope()), (Depth::Port, FlowKey::default().with(Field::InPort, u64::MAX)));
+        let t = table(&["in_port=p1,actions=drop", "ip,nw_dst=10.0.0.1,actions=drop"]);
+        assert_eq!(t.depth(), Depth::L3);
+        assert_eq!(t.scope().get(Field::NwDst), u32::MAX as u64);
+        assert_eq!((t.scope().get(Field::TpDst), t.scope().get(Field::DlSrc)), (0, 0));
+        assert_eq!(table(&["tcp,tp_dst=80,actions=drop"]).depth(), Depth::L4);
+        assert_eq!(table(&["actions=normal"]).depth(), Depth::Port);
+    }
+
+    #[test]
+    fn in_port_tables_answer_by_port_as_the_classifier_does() {
+        for flows in [
+            &["in_port=p1,actions=output:p2", "in_port=p2,actions=output:p1"][..],
+            &["priority=5,in_port=p3,actions=drop", "in_port=p0,actions=normal", "priority=1,actions=flood"],
+            &["actions=normal"],
+            &[],
+        ] {
+            let t = table(flows);
+            if flows.is_empty() {
+                continue; // no table at all: NORMAL, never classified
+            }
+            for p in 0..10u16 {
+                let k = FlowKey::default().with(Field::InPort, p as u64).with(Field::NwDst, 7);
+                assert_eq!(t.port_flow(p), Some(t.lookup(&k)), "{flows:?} port {p}");
+            }
+        }
+        assert_eq!(table(&["in_port=p1,ip,actions=drop"]).port_flow(1), None);
+    }
+
+    #[test]
+    fn classify_under_the_scope_agrees_with_lookup() {
+        let t = table(&[
+            "priority=10,in_port=p1,ip,nw_dst=10.0.0.1,actions=output:p2",
+            "priority=20,tcp,tp_dst=1,actions=drop",
+            "priority=5,in_port=p2,actions=normal",
+            "priority=0,actions=drop",
+        ]);
+        let mut emc = Emc::new(16);
+        let mut rng = Rng(5);
+        for _ in 0..5000 {
+            let k = random_key(&mut rng).with(Field::DlSrc, rng.next()).with(Field::TpSrc, rng.next());
+            assert_eq!(t.classify(&mut emc, &k), t.lookup(&k), "{k:?}");
+        }
     }
 }

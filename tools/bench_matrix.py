@@ -56,12 +56,12 @@ def exact_flows(n_extra):
     return "flows = [\n" + "".join(f'  "{f}",\n' for f in out) + "]\n"
 
 
-def run(cell, kind, size, ring, seconds):
-    """One run's forwarded frames per second."""
+def run(cell, kind, size, ring, seconds, binary=None):
+    """One run's forwarded frames per second (`binary`: another pvswitchd, for A/B runs)."""
     if cell == "nic":
-        return measure_nic(kind, seconds)
+        return measure_nic(kind, seconds, binary=binary)
     if cell == "learned":
-        return measure_unicast(kind, size, seconds, ring=ring)
+        return measure_unicast(kind, size, seconds, ring=ring, binary=binary)
     extra, flows = "", None
     if cell == "in_port":
         extra = 'flows = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]\n'
@@ -69,7 +69,8 @@ def run(cell, kind, size, ring, seconds):
         extra, flows = exact_flows(0), FLOWGEN_FLOWS
     elif cell == "flows10k":
         extra, flows = exact_flows(9000), FLOWGEN_FLOWS
-    return measure(kind, size, seconds, extra=extra if kind == "pvswitch" else "", ring=ring, flows=flows)
+    return measure(kind, size, seconds, extra=extra if kind == "pvswitch" else "", ring=ring, flows=flows,
+                   binary=binary)
 
 
 def main():

@@ -286,13 +286,23 @@ fn visit_source<S: Source>(
         bump(&spec.stats.bursts, (consumed > 0) as u64);
         bump(&pc.rx_packets, consumed as u64);
         bump(&pc.rx_bytes, bytes);
+        // Flow counters once per run of frames that hit the same flow.
+        let mut run = (UNCLASSIFIED, 0u64, 0u64);
         for f in &frames[..consumed] {
             if let Out::Drop(why) = f.out {
                 pc.drop(why, 1);
             }
-            if f.flow != UNCLASSIFIED {
-                env.flows.count(cx.index, f.flow, f.len);
+            if f.flow != run.0 {
+                if run.0 != UNCLASSIFIED {
+                    env.flows.count(cx.index, run.0, run.1, run.2);
+                }
+                run = (f.flow, 0, 0);
             }
+            run.1 += 1;
+            run.2 += f.len as u64;
+        }
+        if run.0 != UNCLASSIFIED {
+            env.flows.count(cx.index, run.0, run.1, run.2);
         }
         src.complete(frames, consumed, rx);
         // The budget charges work, not frames alone: a frame's first three descriptors (its

@@ -516,6 +516,7 @@ fn write_frame(
     let hdr = VirtioNetHdr { num_buffers: nbufs, ..*vh }.to_bytes();
     // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
     // frame too); not writing it then keeps the guest's cached copy of that line valid.
-    rx.first.update_at(0, &hdr[..hdr_len as usize]);
+    let stored = rx.first.update_at(0, &hdr[..hdr_len as usize]);
+    ring.header_written(stored);
     Ok(())
 }

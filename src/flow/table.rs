@@ -196,12 +196,13 @@ impl FlowTable {
         self.cls.as_ref().and_then(|c| c.lookup(key)).unwrap_or(NO_MATCH)
     }
 
-    /// Counts a frame on flow `i` (or as a miss), in thread `thread`'s counters.
+    /// Counts `packets` frames of `bytes` bytes on flow `i` (or as misses), in thread
+    /// `thread`'s counters.
     #[inline]
-    pub fn count(&self, thread: usize, i: u32, bytes: u32) {
+    pub fn count(&self, thread: usize, i: u32, packets: u64, bytes: u64) {
         let c = if i == NO_MATCH { &self.missed[thread][0] } else { &self.counters[thread][i as usize] };
-        bump(&c.packets, 1);
-        bump(&c.bytes, bytes as u64);
+        bump(&c.packets, packets);
+        bump(&c.bytes, bytes);
     }
 
     #[inline]

@@ -162,10 +162,10 @@ impl Segs {
 
     /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small
     /// `src` in the first segment): a line that is only read stays shared with the guest's
-    /// core, where a store, even of the same bytes, would take it away. Returns the bytes
-    /// that now read as `src`.
+    /// core, where a store, even of the same bytes, would take it away. Returns whether it
+    /// stored (else the bytes already read as `src`).
     #[inline]
-    pub fn update_at(&self, off: u32, src: &[u8]) -> usize {
+    pub fn update_at(&self, off: u32, src: &[u8]) -> bool {
         const MAX: usize = 16;
         if src.len() <= MAX
             && let Some(p) = self.in_first(off, src.len())
@@ -175,13 +175,15 @@ impl Segs {
             // the ring lock is held), copied into a local; then, if they differ, the other way.
             unsafe {
                 copy_bytes(p, cur.as_mut_ptr(), src.len());
-                if !same_bytes(&cur, src) {
-                    copy_bytes(src.as_ptr(), p, src.len());
+                if same_bytes(&cur, src) {
+                    return false;
                 }
+                copy_bytes(src.as_ptr(), p, src.len());
             }
-            return src.len();
+            return true;
         }
-        self.write_at(off, src)
+        self.write_at(off, src);
+        true
     }
 
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
@@ -343,7 +345,7 @@ mod tests {
         let mut ro = Segs::default();
         ro.set_one(page as *mut u8, 4096);
         for n in [1, 7, 8, 10, 12, 16] {
-            assert_eq!(ro.update_at(100, &[0u8; 16][..n]), n);
+            assert!(!ro.update_at(100, &[0u8; 16][..n]), "{n} equal bytes: nothing stored");
         }
         // SAFETY: the mapping made above, no longer used.
         unsafe { libc::munmap(page, 4096) };
@@ -353,12 +355,11 @@ mod tests {
         rw.set_one(buf.as_mut_ptr(), 64);
         let mut hdr = [0u8; 12];
         hdr[10] = 1;
-        for n in [10, 12] {
-            assert_eq!(rw.update_at(20, &hdr[..n]), n);
-        }
+        assert!(rw.update_at(20, &hdr[..12]), "bytes that differ are stored");
+        assert!(!rw.update_at(20, &hdr[..10]), "and then read the same");
         assert_eq!(&buf[20..32], &hdr);
         hdr[0] = 9;
-        rw.update_at(20, &hdr[..4]);
+        assert!(rw.update_at(20, &hdr[..4]));
         assert_eq!(buf[20], 9);
     }
 }

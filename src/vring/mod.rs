@@ -104,6 +104,9 @@ pub struct ActiveRing {
     call: Option<Arc<CallFd>>,
     /// Descriptors walked by `pop` since the last `take_walked` (the visit budget charges them).
     walked: u32,
+    /// Whether each of the last eight receive buffers' virtio-net headers had to be written (bit
+    /// 0 the latest): `prefetch_ahead` fetches the header's line for ownership when most did.
+    hdr_stores: u8,
     _mem: Arc<GuestMem>,
     mem_ptr: *const GuestMem,
 }
@@ -231,6 +234,7 @@ impl Vring {
             event_idx,
             call,
             walked: 0,
+            hdr_stores: 0,
             _mem: mem,
             mem_ptr,
         });
@@ -526,7 +530,10 @@ impl ActiveRing {
     /// the offset where the frame will start (after the virtio-net header): the lines from
     /// there are fetched for ownership, to be written; the header's line only for reading:
     /// the header usually already holds the bytes we would write, and then `Segs::update_at`
-    /// leaves it alone, so the guest's copy of that line stays valid.
+    /// leaves it alone, so the guest's copy of that line stays valid. Not so for a guest
+    /// that sends its received buffers back out (a forwarding VM): its transmit header, left
+    /// in the buffer, differs from ours. When most of the last eight headers had to be written
+    /// ([`ActiveRing::header_written`]), the header's line is fetched for ownership too.
     ///
     /// Near the end of what the guest had made available when we last looked, the avail index
     /// is read again, so the first chains the guest added since are prefetched too instead of
@@ -563,8 +570,12 @@ impl ActiveRing {
                     // SAFETY: mem_ptr comes from the Arc this ring holds.
                     let mem = unsafe { &*self.mem_ptr };
                     if let Some((p, _)) = mem.translate_prefix(addr, 1) {
-                        // SAFETY: a prefetch hint on a translated, mapped address.
-                        unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+                        if write_from.is_some() && self.hdr_stores.count_ones() > 4 {
+                            prefetch_for_write(p);
+                        } else {
+                            // SAFETY: a prefetch hint on a translated, mapped address.
+                            unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+                        }
                         if let Some(off) = write_from {
                             // The first two lines from the frame's start: a 64-byte frame's.
                             // Hints: wrapping pointer arithmetic, never dereferenced here.
@@ -576,6 +587,13 @@ impl ActiveRing {
                 }
             }
         }
+    }
+
+    /// Records whether a receive buffer's virtio-net header had to be written (it did not
+    /// already hold what we wrote), for `prefetch_ahead`.
+    #[inline]
+    pub fn header_written(&mut self, stored: bool) {
+        self.hdr_stores = (self.hdr_stores << 1) | stored as u8;
     }
 
     /// Records a finished chain; not visible to the guest until `publish`.

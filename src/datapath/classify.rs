@@ -10,7 +10,8 @@ use super::plan::PortPolicy;
 use super::{Env, Frame, Out, PENDING, UNCLASSIFIED};
 use crate::config::MAX_BURST;
 use crate::flow::table::{NO_MATCH, Verdict};
-use crate::flow::{Depth, Emc, FlowKey};
+use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
+use crate::mem::Segs;
 use crate::port::Port;
 use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
 use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
@@ -92,18 +93,17 @@ pub(super) fn classify(
     }
     // Only as much of the frame as the table's fields need.
     let depth = env.flows.depth();
-    let mut eth = [0u8; 64];
-    let want = if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize);
-    if f.segs.read_at(hdr_len, &mut eth[..want]) < want {
+    let head = Head { segs: &f.segs, off: hdr_len, len: if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize) };
+    // At least the 14-byte header: shorter frames were dropped as runts above.
+    let Some(src) = head.at::<6>(6) else {
         f.out = Out::Drop(Drop::Runt);
         return;
-    }
-    // At least the 14-byte header: shorter frames were dropped as runts above.
-    if !policy.allows(&MacAddr::from_bytes(&eth[6..12])) {
+    };
+    if !policy.allows(&MacAddr(src)) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
-    let key = FlowKey::extract_to(in_port.id, &eth[..want], depth).and(env.flows.scope());
+    let key = FlowKey::extract_to(in_port.id, &head, depth).and(env.flows.scope());
     // A repeat of the previous frame's key (under the table's scope, the common case in a
     // burst) will take that frame's flow; any other key's cache entry starts loading now,
     // while the rest of the burst is read, for `lookup_flows`.
@@ -118,26 +118,51 @@ pub(super) fn classify(
     f.flow = PENDING;
 }
 
+/// A frame's first `len` bytes as the flow key reads them: a field at a time, straight from
+/// the sender's buffer when the field lies in its first segment (`Segs::read_array`), never
+/// through a copy of the whole header.
+struct Head<'a> {
+    segs: &'a Segs,
+    /// Where the Ethernet frame starts in `segs`.
+    off: u32,
+    len: usize,
+}
+
+impl FrameBytes for Head<'_> {
+    #[inline]
+    fn size(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        if off.checked_add(N)? > self.len {
+            return None;
+        }
+        self.segs.read_array::<N>(self.off + off as u32)
+    }
+}
+
 /// The second pass over a burst with a flow table: each frame [`classify`] left pending takes
 /// its flow and that flow's verdict.
 #[inline]
 pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {
     for (n, f) in frames.iter_mut().filter(|f| f.flow == PENDING).enumerate() {
         let (key, hash) = recent.keys[n];
-        let i = flow_of(env, emc, recent, &key, Some(hash));
+        let i = flow_of(env, emc, recent, &key, hash);
         f.flow = i;
         f.out = verdict(env, recent, in_port, f, i);
     }
 }
 
 /// The flow a key (under the table's scope) hits: the previous frame's, for a repeat of its
-/// key; else through the exact-match cache (with the key's hash, if known) and the classifier.
+/// key; else through the exact-match cache (with the key's hash) and the classifier.
 #[inline]
-fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: Option<u64>) -> u32 {
+fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: u64) -> u32 {
     match recent.flow {
         Some((k, i)) if k == *key => i,
         _ => {
-            let i = env.flows.classify_masked(emc, key, hash.unwrap_or_else(|| key.hash()));
+            let i = env.flows.classify_masked(emc, key, hash);
             recent.flow = Some((*key, i));
             i
         }

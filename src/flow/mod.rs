@@ -32,7 +32,7 @@ pub mod table;
 pub use action::{Action, Emit, execute};
 pub use classifier::{Classifier, Linear};
 pub use emc::Emc;
-pub use key::{Depth, ETH_TYPE_NONE, Field, FlowKey, VLAN_PRESENT, WORDS};
+pub use key::{Depth, ETH_TYPE_NONE, Field, FlowKey, FrameBytes, VLAN_PRESENT, WORDS};
 pub use parse::{FlowError, parse_flow};
 
 /// The priority of a flow that does not give one (as OVS).

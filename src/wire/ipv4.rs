@@ -31,7 +31,7 @@ mod field {
 pub const MIN_HEADER_LEN: usize = 20;
 const DONT_FRAG: u16 = 0x4000;
 const MORE_FRAGS: u16 = 0x2000;
-const OFFSET_MASK: u16 = 0x1fff;
+pub const OFFSET_MASK: u16 = 0x1fff;
 
 /// A checked view of an IPv4 packet. `new_checked` checks the fixed header only: flow keys
 /// are extracted from the first bytes of a frame, so options and payload may be cut short.

@@ -245,11 +245,15 @@ fn deliver_in_order(
 ) -> usize {
     let cx = env.cx;
     let mut open: Option<Open> = None;
+    // A port found full by a source that cannot wait: its ring is not read again for the
+    // rest of this burst (its avail index is a line its guest keeps writing).
+    let mut full: Option<u16> = None;
     let mut i = 0;
     while i < frames.len() {
         let f = &frames[i];
         match f.out {
             Out::Nowhere | Out::Drop(_) => {}
+            Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(Drop::RxRingFull, 1),
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
                     o_close(open.take(), env, rx);
@@ -283,7 +287,10 @@ fn deliver_in_order(
                         pc.drop(Drop::RxRingFull, 1);
                     }
                     Err(why) => {
-                        rx.dropped_full |= why == Drop::RxRingFull;
+                        if why == Drop::RxRingFull {
+                            rx.dropped_full = true;
+                            full = Some(p);
+                        }
                         pc.drop(why, 1)
                     }
                 }

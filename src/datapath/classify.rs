@@ -8,7 +8,6 @@ use super::counters::{Drop, bump};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
 use super::{Env, Frame, Out, PENDING, UNCLASSIFIED};
-use crate::config::MAX_BURST;
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
 use crate::mem::Segs;
@@ -107,14 +106,12 @@ pub(super) fn classify(
     // A repeat of the previous frame's key (under the table's scope, the common case in a
     // burst) will take that frame's flow; any other key's cache entry starts loading now,
     // while the rest of the burst is read, for `lookup_flows`.
-    let slot = &mut recent.keys[recent.n];
-    recent.n += 1;
     if recent.key != Some(key) {
-        slot.1 = key.hash();
-        emc.prefetch(slot.1);
+        f.hash = key.hash();
+        emc.prefetch(f.hash);
         recent.key = Some(key);
     }
-    slot.0 = key;
+    f.key = key;
     f.flow = PENDING;
 }
 
@@ -147,9 +144,8 @@ impl FrameBytes for Head<'_> {
 /// its flow and that flow's verdict.
 #[inline]
 pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {
-    for (n, f) in frames.iter_mut().filter(|f| f.flow == PENDING).enumerate() {
-        let (key, hash) = recent.keys[n];
-        let i = flow_of(env, emc, recent, &key, hash);
+    for f in frames.iter_mut().filter(|f| f.flow == PENDING) {
+        let i = flow_of(env, emc, recent, &f.key, f.hash);
         f.flow = i;
         f.out = verdict(env, recent, in_port, f, i);
     }
@@ -190,17 +186,10 @@ fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> O
     }
 }
 
-impl Default for Recent {
-    fn default() -> Recent {
-        Recent { keys: [(FlowKey::default(), 0); MAX_BURST as usize], n: 0, normal: None, key: None, flow: None }
-    }
-}
-
 impl Recent {
     /// Forgets the previous burst.
     #[inline]
     pub(super) fn new_burst(&mut self) {
-        self.n = 0;
         self.normal = None;
         self.key = None;
         self.flow = None;
@@ -224,9 +213,8 @@ fn offload(f: &Frame, hdr_len: u32, sender: &Negotiated) -> Result<Offload, Offl
 /// What the previous frames of a burst were switched by: the addresses (destination,
 /// source) of the last frame that went through NORMAL and where it went, and the last flow
 /// keys (under the flow table's scope) seen.
+#[derive(Default)]
 pub(super) struct Recent {
-    keys: [(FlowKey, u64); MAX_BURST as usize],
-    n: usize,
     normal: Option<([u8; 12], Out)>,
     /// The last key whose cache entry was prefetched (classify's first pass).
     key: Option<FlowKey>,

@@ -38,7 +38,7 @@ use self::mac_table::MacTable;
 use self::nic_io::NicRx;
 use self::output::RxScratch;
 use self::plan::{Mailbox, Plan, PortTable};
-use crate::flow::Emc;
+use crate::flow::{Emc, FlowKey};
 use crate::flow::table::{FlowTable, NO_MATCH};
 use crate::mem::Segs;
 use crate::port::Port;
@@ -99,6 +99,10 @@ struct Frame {
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
     /// there is no flow table, PENDING between classify's two passes.
     flow: u32,
+    /// From classify's first pass for its second: the frame's flow key under the table's
+    /// scope, and the key's hash (set only where the key differs from the previous frame's).
+    key: FlowKey,
+    hash: u64,
 }
 
 impl Default for Frame {
@@ -111,6 +115,8 @@ impl Default for Frame {
             off: Offload::NONE,
             out: Out::Nowhere,
             flow: UNCLASSIFIED,
+            key: FlowKey::default(),
+            hash: 0,
         }
     }
 }

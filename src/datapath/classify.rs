@@ -87,7 +87,17 @@ pub(super) fn classify(
             return;
         }
         f.flow = i;
-        f.out = verdict(env, recent, in_port.id, f, i);
+        f.out = match recent.port_out {
+            Some(out) => out,
+            None => {
+                let out = verdict(env, recent, in_port.id, f, i);
+                // The same for every frame of the burst, unless NORMAL decides by address.
+                if i == NO_MATCH || env.flows.verdict(i) != Verdict::Normal {
+                    recent.port_out = Some(out);
+                }
+                out
+            }
+        };
         return;
     }
     // Only as much of the frame as the table's fields need.
@@ -193,6 +203,7 @@ impl Recent {
         self.normal = None;
         self.key = None;
         self.flow = None;
+        self.port_out = None;
     }
 }
 
@@ -220,6 +231,9 @@ pub(super) struct Recent {
     key: Option<FlowKey>,
     /// The last key looked up and the flow it hit.
     flow: Option<(FlowKey, u32)>,
+    /// With flows on in_port alone: where this burst's frames go (the flow's verdict does not
+    /// depend on the frame, unless it is NORMAL).
+    port_out: Option<Out>,
 }
 
 /// NORMAL for a frame of a burst: frames of one burst mostly share their addresses, and a

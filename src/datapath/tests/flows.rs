@@ -1,0 +1,101 @@
+//! Flow tables in the data path: a table on in_port alone (answered by port, a burst's
+//! destination worked out once unless the flow is NORMAL) and a deeper one (keys extracted to
+//! the table's depth, looked up in a second pass over the burst), each against what the flows
+//! say frame by frame.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::datapath::counters::Drop;
+use crate::flow::table::FlowTable;
+
+/// Installs `flows` (ports named vm0, vm1, ...) on thread 0, taken at its next step.
+fn install(b: &mut Bench, flows: &[&str]) {
+    let id = |s: &str| s.strip_prefix("vm").and_then(|n| n.parse().ok());
+    b.flows = Arc::new(FlowTable::build(flows.iter().copied(), &id, 1, None).unwrap());
+    b.post(0);
+}
+
+/// An IPv4/UDP frame from `src` to `dst` whose IPv4 destination is 10.0.0.`ip`.
+fn ipv4(dst: [u8; 6], src: [u8; 6], ip: u8, seq: u32) -> Vec<u8> {
+    let mut f = frame(dst, src, 80, seq);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    let ip_len = (f.len() - 14) as u16;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[20..22].copy_from_slice(&[0, 0]);
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 99]);
+    f[30..34].copy_from_slice(&[10, 0, 0, ip]);
+    f
+}
+
+#[test]
+fn in_port_flows_send_each_burst_where_its_port_says_and_normal_still_decides_by_address() {
+    let mut b = Bench::new(BenchCfg { vms: 4, ..BenchCfg::default() });
+    for i in 0..3 {
+        b.announce(i);
+    }
+    install(&mut b, &["in_port=vm0,actions=output:vm2", "in_port=vm1,actions=normal", "priority=0,actions=drop"]);
+    // vm0's frames all go to vm2, whatever their addresses.
+    let from0: Vec<Vec<u8>> = (0..20).map(|i| frame(mac(i % 4), mac(0), 64, i as u32)).collect();
+    // vm1's go where NORMAL sends each: known unicast to its port, unknown flooded.
+    let unknown = [0x02, 7, 7, 7, 7, 7];
+    let from1: Vec<Vec<u8>> =
+        (0..21).map(|i| frame([mac(0), mac(2), unknown][i % 3], mac(1), 64, 100 + i as u32)).collect();
+    // vm3 matches only the drop flow.
+    let from3 = frame(mac(0), mac(3), 64, 200);
+    for f in &from0 {
+        b.vms[0].guest.send(f);
+    }
+    for f in &from1 {
+        b.vms[1].guest.send(f);
+    }
+    b.vms[3].guest.send(&from3);
+    b.settle(20);
+    let want0: Vec<Vec<u8>> = from1.iter().enumerate().filter(|(i, _)| i % 3 != 1).map(|(_, f)| f.clone()).collect();
+    let mut want2 = from0.clone();
+    want2.extend(from1.iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, f)| f.clone()));
+    let want3: Vec<Vec<u8>> = from1.iter().enumerate().filter(|(i, _)| i % 3 == 2).map(|(_, f)| f.clone()).collect();
+    assert_eq!(b.vms[0].recv(), want0);
+    let mut got2 = b.vms[2].recv();
+    got2.sort();
+    want2.sort();
+    assert_eq!(got2, want2);
+    assert_eq!(b.vms[3].recv(), want3, "vm3 gets vm1's floods only");
+    assert!(b.vms[1].recv().is_empty());
+    assert_eq!(b.drops(3, Drop::FlowDrop), 1);
+    assert_eq!(b.flows.totals(0), (20, 20 * 64));
+    assert_eq!(b.flows.totals(1).0, 21);
+}
+
+#[test]
+fn a_deeper_table_classifies_every_frame_of_a_burst_by_its_own_key() {
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    install(
+        &mut b,
+        &[
+            "priority=10,in_port=vm0,ip,nw_dst=10.0.0.1,actions=output:vm1",
+            "priority=10,in_port=vm0,ip,nw_dst=10.0.0.2,actions=output:vm2",
+            "priority=20,in_port=vm1,ip,nw_dst=10.0.0.2,actions=drop",
+            "priority=0,actions=drop",
+        ],
+    );
+    // Runs of equal keys and changes between them, in one burst; 3 matches no output flow.
+    let ips = [1, 1, 2, 1, 2, 2, 3, 1, 1, 1, 2, 3, 3, 2];
+    let sent: Vec<Vec<u8>> = ips.iter().enumerate().map(|(i, &ip)| ipv4(mac(9), mac(0), ip, i as u32)).collect();
+    for f in &sent {
+        b.vms[0].guest.send(f);
+    }
+    // vm1's frame to .2 hits its own higher-priority drop, not vm0's output.
+    b.vms[1].guest.send(&ipv4(mac(9), mac(1), 2, 99));
+    b.settle(20);
+    let to = |ip| sent.iter().zip(ips).filter(|&(_, i)| i == ip).map(|(f, _)| f.clone()).collect::<Vec<_>>();
+    assert_eq!(b.vms[1].recv(), to(1));
+    assert_eq!(b.vms[2].recv(), to(2));
+    assert!(b.vms[0].recv().is_empty());
+    assert_eq!(b.drops(0, Drop::FlowDrop), 3);
+    assert_eq!(b.drops(1, Drop::FlowDrop), 1);
+    let per_flow: Vec<u64> = (0..4).map(|i| b.flows.totals(i).0).collect();
+    assert_eq!(per_flow, [6, 5, 1, 3]);
+}

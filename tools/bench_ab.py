@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Two pvswitchd builds and the testpmd vhost ceiling, VM-to-VM as tools/bench_vm2vm.py
-measures it, rotated in the same run: did a change move forwarding speed?
+measures it (or any cell of tools/bench_matrix.py), rotated in the same run: did a change move
+forwarding speed?
 
-Usage: tools/bench_ab.py --base BINARY [--reps 7] [--seconds 5] [--size 64] [--out FILE]
+Usage: tools/bench_ab.py --base BINARY [--reps 7] [--seconds 5] [--size 64] [--cell CELL]
+                         [--ring N] [--out FILE]
+CELL: learned, flood (the default: bench_vm2vm's setup), in_port, flows1k, flows10k, nic.
 BINARY is another build's pvswitchd (e.g. a `git worktree` of the commit before, built with
 `cargo build --release`); the tree's own is target/release/pvswitchd.
 Needs root, hugepages and DPDK (scripts/install-deps.sh).
@@ -14,7 +17,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import emit, line_ns, measure, phase_of  # noqa: E402
+from pvsbench import emit, line_ns, measure_cell, phase_of  # noqa: E402
 
 
 def main():
@@ -23,6 +26,8 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--cell", default="flood")
+    ap.add_argument("--ring", type=int, default=256)
     ap.add_argument("--out")
     a = ap.parse_args()
     kinds = ["new", "base", "ceiling"]
@@ -32,10 +37,8 @@ def main():
         r, phases = {}, []
         for k in order:
             before = line_ns()
-            if k == "ceiling":
-                r[k] = measure("ceiling", a.size, a.seconds)
-            else:
-                r[k] = measure("pvswitch", a.size, a.seconds, binary=a.base if k == "base" else None)
+            kind = "ceiling" if k == "ceiling" else "pvswitch"
+            r[k] = measure_cell(a.cell, kind, a.size, a.ring, a.seconds, binary=a.base if k == "base" else None)
             phases.append(phase_of(before, line_ns()))
         r["phase"] = phases[0] if len(set(phases)) == 1 else "mixed"
         rows.append(r)
@@ -46,7 +49,8 @@ def main():
         rs = [x[num] / x[den] for x in sel]
         return f"| {name} | {statistics.median(rs):.3f} | {min(rs):.3f}..{max(rs):.3f} | {len(rs)} |"
 
-    lines = [f"Two builds against the ceiling, {a.size} B VM-to-VM, {a.reps} rotated reps of {a.seconds:g} s",
+    lines = [f"Two builds against the ceiling, cell {a.cell}, {a.size} B, ring {a.ring}, {a.reps} rotated reps of "
+             f"{a.seconds:g} s",
              "", "| ratio | median | min..max | reps |", "|---|---|---|---|",
              ratio_row("new / base", "new", "base"), ratio_row("new / ceiling", "new", "ceiling"),
              ratio_row("base / ceiling", "base", "ceiling")]

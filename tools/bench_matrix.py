@@ -38,44 +38,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import emit, line_ns, measure, measure_nic, measure_unicast, phase_of  # noqa: E402
+from pvsbench import emit, line_ns, measure_cell, phase_of  # noqa: E402
 
 CELLS = ["learned", "flood", "in_port", "flows1k", "flows10k", "nic"]
-FLOWGEN_FLOWS = 500  # destination IPs per port in the flows cells
-
-
-def ip(i, base):
-    return f"10.{base}.{i // 256}.{i % 256}"
-
-
-def exact_flows(n_extra):
-    """1,000 flows that carry the traffic, `n_extra` that never match, and the drop default."""
-    out = []
-    for port, peer in (("a", "b"), ("b", "a")):
-        out += [f"priority=10,in_port={port},ip,nw_dst={ip(i, 253)},actions=output:{peer}"
-                for i in range(FLOWGEN_FLOWS)]
-    for i in range(n_extra):
-        port, peer = ("a", "b") if i % 2 == 0 else ("b", "a")
-        out.append(f"priority=10,in_port={port},ip,nw_dst={ip(i // 2, 252)},actions=output:{peer}")
-    out.append("priority=0,actions=drop")
-    return "flows = [\n" + "".join(f'  "{f}",\n' for f in out) + "]\n"
-
-
-def run(cell, kind, size, ring, seconds, binary=None):
-    """One run's forwarded frames per second (`binary`: another pvswitchd, for A/B runs)."""
-    if cell == "nic":
-        return measure_nic(kind, seconds, binary=binary)
-    if cell == "learned":
-        return measure_unicast(kind, size, seconds, ring=ring, binary=binary)
-    extra, flows = "", None
-    if cell == "in_port":
-        extra = 'flows = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]\n'
-    elif cell == "flows1k":
-        extra, flows = exact_flows(0), FLOWGEN_FLOWS
-    elif cell == "flows10k":
-        extra, flows = exact_flows(9000), FLOWGEN_FLOWS
-    return measure(kind, size, seconds, extra=extra if kind == "pvswitch" else "", ring=ring, flows=flows,
-                   binary=binary)
 
 
 def main():
@@ -110,7 +75,7 @@ def main():
             r, phase = {}, {}
             for kind in order:
                 before = line_ns()
-                r[kind] = run(cell, kind, size, ring, a.seconds)
+                r[kind] = measure_cell(cell, kind, size, ring, a.seconds)
                 phase[kind] = phase_of(before, line_ns())
             r["phases"] = (phase["pvswitch"], phase["ceiling"])
             rows[k].append(r)

@@ -258,6 +258,44 @@ def measure_nic(kind, seconds, warmup=2.0, binary=None):
         stop()
 
 
+FLOWGEN_FLOWS = 500  # destination IPs per port in the flows cells of tools/bench_matrix.py
+
+
+def _ip(i, base):
+    return f"10.{base}.{i // 256}.{i % 256}"
+
+
+def exact_flows(n_extra):
+    """1,000 flows that carry the traffic, `n_extra` that never match, and the drop default."""
+    out = []
+    for port, peer in (("a", "b"), ("b", "a")):
+        out += [f"priority=10,in_port={port},ip,nw_dst={_ip(i, 253)},actions=output:{peer}"
+                for i in range(FLOWGEN_FLOWS)]
+    for i in range(n_extra):
+        port, peer = ("a", "b") if i % 2 == 0 else ("b", "a")
+        out.append(f"priority=10,in_port={port},ip,nw_dst={_ip(i // 2, 252)},actions=output:{peer}")
+    out.append("priority=0,actions=drop")
+    return "flows = [\n" + "".join(f'  "{f}",\n' for f in out) + "]\n"
+
+
+def measure_cell(cell, kind, size, ring, seconds, binary=None):
+    """One run of a tools/bench_matrix.py cell through `kind` ("pvswitch" or "ceiling"): its
+    forwarded frames per second (`binary`: another pvswitchd, for A/B runs)."""
+    if cell == "nic":
+        return measure_nic(kind, seconds, binary=binary)
+    if cell == "learned":
+        return measure_unicast(kind, size, seconds, ring=ring, binary=binary)
+    extra, flows = "", None
+    if cell == "in_port":
+        extra = 'flows = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]\n'
+    elif cell == "flows1k":
+        extra, flows = exact_flows(0), FLOWGEN_FLOWS
+    elif cell == "flows10k":
+        extra, flows = exact_flows(9000), FLOWGEN_FLOWS
+    return measure(kind, size, seconds, extra=extra if kind == "pvswitch" else "", ring=ring, flows=flows,
+                   binary=binary)
+
+
 def emit(table, out=None):
     """Prints a benchmark's result table and, with `out`, writes it to that file too."""
     print("\n" + table)

@@ -1,7 +1,9 @@
 //! Classify: where each frame of a burst goes. Frames too short, over the port's MTU, or from a
 //! source MAC the port may not use are dropped. With no flow table, NORMAL (MAC learning, then
-//! known unicast to its port, everything else flooded) reads only the two addresses; with one,
-//! the frame's first bytes become a flow key, looked up in the exact-match cache and then the
+//! known unicast to its port, everything else flooded) reads only the two addresses. A table
+//! whose flows match on in_port alone answers by port, once a burst. Any other table: a first
+//! pass (`classify`) extracts each frame's key to the table's depth and prefetches its cache
+//! set, a second (`lookup_flows`) looks the keys up in the exact-match cache and then the
 //! classifier.
 
 use super::counters::{Drop, bump};

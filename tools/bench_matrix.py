@@ -38,7 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import emit, line_ns, measure_cell, phase_of  # noqa: E402
+from pvsbench import alternating_pair, emit, measure_cell  # noqa: E402
 
 CELLS = ["learned", "flood", "in_port", "flows1k", "flows10k", "nic"]
 
@@ -70,17 +70,11 @@ def main():
             cell, size, ring = k
             if rep >= (a.reps if size == 64 else a.reps_1518):
                 continue
-            # Alternate which system goes first, so drift hits both alike.
-            order = ["pvswitch", "ceiling"] if rep % 2 == 0 else ["ceiling", "pvswitch"]
-            r, phase = {}, {}
-            for kind in order:
-                before = line_ns()
-                r[kind] = measure_cell(cell, kind, size, ring, a.seconds)
-                phase[kind] = phase_of(before, line_ns())
-            r["phases"] = (phase["pvswitch"], phase["ceiling"])
+            r = alternating_pair(rep, lambda kind: measure_cell(cell, kind, size, ring, a.seconds))
             rows[k].append(r)
+            ph = dict(zip(["pvswitch", "ceiling"], r["phases"]))
             print(f"rep {rep + 1} {cell:>8} {size:>4} B ring {ring:>4}: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps "
-                  f"({phase['pvswitch']})  ceiling {r['ceiling'] / 1e6:6.3f} Mpps ({phase['ceiling']})  "
+                  f"({ph['pvswitch']})  ceiling {r['ceiling'] / 1e6:6.3f} Mpps ({ph['ceiling']})  "
                   f"ratio {r['pvswitch'] / r['ceiling']:.3f}", flush=True)
     lines = [
         f"Benchmark matrix, {started}: alternating pairs of {a.seconds:g} s ({a.reps} per 64 B cell, "

@@ -20,7 +20,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import SLOW_LINE_NS, emit, line_ns, measure, phase_of  # noqa: E402
+from pvsbench import SLOW_LINE_NS, alternating_pair, emit, measure  # noqa: E402
 
 
 def main():
@@ -34,17 +34,11 @@ def main():
     rows = {s: [] for s in sizes}
     for rep in range(a.reps):
         for s in sizes:
-            # Alternate which system goes first, so drift hits both alike.
-            order = ["pvswitch", "ceiling"] if rep % 2 == 0 else ["ceiling", "pvswitch"]
-            r, phase = {}, {}
-            for k in order:
-                before = line_ns()
-                r[k] = measure(k, s, a.seconds)
-                phase[k] = phase_of(before, line_ns())
-            r["phases"] = (phase["pvswitch"], phase["ceiling"])
+            r = alternating_pair(rep, lambda kind: measure(kind, s, a.seconds))
             rows[s].append(r)
-            print(f"rep {rep + 1} {s:>5} B: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps ({phase['pvswitch']})  "
-                  f"ceiling {r['ceiling'] / 1e6:6.3f} Mpps ({phase['ceiling']})  "
+            ph = dict(zip(["pvswitch", "ceiling"], r["phases"]))
+            print(f"rep {rep + 1} {s:>5} B: pvswitch {r['pvswitch'] / 1e6:6.3f} Mpps ({ph['pvswitch']})  "
+                  f"ceiling {r['ceiling'] / 1e6:6.3f} Mpps ({ph['ceiling']})  "
                   f"ratio {r['pvswitch'] / r['ceiling']:.3f}", flush=True)
     lines = [
         f"VM-to-VM forwarding, {a.reps} alternating pairs of {a.seconds:g} s, generator on CPU 0, switch on CPU 1",

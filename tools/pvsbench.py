@@ -315,6 +315,20 @@ def phase_of(before, after):
     return "fast" if all(fast) else "slow" if not any(fast) else "mixed"
 
 
+def alternating_pair(rep, measure_one):
+    """One pvswitchd/ceiling pair: `measure_one(kind)` for both kinds, pvswitchd first in even
+    reps and the ceiling first in odd ones (so drift hits both alike), each run's phase from
+    lineprobe before and after it. Returns {kind: rate, "phases": (pvswitchd's, ceiling's)}."""
+    order = ["pvswitch", "ceiling"] if rep % 2 == 0 else ["ceiling", "pvswitch"]
+    r, phase = {}, {}
+    for kind in order:
+        before = line_ns()
+        r[kind] = measure_one(kind)
+        phase[kind] = phase_of(before, line_ns())
+    r["phases"] = (phase["pvswitch"], phase["ceiling"])
+    return r
+
+
 def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
     """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
     --vm specs without socket=), returns the generator's JSON report."""

@@ -4,8 +4,9 @@
 //!
 //! - [`FlowKey`] (key.rs): the header fields flows match on (in_port, dl_src/dl_dst, dl_type,
 //!   vlan_tci, nw_src/nw_dst, nw_proto, nw_tos, tp_src/tp_dst) packed into four `u64` words.
-//!   [`FlowKey::extract`] fills one from the first bytes of a frame; a mask is also a
-//!   `FlowKey`, so masking is four ANDs.
+//!   A mask is also a `FlowKey`, so masking is four ANDs.
+//! - extract.rs: [`FlowKey::extract`] and [`FlowKey::extract_to`] fill one from the first
+//!   bytes of a frame, down to a [`Depth`], over any [`FrameBytes`].
 //! - [`Emc`] (emc.rs): a per-thread exact match cache from full key to flow index, consulted
 //!   first.
 //! - [`Classifier`] (classifier.rs): tuple-space search over the flow table, on an EMC miss.
@@ -24,6 +25,7 @@
 mod action;
 mod classifier;
 mod emc;
+mod extract;
 mod key;
 mod parse;
 mod print;
@@ -32,7 +34,8 @@ pub mod table;
 pub use action::{Action, Emit, execute};
 pub use classifier::{Classifier, Linear};
 pub use emc::Emc;
-pub use key::{Depth, ETH_TYPE_NONE, Field, FlowKey, FrameBytes, VLAN_PRESENT, WORDS};
+pub use extract::FrameBytes;
+pub use key::{Depth, ETH_TYPE_NONE, Field, FlowKey, VLAN_PRESENT, WORDS};
 pub use parse::{FlowError, parse_flow};
 
 /// The priority of a flow that does not give one (as OVS).

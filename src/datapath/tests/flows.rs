@@ -99,3 +99,49 @@ fn a_deeper_table_classifies_every_frame_of_a_burst_by_its_own_key() {
     let per_flow: Vec<u64> = (0..4).map(|i| b.flows.totals(i).0).collect();
     assert_eq!(per_flow, [6, 5, 1, 3]);
 }
+
+#[test]
+fn malformed_headers_under_a_deep_table_drop_only_their_own_frames() {
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    install(
+        &mut b,
+        &[
+            "priority=10,ip,nw_dst=10.0.0.1,actions=output:vm1",
+            "priority=10,ip,nw_dst=10.0.0.0,actions=output:vm0",
+            "priority=20,udp,tp_dst=7,actions=drop",
+            "priority=0,actions=drop",
+        ],
+    );
+    // vm2 sends headers that lie: cut short, IHL past the frame, version 6, total length below
+    // the header or past the frame, all toward an address no flow sends anywhere.
+    let mut hostile = Vec::new();
+    for (i, (at, v)) in [(14, 0x4f), (14, 0x65), (16, 0), (17, 5), (16, 0xff), (14, 0x41)].into_iter().enumerate() {
+        let mut f = ipv4(mac(9), mac(2), 9, i as u32);
+        f[at] = v;
+        hostile.push(f.clone());
+        f.truncate(14 + i * 5);
+        hostile.push(f);
+    }
+    let (mut to1, mut to0) = (Vec::new(), Vec::new());
+    for round in 0..4u32 {
+        for (i, f) in hostile.iter().enumerate() {
+            b.vms[2].guest.send(f);
+            if i % 3 == 0 {
+                let a = ipv4(mac(1), mac(0), 1, round * 100 + i as u32);
+                let c = ipv4(mac(0), mac(1), 0, round * 100 + i as u32);
+                b.vms[0].guest.send(&a);
+                b.vms[1].guest.send(&c);
+                to1.push(a);
+                to0.push(c);
+            }
+        }
+        b.settle(20);
+    }
+    assert_eq!(b.vms[1].recv(), to1, "the honest pair's frames, intact and in order");
+    assert_eq!(b.vms[0].recv(), to0);
+    assert!(b.vms[2].recv().is_empty());
+    let t = b.totals(2);
+    assert_eq!(t.rx_packets, 4 * hostile.len() as u64, "every hostile frame taken and completed");
+    assert_eq!(b.vms[2].guest.tx_pending(), 0);
+    assert_eq!(b.drops(2, Drop::FlowDrop) + b.drops(2, Drop::Runt), 4 * hostile.len() as u64);
+}

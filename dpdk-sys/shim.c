@@ -83,6 +83,44 @@ void pvs_pktmbuf_reset(struct rte_mbuf *m)
 	rte_pktmbuf_reset(m);
 }
 
+int pvs_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
+{
+	return rte_pktmbuf_chain(head, tail) == 0 ? 0 : -1;
+}
+
+void pvs_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t flags, uint16_t l2, uint16_t l3, uint16_t l4,
+			     uint16_t tso_segsz)
+{
+	m->ol_flags |= flags;
+	m->l2_len = l2;
+	m->l3_len = l3;
+	m->l4_len = l4;
+	m->tso_segsz = tso_segsz;
+}
+
+uint16_t pvs_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts)
+{
+	return rte_eth_tx_prepare(port_id, queue_id, pkts, nb_pkts);
+}
+
+/* The flag values dpdk-sys/src/lib.rs spells out (bindgen cannot evaluate RTE_BIT64). */
+_Static_assert(RTE_MBUF_F_TX_TCP_SEG == (1ULL << 50), "RTE_MBUF_F_TX_TCP_SEG");
+_Static_assert(RTE_MBUF_F_TX_TCP_CKSUM == (1ULL << 52), "RTE_MBUF_F_TX_TCP_CKSUM");
+_Static_assert(RTE_MBUF_F_TX_UDP_CKSUM == (3ULL << 52), "RTE_MBUF_F_TX_UDP_CKSUM");
+_Static_assert(RTE_MBUF_F_TX_IP_CKSUM == (1ULL << 54), "RTE_MBUF_F_TX_IP_CKSUM");
+_Static_assert(RTE_MBUF_F_TX_IPV4 == (1ULL << 55), "RTE_MBUF_F_TX_IPV4");
+_Static_assert(RTE_MBUF_F_TX_IPV6 == (1ULL << 56), "RTE_MBUF_F_TX_IPV6");
+_Static_assert(RTE_MBUF_F_RX_L4_CKSUM_MASK == ((1ULL << 3) | (1ULL << 8)), "RTE_MBUF_F_RX_L4_CKSUM_MASK");
+_Static_assert(RTE_MBUF_F_RX_L4_CKSUM_GOOD == (1ULL << 8), "RTE_MBUF_F_RX_L4_CKSUM_GOOD");
+_Static_assert(RTE_ETH_TX_OFFLOAD_IPV4_CKSUM == (1ULL << 1), "RTE_ETH_TX_OFFLOAD_IPV4_CKSUM");
+_Static_assert(RTE_ETH_TX_OFFLOAD_UDP_CKSUM == (1ULL << 2), "RTE_ETH_TX_OFFLOAD_UDP_CKSUM");
+_Static_assert(RTE_ETH_TX_OFFLOAD_TCP_CKSUM == (1ULL << 3), "RTE_ETH_TX_OFFLOAD_TCP_CKSUM");
+_Static_assert(RTE_ETH_TX_OFFLOAD_TCP_TSO == (1ULL << 5), "RTE_ETH_TX_OFFLOAD_TCP_TSO");
+_Static_assert(RTE_ETH_TX_OFFLOAD_MULTI_SEGS == (1ULL << 15), "RTE_ETH_TX_OFFLOAD_MULTI_SEGS");
+_Static_assert(RTE_ETH_RX_OFFLOAD_IPV4_CKSUM == (1ULL << 1), "RTE_ETH_RX_OFFLOAD_IPV4_CKSUM");
+_Static_assert(RTE_ETH_RX_OFFLOAD_UDP_CKSUM == (1ULL << 2), "RTE_ETH_RX_OFFLOAD_UDP_CKSUM");
+_Static_assert(RTE_ETH_RX_OFFLOAD_TCP_CKSUM == (1ULL << 3), "RTE_ETH_RX_OFFLOAD_TCP_CKSUM");
+
 int pvs_errno(void)
 {
 	return rte_errno;

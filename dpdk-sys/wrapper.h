@@ -34,6 +34,14 @@ int pvs_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 /* Sets data_len = pkt_len = len on a single-segment mbuf; -1 if it does not fit or is chained. */
 int pvs_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 void pvs_pktmbuf_reset(struct rte_mbuf *m);
+/* Links `tail` after the last segment of `head` (rte_pktmbuf_chain); -1 if the chain would be too long. */
+int pvs_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
+
+/* Offloads of a frame to send: ORs `flags` into ol_flags, sets l2/l3/l4_len and tso_segsz. */
+void pvs_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t flags, uint16_t l2, uint16_t l3, uint16_t l4,
+			     uint16_t tso_segsz);
+/* rte_eth_tx_prepare: the driver checks (and fixes up) offload requests before tx_burst. */
+uint16_t pvs_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **pkts, uint16_t nb_pkts);
 
 /* Per-lcore state. */
 int pvs_errno(void);

@@ -88,7 +88,7 @@ fn dpdk_eal_mempool_ports() {
     let base_in_use = pool.in_use();
 
     // Bad devices give clean errors.
-    let setup = PortSetup { rxqs: 1, txqs: 1, rx_ring: 512, tx_ring: 512, mtu: Some(1500) };
+    let setup = PortSetup { rxqs: 1, txqs: 1, rx_ring: 512, tx_ring: 512, mtu: Some(1500), offloads: false };
     let err = EthPort::open("net_bogus0", &setup, &pool).unwrap_err();
     eprintln!("net_bogus0: {err}");
     assert!(err.starts_with("dpdk port net_bogus0: device not found"), "{err}");

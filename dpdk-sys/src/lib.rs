@@ -8,3 +8,24 @@
 #![allow(unsafe_op_in_unsafe_fn, improper_ctypes)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// Mbuf offload flags and ethdev offload capabilities DPDK defines with `RTE_BIT64`, which
+/// bindgen cannot evaluate; shim.c checks each value against the headers at build time.
+pub mod offload {
+    pub const MBUF_F_TX_TCP_SEG: u64 = 1 << 50;
+    pub const MBUF_F_TX_TCP_CKSUM: u64 = 1 << 52;
+    pub const MBUF_F_TX_UDP_CKSUM: u64 = 3 << 52;
+    pub const MBUF_F_TX_IP_CKSUM: u64 = 1 << 54;
+    pub const MBUF_F_TX_IPV4: u64 = 1 << 55;
+    pub const MBUF_F_TX_IPV6: u64 = 1 << 56;
+    pub const MBUF_F_RX_L4_CKSUM_MASK: u64 = (1 << 3) | (1 << 8);
+    pub const MBUF_F_RX_L4_CKSUM_GOOD: u64 = 1 << 8;
+    pub const ETH_TX_OFFLOAD_IPV4_CKSUM: u64 = 1 << 1;
+    pub const ETH_TX_OFFLOAD_UDP_CKSUM: u64 = 1 << 2;
+    pub const ETH_TX_OFFLOAD_TCP_CKSUM: u64 = 1 << 3;
+    pub const ETH_TX_OFFLOAD_TCP_TSO: u64 = 1 << 5;
+    pub const ETH_TX_OFFLOAD_MULTI_SEGS: u64 = 1 << 15;
+    pub const ETH_RX_OFFLOAD_IPV4_CKSUM: u64 = 1 << 1;
+    pub const ETH_RX_OFFLOAD_UDP_CKSUM: u64 = 1 << 2;
+    pub const ETH_RX_OFFLOAD_TCP_CKSUM: u64 = 1 << 3;
+}

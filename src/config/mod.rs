@@ -130,7 +130,8 @@ struct RawPort {
     mac_limit: Option<Spanned<u32>>,
     max_guest_memory_mib: Option<Spanned<u32>>,
     max_memory_regions: Option<Spanned<u32>>,
-    /// Checksum and segmentation offloads offered to the guest (vhost-user; default on).
+    /// Checksum and segmentation offloads: offered to the guest (vhost-user), or used on the
+    /// device where it has them (dpdk). Default on.
     offloads: Option<Spanned<bool>>,
     /// Pin every queue of the port to this poll core.
     affinity: Option<Spanned<usize>>,
@@ -209,6 +210,9 @@ pub struct DpdkPortConfig {
     pub tx_queues: Option<u16>,
     pub rx_ring: u16,
     pub tx_ring: u16,
+    /// Use the device's checksum and TSO offloads where it has them, for frames that ask for
+    /// them (default on); off: pvswitchd completes checksums and segments in software.
+    pub offloads: bool,
 }
 
 /// The `[dpdk]` section.
@@ -608,9 +612,6 @@ impl Config {
                 if let Some(q) = &p.queues {
                     return Err(cx.err(Some(q.span()), "queues: only for vhost-user ports (use rx_queues, tx_queues)"));
                 }
-                if let Some(o) = &p.offloads {
-                    return Err(cx.err(Some(o.span()), "offloads: only for vhost-user ports"));
-                }
                 let device = match &p.device {
                     Some(d) if !d.get_ref().trim().is_empty() => d.get_ref().trim().to_string(),
                     Some(d) => return Err(cx.err(Some(d.span()), "device: expected a PCI address or vdev string")),
@@ -637,6 +638,7 @@ impl Config {
                     tx_queues: q16(&p.tx_queues, "tx_queues", 1, 1024)?,
                     rx_ring: q16(&p.rx_ring, "rx_ring", 32, 32768)?.unwrap_or(1024),
                     tx_ring: q16(&p.tx_ring, "tx_ring", 32, 32768)?.unwrap_or(1024),
+                    offloads: p.offloads.as_ref().is_none_or(|o| *o.get_ref()),
                 };
                 Endpoint::Dpdk(d)
             } else {

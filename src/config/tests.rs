@@ -77,6 +77,9 @@ mod dpdk_tests {
             (d.device.as_str(), d.rx_queues, d.tx_queues, d.rx_ring, d.tx_ring),
             ("net_ring0", 1, Some(2), 512, 1024)
         );
+        assert!(d.offloads, "device offloads are on by default");
+        let off = Config::parse("t.toml", &format!("{NIC}offloads = false\n")).unwrap();
+        assert!(!off.ports[0].dpdk().unwrap().offloads);
         assert_eq!((c.ports[0].mtu, c.ports[0].vhost_user().is_none()), (9000, true));
         assert_eq!(c.dpdk.eal_args, Some(vec!["--no-huge".to_string()]));
         assert_eq!((c.dpdk.mbufs, c.dpdk.nic_poll_interval_us), (4095, 100));

@@ -44,6 +44,8 @@ drop_reasons! {
     FlowDrop = "flow_drop",
     /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
     NicTxFull = "nic_tx_full",
+    /// A NIC's driver refused a frame's offload request (`rte_eth_tx_prepare`): the frame was freed.
+    NicRefused = "nic_tx_refused",
     /// Offloads: NEEDS_CSUM with csum_start/csum_offset past the frame's end.
     OffloadCsum = "offload_bad_csum",
     /// Offloads: a gso_type pvswitchd does not know (only TCPv4/TCPv6 segmentation).
@@ -150,6 +152,11 @@ counters! {
         sw_segmented: AtomicU64,
         /// Partial checksums completed for this port (it did not negotiate GUEST_CSUM, or is a NIC).
         sw_checksums: AtomicU64,
+        /// Frames handed to this NIC whole, for the device to segment (TSO) or checksum.
+        hw_offloaded: AtomicU64,
+        /// Frames delivered to this guest marked DATA_VALID: their NIC verified the TCP/UDP
+        /// checksum, so the guest need not.
+        data_valid: AtomicU64,
         /// Frames dropped, by reason.
         drops: DropCounters,
     }

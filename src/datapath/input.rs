@@ -95,6 +95,7 @@ impl Source for GuestTx<'_> {
                 Ok(head) => f.head = head,
                 Err(e) => return (got, Some(e)),
             }
+            f.valid = false;
         }
         (n, None)
     }
@@ -151,7 +152,7 @@ impl Source for NicQueue<'_> {
     fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
         let got = self.rx.receive(self.nic, self.queue, max.min(frames.len())).unwrap_or(0);
         for (i, f) in frames[..got].iter_mut().enumerate() {
-            self.rx.source(i, &mut f.segs);
+            f.valid = self.rx.source(i, &mut f.segs);
             f.head = i as u16;
         }
         (got, None)

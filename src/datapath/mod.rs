@@ -95,6 +95,9 @@ struct Frame {
     len: u32,
     /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
     off: Offload,
+    /// The NIC it came from verified its TCP/UDP checksum (guests that negotiated
+    /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
+    valid: bool,
     out: Out,
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
     /// there is no flow table, PENDING between classify's two passes.
@@ -113,6 +116,7 @@ impl Default for Frame {
             data_off: 0,
             len: 0,
             off: Offload::NONE,
+            valid: false,
             out: Out::Nowhere,
             flow: UNCLASSIFIED,
             key: FlowKey::default(),

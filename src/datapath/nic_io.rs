@@ -15,6 +15,7 @@ mod imp {
     use crate::mem::Segs;
     use crate::port::dpdk::{self, MbufBurst};
     use crate::port::nic::NicPort;
+    use crate::wire::gso::DeviceJob;
 
     /// A poll thread's burst of mbufs received from a NIC queue, while it is switched.
     #[derive(Default)]
@@ -32,14 +33,16 @@ mod imp {
 
         /// Points `segs` at frame `i`'s data, as the frame's source. A chained mbuf (the
         /// driver scattered a frame over several) gets no data and is dropped as a runt.
+        /// Returns whether the device verified the frame's TCP/UDP checksum as good.
         #[inline]
-        pub fn source(&self, i: usize, segs: &mut Segs) {
+        pub fn source(&self, i: usize, segs: &mut Segs) -> bool {
             let m = &self.burst.as_slice()[i];
             let d: &[u8] = if m.nb_segs() == 1 { m.data() } else { &[] };
             // SAFETY: the mbuf is owned by `self.burst` and neither freed nor written until
             // `clear`, which the caller runs only after the frames pointing here are delivered
             // (they are only read: classify, copy into guest buffers or new mbufs).
             unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
+            m.rx_l4_checksum_good()
         }
 
         /// Frees the burst's mbufs (their frames have been copied wherever they went).
@@ -54,6 +57,19 @@ mod imp {
     struct Batch {
         burst: MbufBurst,
         spare: MbufBurst,
+        /// Some frame in `burst` asks the device for offloads (the driver prepares the burst).
+        offloaded: bool,
+    }
+
+    impl Batch {
+        /// A fresh mbuf, from the pool a burst at a time.
+        #[inline]
+        fn mbuf(&mut self, pool: &dpdk::Mempool) -> Option<dpdk::Mbuf> {
+            if self.spare.is_empty() && self.spare.alloc(pool, dpdk::BURST).is_err() {
+                return None;
+            }
+            self.spare.pop()
+        }
     }
 
     /// A poll thread's pending transmit bursts, one per NIC port (by port id).
@@ -87,12 +103,9 @@ mod imp {
             if self.batches.len() <= i {
                 self.batches.resize_with(i + 1, || None);
             }
-            let Batch { burst: b, spare } = &mut **self.batches[i].get_or_insert_with(Default::default);
-            // Mbufs come from the pool a burst at a time.
-            if spare.is_empty() && spare.alloc(nic.pool(), dpdk::BURST).is_err() {
-                return Err(Drop::NicTxFull);
-            }
-            let Some(mut m) = spare.pop() else { return Err(Drop::NicTxFull) };
+            let batch = &mut **self.batches[i].get_or_insert_with(Default::default);
+            let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(Drop::NicTxFull) };
+            let Batch { burst: b, spare, offloaded } = batch;
             let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
                 let _ = spare.push(m);
                 return Err(Drop::Mtu);
@@ -109,7 +122,74 @@ mod imp {
             }
             let _ = b.push(m);
             if b.is_full() {
-                flush_one(b, nic, thread, pc);
+                flush_one(b, offloaded, nic, thread, pc);
+                self.dirty.retain(|&d| d != id);
+            }
+            Ok(total as u32)
+        }
+
+        /// Copies a frame as `write` does, whole, into a chain of mbufs as long as it needs,
+        /// and asks the device to finish it as `job` says (segment it, compute its checksums).
+        #[allow(clippy::too_many_arguments)]
+        pub fn write_for_device(
+            &mut self,
+            id: u16,
+            nic: &NicPort,
+            thread: usize,
+            pc: &PortCounters,
+            src: &Segs,
+            off: u32,
+            len: u32,
+            prefix: &[u8],
+            job: &DeviceJob,
+        ) -> Result<u32, Drop> {
+            let total = prefix.len() + len as usize;
+            let i = id as usize;
+            if self.batches.len() <= i {
+                self.batches.resize_with(i + 1, || None);
+            }
+            let batch = &mut **self.batches[i].get_or_insert_with(Default::default);
+            let mut head: Option<dpdk::Mbuf> = None;
+            let (mut done, mut segs) = (0usize, 0u16);
+            while done < total {
+                // Dropping `head` on the way out frees the chain built so far.
+                if segs == nic.max_segs() {
+                    return Err(Drop::NicRefused);
+                }
+                let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(Drop::NicTxFull) };
+                let n = m.tailroom().min(total - done).min(u16::MAX as usize);
+                let Some(room) = m.append(n as u16) else { return Err(Drop::NicTxFull) };
+                // The prefix's part of this segment, then the sender's bytes.
+                let p = prefix.get(done..).unwrap_or(&[]);
+                let from_prefix = p.len().min(n);
+                room[..from_prefix].copy_from_slice(&p[..from_prefix]);
+                if from_prefix < n {
+                    let body_at = (done + from_prefix - prefix.len()) as u32;
+                    src.read_at(off + body_at, &mut room[from_prefix..]);
+                }
+                done += n;
+                segs += 1;
+                match head.as_mut() {
+                    None => head = Some(m),
+                    Some(h) => h.chain(m).map_err(|_| Drop::NicRefused)?,
+                }
+            }
+            let Some(mut m) = head else { return Err(Drop::Runt) };
+            let first = m.data_mut();
+            for (at, v) in job.fields {
+                if let Some(field) = first.get_mut(at as usize..at as usize + 2) {
+                    field.copy_from_slice(&v.to_be_bytes());
+                }
+            }
+            m.set_tx_offload(tx_flags(job), job.l2, job.l3, job.l4, job.tso.unwrap_or(0));
+            let Batch { burst: b, offloaded, .. } = batch;
+            if b.is_empty() {
+                self.dirty.push(id);
+            }
+            *offloaded = true;
+            let _ = b.push(m);
+            if b.is_full() {
+                flush_one(b, offloaded, nic, thread, pc);
                 self.dirty.retain(|&d| d != id);
             }
             Ok(total as u32)
@@ -124,26 +204,45 @@ mod imp {
         #[inline]
         pub fn flush(&mut self, ports: &PortTable, thread: usize, st: &ThreadStats) {
             for id in self.dirty.drain(..) {
-                let Some(b) = self.batches[id as usize].as_mut().map(|b| &mut b.burst) else { continue };
+                let Some(Batch { burst: b, offloaded, .. }) = self.batches[id as usize].as_deref_mut() else {
+                    continue;
+                };
                 let pc = &st.ports[id as usize];
                 match ports.get(id).and_then(|p| p.nic()) {
-                    Some(nic) => flush_one(b, nic, thread, pc),
+                    Some(nic) => flush_one(b, offloaded, nic, thread, pc),
                     None => {
                         pc.drop(Drop::PortDown, b.len() as u64);
                         b.clear();
+                        *offloaded = false;
                     }
                 }
             }
         }
     }
 
-    /// One tx_burst; what the driver did not take is freed and counted `nic_tx_full`.
+    /// The mbuf offload flags (`RTE_MBUF_F_TX_*`) asking a device to do `job`.
+    fn tx_flags(job: &DeviceJob) -> u64 {
+        use dpdk::offload::*;
+        let ip = if job.v6 { MBUF_F_TX_IPV6 } else { MBUF_F_TX_IPV4 };
+        match job.tso {
+            Some(_) if job.v6 => MBUF_F_TX_TCP_SEG | MBUF_F_TX_TCP_CKSUM | ip,
+            Some(_) => MBUF_F_TX_TCP_SEG | MBUF_F_TX_TCP_CKSUM | ip | MBUF_F_TX_IP_CKSUM,
+            None if job.udp => MBUF_F_TX_UDP_CKSUM | ip,
+            None => MBUF_F_TX_TCP_CKSUM | ip,
+        }
+    }
+
+    /// One tx_burst (after the driver's tx_prepare if a frame asks for offloads); what the
+    /// driver refused or did not take is freed and counted (`nic_tx_refused`, `nic_tx_full`).
     #[inline]
-    fn flush_one(b: &mut MbufBurst, nic: &NicPort, thread: usize, pc: &PortCounters) {
-        let n = b.len();
-        let bytes: u64 = b.iter().map(|m| m.len() as u64).sum();
-        let sent = nic.send(thread, b);
-        let left: u64 = b.iter().map(|m| m.len() as u64).sum();
+    fn flush_one(b: &mut MbufBurst, offloaded: &mut bool, nic: &NicPort, thread: usize, pc: &PortCounters) {
+        let bytes: u64 = b.iter().map(|m| m.pkt_len() as u64).sum();
+        let (sent, (refused, refused_bytes)) = nic.send(thread, b, std::mem::take(offloaded));
+        if refused > 0 {
+            pc.drop(Drop::NicRefused, refused as u64);
+        }
+        let n = b.len() + sent;
+        let left = b.iter().map(|m| m.pkt_len() as u64).sum::<u64>() + refused_bytes;
         b.clear();
         bump(&pc.tx_batches, (sent > 0) as u64);
         bump(&pc.tx_packets, sent as u64);
@@ -170,7 +269,9 @@ mod stub {
         pub fn receive(&mut self, nic: &NicPort, _: usize, _: usize) -> Option<usize> {
             match *nic {}
         }
-        pub fn source(&self, _: usize, _: &mut Segs) {}
+        pub fn source(&self, _: usize, _: &mut Segs) -> bool {
+            false
+        }
         pub fn clear(&mut self) {}
     }
 
@@ -192,6 +293,21 @@ mod stub {
             _: u32,
             _: &[u8],
             _: Option<(u32, u16)>,
+        ) -> Result<u32, Drop> {
+            match *nic {}
+        }
+        #[allow(clippy::too_many_arguments)]
+        pub fn write_for_device(
+            &mut self,
+            _: u16,
+            nic: &NicPort,
+            _: usize,
+            _: &PortCounters,
+            _: &Segs,
+            _: u32,
+            _: u32,
+            _: &[u8],
+            _: &crate::wire::gso::DeviceJob,
         ) -> Result<u32, Drop> {
             match *nic {}
         }

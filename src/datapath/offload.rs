@@ -5,7 +5,18 @@
 //! `wire::gso`'s; here they meet a frame in guest memory.
 
 use super::Frame;
-use crate::wire::gso::{self, MAX_HDR, Tso};
+use crate::wire::gso::{self, DeviceJob, MAX_HDR, Tso};
+
+/// What a NIC with TX offloads must be told to finish frame `f` itself, as sent with `prefix`
+/// in place of its first `skip` bytes; None if the device cannot (the switch then does it).
+pub(super) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJob> {
+    let mut head = [0u8; MAX_HDR + 8];
+    head.get_mut(..prefix.len())?.copy_from_slice(prefix);
+    let want = (f.len.saturating_sub(skip) as usize).min(head.len() - prefix.len());
+    let got = f.segs.read_at(f.data_off + skip, &mut head[prefix.len()..prefix.len() + want]);
+    let off = f.off.shifted(prefix.len() as i32 - skip as i32);
+    DeviceJob::new(&head[..prefix.len() + got], &off)
+}
 
 /// The checksum a NEEDS_CSUM frame asked for, computed from the sender's bytes: the field's
 /// offset in the frame and its value.

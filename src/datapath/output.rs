@@ -105,9 +105,20 @@ impl<'a> Open<'a> {
     #[inline]
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
         if f.off.is_none() {
+            if f.valid && self.guard.as_ref().is_some_and(|g| g.offloads.csum) {
+                return self.write_valid(f, e, rx);
+            }
             return self.write_one(f, e, &VirtioNetHdr::PLAIN, None, rx);
         }
         self.write_offloaded(f, e, rx)
+    }
+
+    /// A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: marked DATA_VALID.
+    fn write_valid(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+        const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
+        self.write_one(f, e, &VALID, None, rx)?;
+        bump(&self.cx.stats.ports[self.port.id as usize].data_valid, 1);
+        Ok(())
     }
 
     /// A frame with a partial checksum or TSO: whole to a guest that negotiated the same
@@ -115,12 +126,32 @@ impl<'a> Open<'a> {
     /// header), else completed or segmented for this port alone.
     #[cold]
     fn write_offloaded(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
-        let takes = self.guard.as_ref().map_or(Negotiated::default(), |g| g.offloads);
         let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
-        if takes.takes(&off) {
-            return self.write_one(f, e, &off.to_hdr(), None, rx);
-        }
         let pc = &self.cx.stats.ports[self.port.id as usize];
+        match (&self.guard, self.port.nic()) {
+            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), None, rx),
+            (None, Some(nic)) if nic.takes().takes(&off) && nic.segments_fit(&off) => {
+                // A NIC with the offloads: handed whole, for the device to finish.
+                if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
+                    let (at, len) = (f.data_off + e.skip, e.body_len(f));
+                    rx.nic_tx.write_for_device(
+                        self.port.id,
+                        nic,
+                        self.cx.index,
+                        pc,
+                        &f.segs,
+                        at,
+                        len,
+                        e.prefix,
+                        &job,
+                    )?;
+                    bump(&pc.hw_offloaded, 1);
+                    return Ok(());
+                }
+            }
+            _ => {}
+        }
+        let takes = self.guard.as_ref().map_or(Negotiated::default(), |g| g.offloads);
         if f.off.tso.is_none() {
             // A checksum only: its value from the sender's bytes, stored as the frame is copied.
             let (field, v) = offload::checksum(f).ok_or(Drop::OffloadHeaders)?;

@@ -32,6 +32,7 @@ mod imp {
 
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
     use crate::port::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
+    use crate::wire::gso::Negotiated;
 
     /// Why the EAL did not start, if it did not (every dpdk port then fails with it).
     static EAL_ERROR: Mutex<Option<String>> = Mutex::new(None);
@@ -133,6 +134,9 @@ mod imp {
         pub device: String,
         eth: EthPort,
         pool: Mempool,
+        takes: Negotiated,
+        /// Longest segment (Ethernet header included) the device makes of a TSO frame.
+        max_segment: u32,
     }
 
     impl NicPort {
@@ -153,7 +157,14 @@ mod imp {
                 let p = pool_for(dev.socket)?;
                 pool = Some(p);
                 let mtu = (mtu != 1500).then_some(mtu as u16);
-                let setup = PortSetup { rxqs: cfg.rx_queues, txqs, rx_ring: cfg.rx_ring, tx_ring: cfg.tx_ring, mtu };
+                let setup = PortSetup {
+                    rxqs: cfg.rx_queues,
+                    txqs,
+                    rx_ring: cfg.rx_ring,
+                    tx_ring: cfg.tx_ring,
+                    mtu,
+                    offloads: cfg.offloads,
+                };
                 Ok((setup, p))
             })?;
             let pool = pool.expect("open_with chose a pool");
@@ -166,7 +177,45 @@ mod imp {
                 eth.ring_sizes(),
                 eth.socket_id()
             );
-            Ok(NicPort { device: cfg.device.clone(), eth, pool })
+            let hw = eth.offloads();
+            // net_tap segments with DPDK's GSO library, which cuts TCP over IPv4 only, and
+            // refuses segments longer than its MTU counting the Ethernet header (DPDK 22.11).
+            let tap = eth.driver() == "net_tap";
+            let tso6 = hw.tx_tso && !tap;
+            let takes = Negotiated { csum: hw.tx_csum, tso4: hw.tx_tso, tso6, ecn: false };
+            let mtu = eth.mtu().map_or(1500, u32::from);
+            let max_segment = if tap { mtu } else { mtu + 14 + 8 };
+            if tap && hw.tx_tso && mtu < 1514 {
+                log::info!(
+                    "dpdk port {}: net_tap counts the Ethernet header against the MTU when it segments: \
+                     TSO frames with full-size segments are segmented in software unless the port's mtu is 1514 or more",
+                    eth.name()
+                );
+            }
+            Ok(NicPort { device: cfg.device.clone(), eth, pool, takes, max_segment })
+        }
+
+        /// Whether the device can cut TSO frame `o` (if it is one) into segments it sends.
+        #[inline]
+        pub fn segments_fit(&self, o: &crate::wire::gso::Offload) -> bool {
+            o.tso.is_none_or(|t| t.hdr_len as u32 + t.mss as u32 <= self.max_segment)
+        }
+
+        /// The offloads the device does for frames sent to it (as a receiving guest's
+        /// `Negotiated`): what it takes as it is, checksums and segmentation left to it.
+        #[inline]
+        pub fn takes(&self) -> Negotiated {
+            self.takes
+        }
+
+        /// Whether the device verifies received TCP/UDP checksums.
+        pub fn verifies_checksums(&self) -> bool {
+            self.eth.offloads().rx_csum
+        }
+
+        /// Most segments one frame sent to the device may have.
+        pub fn max_segs(&self) -> u16 {
+            self.eth.offloads().max_segs
         }
 
         pub fn rx_queues(&self) -> usize {
@@ -191,15 +240,17 @@ mod imp {
         }
 
         /// Sends `burst` on the TX queue of poll thread `thread` with one tx_burst; returns
-        /// how many the driver took. Unsent mbufs stay in `burst`.
+        /// how many the driver took, and how many it refused in `tx_prepare` (run first when
+        /// `offloaded`: some frame asks for device offloads), with their bytes. Unsent mbufs stay in `burst`.
         #[inline]
-        pub(crate) fn send(&self, thread: usize, burst: &mut MbufBurst) -> usize {
+        pub(crate) fn send(&self, thread: usize, burst: &mut MbufBurst, offloaded: bool) -> (usize, (usize, u64)) {
             let q = (thread % self.eth.tx_queues() as usize) as u16;
             // With fewer TX queues than threads two threads may share one: the holder only
             // runs one tx_burst, so spin.
             loop {
                 if let Some(mut h) = self.eth.try_tx_queue(q) {
-                    return h.tx(burst);
+                    let refused = if offloaded { h.prepare(burst) } else { (0, 0) };
+                    return (h.tx(burst), refused);
                 }
                 std::hint::spin_loop();
             }
@@ -220,6 +271,12 @@ mod imp {
                 "tx_ring": self.eth.ring_sizes().1,
                 "socket_id": self.eth.socket_id(),
                 "mtu": self.eth.mtu(),
+                "offloads": {
+                    "tx_checksum": self.takes.csum,
+                    "tx_tso4": self.takes.tso4,
+                    "tx_tso6": self.takes.tso6,
+                    "rx_checksum": self.verifies_checksums(),
+                },
                 "mac": self.eth.mac_addr().ok().map(|m| m.to_string()),
                 "notes": self.eth.notes(),
                 "mbufs_free": self.pool.available(),
@@ -264,6 +321,12 @@ mod stub {
             match *self {}
         }
         pub fn info(&self) -> Value {
+            match *self {}
+        }
+        pub fn takes(&self) -> crate::wire::gso::Negotiated {
+            match *self {}
+        }
+        pub fn segments_fit(&self, _: &crate::wire::gso::Offload) -> bool {
             match *self {}
         }
     }

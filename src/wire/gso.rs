@@ -212,29 +212,32 @@ impl Offload {
     }
 }
 
-/// Where the IP and TCP headers of `head` are, if it is Ethernet (up to two tags) + IPv4
-/// (`v6` false, not a fragment) or IPv6 (no extension headers) + TCP.
-fn tcp_layout(head: &[u8], v6: bool) -> Option<Tso> {
+/// Where the IP and transport headers of `head` are: Ethernet (up to two tags), then IPv4 (not
+/// a fragment) or IPv6 (no extension headers). Returns (l3, l4, v6, protocol).
+fn ip_layout(head: &[u8]) -> Option<(usize, usize, bool, u8)> {
     let (_, mut l3) = ethernet::EthernetRepr::parse(head).ok()?;
     let ty = super::be16(head, l3)?;
     l3 += 2;
-    let l4 = match (ty, v6) {
-        (ethertype::IPV4, false) => {
+    match ty {
+        ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(head.get(l3..)?).ok()?;
-            if ip.protocol() != ipv4::protocol::TCP || ip.is_fragment() {
-                return None;
-            }
-            l3 + ip.header_len()
+            (!ip.is_fragment()).then_some((l3, l3 + ip.header_len(), false, ip.protocol()))
         }
-        (ethertype::IPV6, true) => {
+        ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(head.get(l3..)?).ok()?;
-            if ip.next_header() != ipv4::protocol::TCP {
-                return None;
-            }
-            l3 + ipv6::HEADER_LEN
+            Some((l3, l3 + ipv6::HEADER_LEN, true, ip.next_header()))
         }
-        _ => return None,
-    };
+        _ => None,
+    }
+}
+
+/// Where the IP and TCP headers of `head` are, if it is Ethernet (up to two tags) + IPv4
+/// (`v6` false, not a fragment) or IPv6 (`v6` true, no extension headers) + TCP.
+fn tcp_layout(head: &[u8], v6: bool) -> Option<Tso> {
+    let (l3, l4, is_v6, proto) = ip_layout(head)?;
+    if is_v6 != v6 || proto != ipv4::protocol::TCP {
+        return None;
+    }
     let t = TcpPacket::new_checked(head.get(l4..)?).ok()?;
     let hdr_len = l4 + t.header_len();
     (hdr_len <= MAX_HDR).then_some(Tso {
@@ -245,6 +248,82 @@ fn tcp_layout(head: &[u8], v6: bool) -> Option<Tso> {
         l4: l4 as u16,
         hdr_len: hdr_len as u16,
     })
+}
+
+/// How a device with TX offloads (a NIC) is asked to finish a frame it takes whole: the
+/// lengths of the frame's headers, and the values two fields must hold before it does, by
+/// DPDK's convention (IPv4 header checksum 0 when the device computes it; the TCP/UDP checksum
+/// field the pseudo header's sum, without the length for TSO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceJob {
+    /// TSO with this MSS, else a checksum only.
+    pub tso: Option<u16>,
+    pub v6: bool,
+    pub udp: bool,
+    /// Lengths of the L2, L3 and L4 headers (L4: TCP's with options, UDP's 8).
+    pub l2: u16,
+    pub l3: u16,
+    pub l4: u16,
+    /// Fields to store before the frame goes: (frame offset, big-endian value).
+    pub fields: [(u16, u16); 2],
+}
+
+impl DeviceJob {
+    /// The job for frame `o` whose first bytes (its headers) are `head`; None if a device
+    /// cannot do it (a checksum not where TCP's or UDP's is, ECN TSO, headers it cannot read),
+    /// and the switch does the work in software.
+    pub fn new(head: &[u8], o: &Offload) -> Option<DeviceJob> {
+        if let Some(t) = o.tso {
+            if t.ecn || head.len() < t.hdr_len as usize {
+                return None;
+            }
+            let (l3, l4, hl) = (t.l3 as usize, t.l4 as usize, t.hdr_len as usize);
+            let (pseudo, ip_field) = if t.v6 {
+                (Ipv6Packet::new_checked(&head[l3..l4]).ok()?.pseudo_header(0), (l4 + tcp::CHECKSUM_OFFSET, 0))
+            } else {
+                (Ipv4Packet::new_checked(&head[l3..l4]).ok()?.pseudo_header(0), (l3 + 10, 0))
+            };
+            let tcp_field = (l4 + tcp::CHECKSUM_OFFSET, pseudo.fold());
+            // IPv6 has no header checksum: its slot repeats the TCP field's store.
+            let ip_field = if t.v6 { tcp_field } else { ip_field };
+            return Some(DeviceJob {
+                tso: Some(t.mss),
+                v6: t.v6,
+                udp: false,
+                l2: l3 as u16,
+                l3: (l4 - l3) as u16,
+                l4: (hl - l4) as u16,
+                fields: [(ip_field.0 as u16, ip_field.1), (tcp_field.0 as u16, tcp_field.1)],
+            });
+        }
+        let (start, field) = o.csum?;
+        let (l3, l4, v6, proto) = ip_layout(head)?;
+        let udp = match (proto, field as usize) {
+            (ipv4::protocol::TCP, tcp::CHECKSUM_OFFSET) => false,
+            (ipv4::protocol::UDP, 6) => true,
+            _ => return None,
+        };
+        if start as usize != l4 {
+            return None;
+        }
+        let pseudo = if v6 {
+            let ip = Ipv6Packet::new_checked(&head[l3..]).ok()?;
+            ip.pseudo_header(ip.payload_len() as u32)
+        } else {
+            let ip = Ipv4Packet::new_checked(&head[l3..]).ok()?;
+            ip.pseudo_header((ip.total_len() as u32).saturating_sub(ip.header_len() as u32))
+        };
+        let f = (start + field, pseudo.fold());
+        Some(DeviceJob {
+            tso: None,
+            v6,
+            udp,
+            l2: l3 as u16,
+            l3: (l4 - l3) as u16,
+            l4: if udp { 8 } else { 0 },
+            fields: [f, f],
+        })
+    }
 }
 
 /// The headers of segment `index` (of `count`) of a TSO frame whose headers are `orig`
@@ -531,6 +610,61 @@ mod tests {
                 assert_eq!(l4_checksum_ok(&f), Some(true), "v6 {v6} len {len}");
             }
         }
+    }
+
+    #[test]
+    fn a_device_job_says_what_a_nic_needs() {
+        let (src4, dst4) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let (src6, dst6) = (Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
+        // TSO over IPv4 behind a VLAN tag, TCP options: lengths, the IPv4 checksum zeroed, the
+        // TCP field the pseudo header's sum without the length (DPDK's convention for TSO).
+        let f = tcp_frame(false, &[7u8; 5000], 12, 1, tcp::flags::ACK);
+        let o = Offload::parse(&hdr(false, 1400, &f), &f[..MAX_HDR], f.len() as u32, &ALL).unwrap();
+        let j = DeviceJob::new(&f[..MAX_HDR], &o).unwrap();
+        let pseudo0 = checksum::pseudo_header_v4(src4, dst4, 6, 0).fold();
+        assert_eq!((j.tso, j.v6, j.udp, j.l2, j.l3, j.l4), (Some(1400), false, false, 18, 20, 32));
+        assert_eq!(j.fields, [(18 + 10, 0), (38 + 16, pseudo0)]);
+        // TSO over IPv6: no header checksum.
+        let f = tcp_frame(true, &[7u8; 5000], 0, 0, tcp::flags::ACK);
+        let o = Offload::parse(&hdr(true, 1400, &f), &f[..MAX_HDR], f.len() as u32, &ALL).unwrap();
+        let j = DeviceJob::new(&f[..MAX_HDR], &o).unwrap();
+        let tcp_field = (54 + 16, checksum::pseudo_header_v6(src6, dst6, 6, 0).fold());
+        assert_eq!((j.tso, j.v6, j.l2, j.l3, j.l4, j.fields), (Some(1400), true, 14, 40, 20, [tcp_field, tcp_field]));
+        // ECN TSO stays with the switch (a device may not clear CWR after the first segment).
+        let mut h = hdr(true, 1400, &f);
+        h.gso_type |= gso::ECN;
+        let o = Offload::parse(&h, &f[..MAX_HDR], f.len() as u32, &ALL).unwrap();
+        assert_eq!(DeviceJob::new(&f[..MAX_HDR], &o), None);
+        // A checksum only, TCP over IPv4: the pseudo header's sum with the TCP length.
+        let f = tcp_frame(false, &[1u8; 100], 0, 0, tcp::flags::ACK);
+        let csum_only = |start: u16, off: u16| Offload { csum: Some((start, off)), tso: None };
+        let j = DeviceJob::new(&f, &csum_only(34, 16)).unwrap();
+        let pseudo = checksum::pseudo_header_v4(src4, dst4, 6, 120).fold();
+        assert_eq!((j.tso, j.udp, j.l2, j.l3, j.fields), (None, false, 14, 20, [(50, pseudo), (50, pseudo)]));
+        // UDP: the field at offset 6.
+        let mut u = f.clone();
+        u[14 + 9] = 17;
+        let j = DeviceJob::new(&u, &csum_only(34, 6)).unwrap();
+        let pseudo = checksum::pseudo_header_v4(src4, dst4, 17, 120).fold();
+        assert_eq!((j.udp, j.l4, j.fields[0]), (true, 8, (40, pseudo)));
+        // Checksums a NIC cannot place: not at the transport header, not at its checksum field,
+        // not TCP/UDP, a fragment; and headers cut short. Each stays with the switch.
+        assert_eq!(DeviceJob::new(&f, &csum_only(14, 10)), None);
+        assert_eq!(DeviceJob::new(&f, &csum_only(34, 6)), None);
+        assert_eq!(DeviceJob::new(&u, &csum_only(34, 16)), None);
+        let mut icmp = f.clone();
+        icmp[14 + 9] = 1;
+        assert_eq!(DeviceJob::new(&icmp, &csum_only(34, 2)), None);
+        let mut frag = f.clone();
+        frag[14 + 6] = 0x20;
+        assert_eq!(DeviceJob::new(&frag, &csum_only(34, 16)), None);
+        for cut in [0, 13, 20, 33] {
+            assert_eq!(DeviceJob::new(&f[..cut], &csum_only(34, 16)), None, "cut at {cut}");
+        }
+        let f = tcp_frame(false, &[7u8; 5000], 12, 1, tcp::flags::ACK);
+        let o = Offload::parse(&hdr(false, 1400, &f), &f[..MAX_HDR], f.len() as u32, &ALL).unwrap();
+        assert_eq!(DeviceJob::new(&f[..60], &o), None);
+        assert_eq!(DeviceJob::new(&[], &Offload::NONE), None);
     }
 
     #[test]

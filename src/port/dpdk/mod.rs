@@ -34,6 +34,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dpdk_sys as sys;
+pub use dpdk_sys::offload;
 pub use dpdk_sys::rte_mbuf;
 
 /// Mbufs per `MbufBurst`.
@@ -282,9 +283,10 @@ impl Mbuf {
     }
 
     /// Bytes of data in the whole chain.
+    #[inline]
     pub fn pkt_len(&self) -> usize {
         // SAFETY: we own a valid mbuf.
-        unsafe { sys::pvs_pktmbuf_pkt_len(self.0.as_ptr()) as usize }
+        unsafe { (*self.0.as_ptr()).pkt_len as usize }
     }
 
     /// Segments in the chain (1 unless the port does scattered Rx).
@@ -353,6 +355,33 @@ impl Mbuf {
         // SAFETY: p points at `len` bytes inside the buffer we own, now part of the data; the
         // buffer memory is initialized (see `data`).
         Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len as usize) })
+    }
+
+    /// Links `tail` (a chain itself) after this chain's last segment; gives it back if the
+    /// chain would exceed DPDK's segment limit.
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        // SAFETY: both are owned mbufs; on success `tail` belongs to this chain (freed with
+        // it), so its handle is forgotten without freeing.
+        if unsafe { sys::pvs_pktmbuf_chain(self.0.as_ptr(), tail.0.as_ptr()) } != 0 {
+            return Err(tail);
+        }
+        std::mem::forget(tail);
+        Ok(())
+    }
+
+    /// Asks the device for offloads on this frame: `flags` (`RTE_MBUF_F_TX_*`) with the
+    /// lengths of its L2, L3 and L4 headers, and the TSO segment size.
+    pub fn set_tx_offload(&mut self, flags: u64, l2: u16, l3: u16, l4: u16, tso_segsz: u16) {
+        // SAFETY: an owned mbuf; only its offload fields are written.
+        unsafe { sys::pvs_mbuf_set_tx_offload(self.0.as_ptr(), flags, l2, l3, l4, tso_segsz) }
+    }
+
+    /// Whether the device verified this received frame's TCP or UDP checksum as good.
+    #[inline]
+    pub fn rx_l4_checksum_good(&self) -> bool {
+        use sys::offload::{MBUF_F_RX_L4_CKSUM_GOOD as GOOD, MBUF_F_RX_L4_CKSUM_MASK as MASK};
+        // SAFETY: an owned, valid mbuf; ol_flags is a plain field.
+        unsafe { (*self.0.as_ptr()).ol_flags & MASK == GOOD }
     }
 
     /// Sets the length of a single-segment mbuf (data and packet length). Growing exposes
@@ -510,6 +539,19 @@ impl MbufBurst {
         // ownership, and the first n were handed to DPDK, so nothing is duplicated.
         unsafe { std::ptr::copy(self.pkts.as_ptr().add(n), self.pkts.as_mut_ptr(), rest) };
         self.len = rest;
+    }
+
+    /// Takes mbuf `i` out, keeping the order of the others.
+    pub fn remove(&mut self, i: usize) -> Mbuf {
+        assert!(i < self.len, "MbufBurst::remove({i}) of {}", self.len);
+        // SAFETY: slot i is initialized and read once; the initialized slots after it move
+        // down by one bitwise (a transfer of ownership), and len shrinks so none is duplicated.
+        unsafe {
+            let m = self.pkts[i].assume_init_read();
+            std::ptr::copy(self.pkts.as_ptr().add(i + 1), self.pkts.as_mut_ptr().add(i), self.len - i - 1);
+            self.len -= 1;
+            m
+        }
     }
 
     fn tail_ptr(&mut self) -> (*mut *mut rte_mbuf, u16) {

@@ -2,6 +2,7 @@
 //! the header of `dpdk/mod.rs` for the ownership and thread rules.
 
 use super::*;
+use dpdk_sys::offload as off;
 
 /// How to set up a port.
 #[derive(Clone, Debug)]
@@ -13,11 +14,58 @@ pub struct PortSetup {
     pub tx_ring: u16,
     /// MTU to set; None keeps the driver's default (1500).
     pub mtu: Option<u16>,
+    /// Turn on the checksum and TSO offloads of `HwOffloads` the device has.
+    pub offloads: bool,
 }
 
 impl Default for PortSetup {
     fn default() -> Self {
-        PortSetup { rxqs: 1, txqs: 1, rx_ring: 1024, tx_ring: 1024, mtu: None }
+        PortSetup { rxqs: 1, txqs: 1, rx_ring: 1024, tx_ring: 1024, mtu: None, offloads: false }
+    }
+}
+
+/// The offloads a port was started with (those asked for that the device has).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwOffloads {
+    /// TX: IPv4 header, TCP and UDP checksums.
+    pub tx_csum: bool,
+    /// TX: TCP segmentation of multi-segment frames (with the checksums).
+    pub tx_tso: bool,
+    /// RX: TCP and UDP checksums verified (`Mbuf::rx_l4_checksum_good`).
+    pub rx_csum: bool,
+    /// Most segments the driver takes in one frame (`tx_desc_lim.nb_seg_max`).
+    pub max_segs: u16,
+}
+
+impl HwOffloads {
+    /// TX offload bits these need.
+    const TX_CSUM: u64 = off::ETH_TX_OFFLOAD_IPV4_CKSUM | off::ETH_TX_OFFLOAD_TCP_CKSUM | off::ETH_TX_OFFLOAD_UDP_CKSUM;
+    const TX_TSO: u64 = Self::TX_CSUM | off::ETH_TX_OFFLOAD_TCP_TSO | off::ETH_TX_OFFLOAD_MULTI_SEGS;
+    const RX_CSUM: u64 = off::ETH_RX_OFFLOAD_TCP_CKSUM | off::ETH_RX_OFFLOAD_UDP_CKSUM;
+
+    /// What to turn on of a device with these capabilities, and the TX/RX offload bits for
+    /// `rte_eth_conf`.
+    fn choose(info: &sys::rte_eth_dev_info) -> (HwOffloads, u64, u64) {
+        let (tx, rx) = (info.tx_offload_capa, info.rx_offload_capa);
+        let has = |capa: u64, bits: u64| capa & bits == bits;
+        let hw = HwOffloads {
+            tx_csum: has(tx, Self::TX_CSUM),
+            tx_tso: has(tx, Self::TX_TSO),
+            rx_csum: has(rx, Self::RX_CSUM),
+            max_segs: match info.tx_desc_lim.nb_seg_max {
+                0 => u16::MAX,
+                n => n,
+            },
+        };
+        let txo = if hw.tx_tso {
+            Self::TX_TSO
+        } else if hw.tx_csum {
+            Self::TX_CSUM
+        } else {
+            0
+        };
+        let rxo = if hw.rx_csum { Self::RX_CSUM } else { 0 };
+        (hw, txo, rxo)
     }
 }
 
@@ -61,6 +109,7 @@ pub struct EthPort {
     rx_ring: u16,
     tx_ring: u16,
     mtu: Option<u16>,
+    offloads: HwOffloads,
     notes: Vec<String>,
     device: *mut sys::rte_device,
     probed: bool,
@@ -177,6 +226,7 @@ impl EthPort {
             rx_ring: cfg.rx_ring,
             tx_ring: cfg.tx_ring,
             mtu: None,
+            offloads: HwOffloads::default(),
             notes: Vec::new(),
             device: info.device,
             probed,
@@ -198,8 +248,15 @@ impl EthPort {
         let s = unsafe { sys::rte_eth_dev_socket_id(port_id) };
         port.socket = u32::try_from(s).ok();
 
-        let conf = sys::rte_eth_conf::default();
-        // SAFETY: port_id is valid and stopped; conf is a valid, zeroed configuration.
+        let mut conf = sys::rte_eth_conf::default();
+        if cfg.offloads {
+            let (hw, txo, rxo) = HwOffloads::choose(&info);
+            port.offloads = hw;
+            conf.txmode.offloads = txo;
+            conf.rxmode.offloads = rxo;
+        }
+        // SAFETY: port_id is valid and stopped; conf is a valid configuration whose offloads
+        // are ones the device reported.
         let ret = unsafe { sys::rte_eth_dev_configure(port_id, cfg.rxqs, cfg.txqs, &conf) };
         if ret < 0 {
             return Err(fail(format!("rte_eth_dev_configure({} rxq, {} txq): {}", cfg.rxqs, cfg.txqs, ret_text(ret))));
@@ -298,6 +355,11 @@ impl EthPort {
     /// The MTU set by `open`, None if none was asked for or the driver cannot set it.
     pub fn mtu(&self) -> Option<u16> {
         self.mtu
+    }
+
+    /// The checksum and TSO offloads the port runs with.
+    pub fn offloads(&self) -> HwOffloads {
+        self.offloads
     }
 
     /// Things `open` could not do but tolerated (MTU, promiscuous mode not supported).
@@ -522,6 +584,26 @@ impl TxQueue<'_> {
     pub fn tx(&mut self, burst: &mut MbufBurst) -> usize {
         // SAFETY: the queue exists and this handle holds its exclusive claim.
         unsafe { tx_from(self.port.port_id, self.q, burst) }
+    }
+
+    /// Has the driver check and prepare `burst`'s offload requests (`rte_eth_tx_prepare`)
+    /// before `tx`: each mbuf it refuses is freed. Returns how many were refused, and their
+    /// bytes.
+    pub fn prepare(&mut self, burst: &mut MbufBurst) -> (usize, u64) {
+        let mut from = 0;
+        let (mut refused, mut bytes) = (0, 0);
+        while from < burst.len() {
+            let (head, len) = burst.head_ptr();
+            // SAFETY: the queue exists and this handle holds its exclusive claim; the first
+            // len slots are owned mbufs from `from` on, which the driver may rewrite in place.
+            let ok = unsafe { sys::pvs_tx_prepare(self.port.port_id, self.q, head.add(from), len - from as u16) };
+            from += ok as usize;
+            if from < burst.len() {
+                bytes += burst.remove(from).pkt_len() as u64;
+                refused += 1;
+            }
+        }
+        (refused, bytes)
     }
 }
 

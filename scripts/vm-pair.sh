@@ -16,6 +16,7 @@
 #   --timeout SEC      overall time bound (default 300)
 #   --pings N          pings per direction (default 20)
 #   --iperf-time SEC   iperf3 duration per direction (default 5)
+#   --iperf-args ARGS  more iperf3 client options, e.g. "-Z" (zero copy: sendfile)
 # Environment: PVS_ACCEL etc. are passed through to scripts/run-vm.sh.
 #
 # Guest coordination (no sleeps as synchronisation): A retries a 1-packet ping until B
@@ -30,7 +31,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 
-server_opt=() mtu= queues=1 smp=1 logdir=$ROOT/target/vm-pair timeout=300 pings=20 iperf_time=5
+server_opt=() mtu= queues=1 smp=1 logdir=$ROOT/target/vm-pair timeout=300 pings=20 iperf_time=5 iperf_args=
 socks=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --timeout)      timeout=${2:?}; shift 2 ;;
     --pings)        pings=${2:?}; shift 2 ;;
     --iperf-time)   iperf_time=${2:?}; shift 2 ;;
+    --iperf-args)   iperf_args=${2?}; shift 2 ;;
     -h|--help)      usage ;;
     -*)             echo "vm-pair: unknown option: $1" >&2; usage ;;
     *)              socks+=("$1"); shift ;;
@@ -70,6 +72,7 @@ rm -f "$logdir"/vm-a.log "$logdir"/vm-b.log "$logdir"/qemu-a.log "$logdir"/qemu-
 common() {
   cat <<EOF
 IP_A=$IP_A IP_B=$IP_B PINGS=$pings IPERF_TIME=$iperf_time MTU=$mtu PEER_WAIT=$PEER_WAIT
+IPERF_ARGS="$iperf_args"
 EOF
   cat <<'EOF'
 now() { cut -d. -f1 /proc/uptime; }
@@ -132,7 +135,8 @@ iperf_check() {
   label=$1; shift
   n=0
   while :; do
-    out=$(iperf3 -c "$IP_B" -t "$IPERF_TIME" -f m "$@" 2>&1) && break
+    # shellcheck disable=SC2086 # IPERF_ARGS is a list of options
+    out=$(iperf3 -c "$IP_B" -t "$IPERF_TIME" -f m $IPERF_ARGS "$@" 2>&1) && break
     echo "$out" | tail -n 3
     case "$out" in *"Connection refused"*) ;; *) n=99 ;; esac
     n=$((n + 1))

@@ -11,7 +11,7 @@ per run and the ratio on/off per rep (floor: 3x).
 2-core machine the two TCG guests get the second core whenever the switch has nothing to do;
 with busy the poll thread keeps one core and the guests share the other.
 
-Usage: tools/bench_offloads.py [--reps 3] [--iperf-time 10] [--poll-mode adaptive|busy] [--out FILE]
+Usage: tools/bench_offloads.py [--reps 3] [--iperf-time 10] [--poll-mode adaptive|busy] [--iperf-args "-Z"] [--out FILE]
 Needs a release build and the guest image (bash scripts/prepare.sh does both); run as root.
 """
 
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pvsbench import ROOT, emit, start_pvswitchd, write_config  # noqa: E402
 
 
-def run(offloads, iperf_time, poll_mode):
+def run(offloads, iperf_time, poll_mode, iperf_args=""):
     """Mbit/s A->B and B->A with offloads on or off, and the frames pvswitchd moved."""
     with tempfile.TemporaryDirectory(prefix="pvs-offl-") as d:
         extra = f"offloads = {'true' if offloads else 'false'}\n"
@@ -37,7 +37,8 @@ def run(offloads, iperf_time, poll_mode):
         try:
             out = subprocess.run(
                 [os.path.join(ROOT, "scripts", "vm-pair.sh"), os.path.join(d, "vm1.sock"), os.path.join(d, "vm2.sock"),
-                 "--logdir", os.path.join(d, "vm-pair"), "--pings", "3", "--iperf-time", str(iperf_time)],
+                 "--logdir", os.path.join(d, "vm-pair"), "--pings", "3", "--iperf-time", str(iperf_time),
+                 "--iperf-args", iperf_args],
                 capture_output=True, text=True, timeout=900)
             ask = lambda cmd: json.loads(subprocess.run(  # noqa: E731
                 [os.path.join(ROOT, "target", "release", "pvswitchctl"), "--control", os.path.join(d, "ctl.sock"),
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iperf-time", type=int, default=10)
     ap.add_argument("--poll-mode", default="adaptive", choices=["adaptive", "busy"])
+    ap.add_argument("--iperf-args", default="", help='more iperf3 client options, e.g. "-Z" (sendfile)')
     ap.add_argument("--out")
     a = ap.parse_args()
     rows, ratios = [], []
@@ -67,7 +69,7 @@ def main():
         order = [True, False] if rep % 2 == 0 else [False, True]
         res = {}
         for on in order:
-            res[on] = run(on, a.iperf_time, a.poll_mode)
+            res[on] = run(on, a.iperf_time, a.poll_mode, a.iperf_args)
             ab, ba, frames, kc = res[on]
             print(f"rep {rep}: offloads {'on ' if on else 'off'}: A->B {ab:.0f} Mbit/s, B->A {ba:.0f} Mbit/s, "
                   f"{frames} frames, switch {kc:.0f} kcycles/MB", flush=True)
@@ -77,7 +79,8 @@ def main():
         rows.append(f"| {rep} | {'on, off' if rep % 2 == 0 else 'off, on'} | {on_ab:.0f} / {on_ba:.0f} | "
                     f"{off_ab:.0f} / {off_ba:.0f} | {on_fr} / {off_fr} | {on_kc:.0f} / {off_kc:.0f} | {ratio:.2f} |")
     table = "\n".join([
-        f"iperf3 TCP between two QEMU guests (TCG) through pvswitchd ({a.poll_mode} polling), {a.iperf_time} s each way, {a.reps} reps",
+        f"iperf3 {a.iperf_args + ' ' if a.iperf_args else ''}TCP between two QEMU guests (TCG) through pvswitchd "
+        f"({a.poll_mode} polling), {a.iperf_time} s each way, {a.reps} reps",
         "",
         "| rep | order | offloads on: A->B / B->A (Mbit/s) | offloads off | frames moved (on / off) "
         "| poll thread busy kcycles per MB moved (on / off) | throughput on / off |",

@@ -185,10 +185,10 @@ mod imp {
             let takes = Negotiated { csum: hw.tx_csum, tso4: hw.tx_tso, tso6, ecn: false };
             let mtu = eth.mtu().map_or(1500, u32::from);
             let max_segment = if tap { mtu } else { mtu + 14 + 8 };
-            if tap && hw.tx_tso && mtu < 1514 {
+            if tap && hw.tx_tso {
                 log::info!(
-                    "dpdk port {}: net_tap counts the Ethernet header against the MTU when it segments: \
-                     TSO frames with full-size segments are segmented in software unless the port's mtu is 1514 or more",
+                    "dpdk port {}: net_tap counts the Ethernet header against its MTU ({mtu}) when it segments: \
+                     TSO frames whose segments would be longer are segmented in software",
                     eth.name()
                 );
             }

@@ -552,7 +552,7 @@ fn tcp_to_good1(payload: usize) -> Vec<u8> {
 }
 
 /// A guest that negotiated offloads sends malformed offload headers (csum_start past the frame,
-/// gso_size 0, hdr_len past the frame, an unknown gso_type, TSO6 it did not negotiate, an MSS
+/// gso_size 0 and 1 (below TCP's smallest MSS), hdr_len past the frame, an unknown gso_type, TSO6 it did not negotiate, an MSS
 /// over the MTU): each frame is dropped and counted for its reason, its queue keeps running,
 /// its next good TSO frame arrives (segmented for good1, which negotiated no offloads), and the
 /// good VMs forward as before.
@@ -568,9 +568,10 @@ fn malformed_offload_headers_drop_only_their_frames() {
     let f = tcp_to_good1(3000);
     let len = f.len() as u16;
     // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
-    let cases: [([u16; 6], &str); 6] = [
+    let cases: [([u16; 6], &str); 7] = [
         ([1, 0, 0, 0, len - 10, 16], "offload_bad_csum"),
-        ([1, 1, 54, 0, 34, 16], "offload_gso_size_zero"),
+        ([1, 1, 54, 0, 34, 16], "offload_gso_size_too_small"),
+        ([1, 1, 54, 1, 34, 16], "offload_gso_size_too_small"),
         ([1, 1, len + 1, 1448, 34, 16], "offload_bad_headers"),
         ([1, 3, 54, 1448, 34, 16], "offload_bad_gso_type"),
         ([1, 4, 54, 1448, 34, 16], "offload_not_negotiated"),

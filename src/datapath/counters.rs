@@ -50,8 +50,8 @@ drop_reasons! {
     OffloadCsum = "offload_bad_csum",
     /// Offloads: a gso_type pvswitchd does not know (only TCPv4/TCPv6 segmentation).
     OffloadGsoType = "offload_bad_gso_type",
-    /// Offloads: a TSO frame with gso_size 0.
-    OffloadGsoSize = "offload_gso_size_zero",
+    /// Offloads: a TSO frame with gso_size below 88 (TCP's smallest MSS), 0 included.
+    OffloadGsoSize = "offload_gso_size_too_small",
     /// Offloads: a TSO frame whose headers are not Ethernet/IP/TCP, or hdr_len past the frame.
     OffloadHeaders = "offload_bad_headers",
     /// Offloads: a frame asked for an offload its port did not negotiate.
@@ -64,7 +64,7 @@ impl From<crate::wire::gso::OffloadError> for Drop {
         match e {
             E::CsumOutOfFrame => Drop::OffloadCsum,
             E::GsoType => Drop::OffloadGsoType,
-            E::GsoSizeZero => Drop::OffloadGsoSize,
+            E::GsoSizeTooSmall => Drop::OffloadGsoSize,
             E::GsoHeaders => Drop::OffloadHeaders,
             E::NotNegotiated => Drop::OffloadNotNegotiated,
         }

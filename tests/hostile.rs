@@ -552,8 +552,8 @@ fn tcp_to_good1(payload: usize) -> Vec<u8> {
 }
 
 /// A guest that negotiated offloads sends malformed offload headers (csum_start past the frame,
-/// gso_size 0 and 1 (below TCP's smallest MSS), hdr_len past the frame, an unknown gso_type, TSO6 it did not negotiate, an MSS
-/// over the MTU): each frame is dropped and counted for its reason, its queue keeps running,
+/// gso_size 0 and 1 (below TCP's smallest MSS), hdr_len past the frame, an unknown gso_type,
+/// TSO6 it did not negotiate, an MSS over the MTU): each frame is dropped and counted for its reason, its queue keeps running,
 /// its next good TSO frame arrives (segmented for good1, which negotiated no offloads), and the
 /// good VMs forward as before.
 #[test]

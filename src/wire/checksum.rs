@@ -175,7 +175,7 @@ mod tests {
         for data in [&random, &ones] {
             for len in (0..200).chain([1447, 1448, 1449, 4096, 65_535, 70_000]) {
                 assert_eq!(checksum(&data[..len]), reference(&data[..len]), "len {len}");
-                let (a, b) = (len / 3 | 1, 2 * len / 3);
+                let (a, b) = ((len / 3) | 1, 2 * len / 3);
                 if b > a {
                     let mut s = Sum::new();
                     s.add_bytes(&data[..a]).add_bytes(&data[a..b]).add_bytes(&data[b..len]);

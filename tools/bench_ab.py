@@ -7,7 +7,10 @@ Usage: tools/bench_ab.py --base BINARY [--reps 7] [--seconds 5] [--size 64] [--c
                          [--ring N] [--out FILE]
 CELL: learned, flood (the default: bench_vm2vm's setup), in_port, flows1k, flows10k, nic.
 BINARY is another build's pvswitchd (e.g. a `git worktree` of the commit before, built with
-`cargo build --release`); the tree's own is target/release/pvswitchd.
+`cargo build --release`); the tree's own is target/release/pvswitchd, or PVS_BENCH_PVSWITCHD
+if set (to compare two other builds). Check the harness with the same binary on both sides:
+an A/A run of the nic cell has given 0.974 (0.947..1.065, 7 reps), so read differences of a
+few percent as noise.
 Needs root, hugepages and DPDK (scripts/install-deps.sh).
 """
 

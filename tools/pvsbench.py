@@ -15,7 +15,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PVSWITCHD = os.path.join(ROOT, "target", "release", "pvswitchd")
+PVSWITCHD = os.environ.get("PVS_BENCH_PVSWITCHD") or os.path.join(ROOT, "target", "release", "pvswitchd")
 PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
 LINEPROBE = os.path.join(ROOT, "target", "release", "lineprobe")
 # One-way cache-line transfer time between CPU 0 and CPU 1 (tools/pvsgen's lineprobe) above

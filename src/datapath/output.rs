@@ -105,20 +105,16 @@ impl<'a> Open<'a> {
     #[inline]
     fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
         if f.off.is_none() {
-            if f.valid && self.guard.as_ref().is_some_and(|g| g.offloads.csum) {
-                return self.write_valid(f, e, rx);
+            // A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: DATA_VALID.
+            const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
+            let valid = f.valid && self.guard.as_ref().is_some_and(|g| g.offloads.csum);
+            self.write_one(f, e, if valid { &VALID } else { &VirtioNetHdr::PLAIN }, None, rx)?;
+            if valid {
+                bump(&self.cx.stats.ports[self.port.id as usize].data_valid, 1);
             }
-            return self.write_one(f, e, &VirtioNetHdr::PLAIN, None, rx);
+            return Ok(());
         }
         self.write_offloaded(f, e, rx)
-    }
-
-    /// A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: marked DATA_VALID.
-    fn write_valid(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
-        const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
-        self.write_one(f, e, &VALID, None, rx)?;
-        bump(&self.cx.stats.ports[self.port.id as usize].data_valid, 1);
-        Ok(())
     }
 
     /// A frame with a partial checksum or TSO: whole to a guest that negotiated the same

@@ -99,15 +99,10 @@ mod imp {
             patch: Option<(u32, u16)>,
         ) -> Result<u32, Drop> {
             let total = prefix.len() + len as usize;
-            let i = id as usize;
-            if self.batches.len() <= i {
-                self.batches.resize_with(i + 1, || None);
-            }
-            let batch = &mut **self.batches[i].get_or_insert_with(Default::default);
+            let batch = self.batch(id);
             let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(Drop::NicTxFull) };
-            let Batch { burst: b, spare, offloaded } = batch;
             let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
-                let _ = spare.push(m);
+                let _ = batch.spare.push(m);
                 return Err(Drop::Mtu);
             };
             room[..prefix.len()].copy_from_slice(prefix);
@@ -117,14 +112,7 @@ mod imp {
             {
                 field.copy_from_slice(&v.to_be_bytes());
             }
-            if b.is_empty() {
-                self.dirty.push(id);
-            }
-            let _ = b.push(m);
-            if b.is_full() {
-                flush_one(b, offloaded, nic, thread, pc);
-                self.dirty.retain(|&d| d != id);
-            }
+            self.queue(id, m, false, nic, thread, pc);
             Ok(total as u32)
         }
 
@@ -144,11 +132,7 @@ mod imp {
             job: &DeviceJob,
         ) -> Result<u32, Drop> {
             let total = prefix.len() + len as usize;
-            let i = id as usize;
-            if self.batches.len() <= i {
-                self.batches.resize_with(i + 1, || None);
-            }
-            let batch = &mut **self.batches[i].get_or_insert_with(Default::default);
+            let batch = self.batch(id);
             let mut head: Option<dpdk::Mbuf> = None;
             let (mut done, mut segs) = (0usize, 0u16);
             while done < total {
@@ -182,17 +166,36 @@ mod imp {
                 }
             }
             m.set_tx_offload(tx_flags(job), job.l2, job.l3, job.l4, job.tso.unwrap_or(0));
-            let Batch { burst: b, offloaded, .. } = batch;
+            self.queue(id, m, true, nic, thread, pc);
+            Ok(total as u32)
+        }
+
+        /// NIC port `id`'s batch (made on first use).
+        #[inline]
+        fn batch(&mut self, id: u16) -> &mut Batch {
+            let i = id as usize;
+            if self.batches.len() <= i {
+                self.batches.resize_with(i + 1, || None);
+            }
+            self.batches[i].get_or_insert_with(Default::default)
+        }
+
+        /// Queues a written mbuf (`offloaded`: it asks the device for offloads) on port `id`'s
+        /// batch; a full batch is sent at once.
+        #[inline]
+        fn queue(&mut self, id: u16, m: dpdk::Mbuf, offloaded: bool, nic: &NicPort, thread: usize, pc: &PortCounters) {
+            let Some(Batch { burst: b, offloaded: any, .. }) = self.batches[id as usize].as_deref_mut() else {
+                return;
+            };
             if b.is_empty() {
                 self.dirty.push(id);
             }
-            *offloaded = true;
+            *any |= offloaded;
             let _ = b.push(m);
             if b.is_full() {
-                flush_one(b, offloaded, nic, thread, pc);
+                flush_one(b, any, nic, thread, pc);
                 self.dirty.retain(|&d| d != id);
             }
-            Ok(total as u32)
         }
 
         #[inline]

@@ -5,6 +5,7 @@ against testpmd's vhost PMD, pvsgen runs, the machine-phase probe, and printing 
 The bench_*.py scripts import this module and nothing of each other.
 """
 
+import atexit
 import glob
 import json
 import os
@@ -24,12 +25,32 @@ SLOW_LINE_NS = 60
 MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 
 
-class Testpmd:
-    """dpdk-testpmd in interactive mode, driven over stdin."""
+KEPT_HUGE = set()
 
-    def __init__(self, prefix, eal, app):
+
+@atexit.register
+def _unlink_kept_huge():
+    for prefix in KEPT_HUGE:
         for f in glob.glob(f"/dev/hugepages/{prefix}*"):
             os.unlink(f)
+
+
+class Testpmd:
+    """dpdk-testpmd in interactive mode, driven over stdin.
+
+    Its hugepages stay in their hugetlbfs file from one run to the next (`--huge-unlink=never`;
+    the files go when this process exits): a testpmd started again on the same prefix gets the
+    same physical pages. Freed and allocated afresh, each run got the previous run's pages in
+    reverse order (the kernel's free list is last-in first-out), and forwarding rates
+    alternated by about 10% from run to run with that placement (BENCHMARKS.md)."""
+
+    def __init__(self, prefix, eal, app):
+        if prefix not in KEPT_HUGE:
+            # A file left by an earlier process: this one's runs start from fresh pages.
+            for f in glob.glob(f"/dev/hugepages/{prefix}*"):
+                os.unlink(f)
+            KEPT_HUGE.add(prefix)
+        eal = ["--huge-unlink=never"] + eal
         self.prefix = prefix
         cmd = ["stdbuf", "-o0", "-e0", "dpdk-testpmd", "--no-pci", f"--file-prefix={prefix}"] + eal
         cmd += ["--", "-i", "--disable-link-check"] + app
@@ -94,8 +115,6 @@ class Testpmd:
         except Exception:
             self.p.kill()
             self.p.wait()
-        for f in glob.glob(f"/dev/hugepages/{self.prefix}*"):
-            os.unlink(f)
 
 
 def wait_socket(path, timeout=20):

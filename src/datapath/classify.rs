@@ -114,7 +114,7 @@ pub(super) fn classify(
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
-    let key = FlowKey::extract_to(in_port.id, &head, depth).and(env.flows.scope());
+    let key = FlowKey::extract_under(in_port.id, &head, env.flows.scope(), depth);
     // A repeat of the previous frame's key (under the table's scope, the common case in a
     // burst) will take that frame's flow; any other key's cache entry starts loading now,
     // while the rest of the burst is read, for `lookup_flows`.

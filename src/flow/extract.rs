@@ -34,16 +34,32 @@ impl FlowKey {
     /// `extract(p, f).and(&m)`. Reads each field once, where it lies ([`FrameBytes`]).
     #[inline]
     pub fn extract_to<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth) -> FlowKey {
+        FlowKey::extract_fields(in_port, frame, depth, true)
+    }
+
+    /// The key of a frame under `scope` (a mask, such as a flow table's union of masks), whose
+    /// [`FlowKey::depth`] is `depth`: `extract(p, f).and(scope)`, reading no header deeper than
+    /// `depth`, and not the two MAC addresses when `scope` has none of their bits.
+    #[inline]
+    pub fn extract_under<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, scope: &FlowKey, depth: Depth) -> FlowKey {
+        let macs = scope.get(Field::DlDst) != 0 || scope.get(Field::DlSrc) != 0;
+        FlowKey::extract_fields(in_port, frame, depth, macs).and(scope)
+    }
+
+    #[inline]
+    fn extract_fields<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth, macs: bool) -> FlowKey {
         let mut k = FlowKey::default();
         k.set(Field::InPort, in_port as u64);
         if depth == Depth::Port {
             return k;
         }
-        if let Some(d) = frame.at::<6>(0) {
-            k.set(Field::DlDst, MacAddr(d).to_u64());
-        }
-        if let Some(s) = frame.at::<6>(6) {
-            k.set(Field::DlSrc, MacAddr(s).to_u64());
+        if macs {
+            if let Some(d) = frame.at::<6>(0) {
+                k.set(Field::DlDst, MacAddr(d).to_u64());
+            }
+            if let Some(s) = frame.at::<6>(6) {
+                k.set(Field::DlSrc, MacAddr(s).to_u64());
+            }
         }
         let Some(mut ty) = be16(frame, 12) else { return k };
         let mut off = ethernet::HEADER_LEN;
@@ -375,6 +391,7 @@ mod tests {
             let f = &f[..rng.below(f.len() as u64 + 1) as usize];
             let d = mask.depth();
             assert_eq!(FlowKey::extract_to(3, f, d).and(&mask), FlowKey::extract(3, f).and(&mask), "{mask:?}");
+            assert_eq!(FlowKey::extract_under(3, f, &mask, d), FlowKey::extract(3, f).and(&mask), "{mask:?}");
         }
         assert_eq!(FlowKey::default().depth(), Depth::Port);
         assert_eq!(FlowKey::default().with(Field::InPort, 1).depth(), Depth::Port);

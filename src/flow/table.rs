@@ -57,6 +57,9 @@ const PAD: usize = 4;
 #[derive(Default)]
 pub struct FlowTable {
     entries: Vec<FlowEntry>,
+    /// Each entry's verdict, packed (the data path reads one a frame; an entry is several
+    /// cache lines apart from the next).
+    verdicts: Box<[Verdict]>,
     /// None when there are no flows.
     cls: Option<Classifier>,
     /// Per poll thread, per flow; written only by that thread.
@@ -103,7 +106,9 @@ impl FlowTable {
         let scope = flows.iter().fold(FlowKey::default(), |u, f| u.or(&f.m.mask));
         let counters = (0..threads).map(|_| (0..n + PAD).map(|_| FlowCounter::default()).collect()).collect();
         let missed = (0..threads).map(|_| (0..1 + PAD).map(|_| FlowCounter::default()).collect()).collect();
+        let verdicts = entries.iter().map(|e| e.verdict).collect();
         let mut t = FlowTable {
+            verdicts,
             entries,
             cls,
             counters,
@@ -200,7 +205,7 @@ impl FlowTable {
 
     #[inline]
     pub fn verdict(&self, i: u32) -> Verdict {
-        self.entries[i as usize].verdict
+        self.verdicts[i as usize]
     }
 
     #[inline]

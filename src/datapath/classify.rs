@@ -165,7 +165,7 @@ pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_por
 
 /// The flow a key (under the table's scope) hits: the previous frame's, for a repeat of its
 /// key; else through the exact-match cache (with the key's hash) and the classifier.
-#[inline]
+#[inline(always)]
 fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: u64) -> u32 {
     match recent.flow {
         Some((k, i)) if k == *key => i,
@@ -178,7 +178,7 @@ fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: u
 }
 
 /// Where a frame that hit flow `i` goes.
-#[inline]
+#[inline(always)]
 fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> Out {
     if i == NO_MATCH {
         return Out::Drop(Drop::NoMatch);

@@ -138,12 +138,12 @@ struct Head<'a> {
 }
 
 impl FrameBytes for Head<'_> {
-    #[inline]
+    #[inline(always)]
     fn size(&self) -> usize {
         self.len
     }
 
-    #[inline]
+    #[inline(always)]
     fn at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
         if off.checked_add(N)? > self.len {
             return None;

@@ -56,7 +56,7 @@ impl Emc {
 
     /// Index of the first way of the set for `hash`. The set comes from bits 32.., the tag from
     /// bits 0..32, so the tag comparison is not redundant with the set choice.
-    #[inline]
+    #[inline(always)]
     fn set(&self, hash: u64) -> usize {
         ((hash >> 32) as usize & self.set_mask) * WAYS
     }
@@ -76,7 +76,7 @@ impl Emc {
 
     /// Starts loading the set `hash` picks into the cache, ahead of a [`Emc::lookup`] of a key
     /// with that hash.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch(&self, hash: u64) {
         // A set is two 40-byte entries: it spans two cache lines, sometimes three.
         let p = self.entries[self.set(hash)..].as_ptr() as *const u8;

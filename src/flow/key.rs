@@ -144,7 +144,7 @@ const K4: u64 = 0xE703_7ED1_A0B4_28DB;
 
 /// The 128-bit product of `a` and `b`, its halves XORed: every output bit depends on every
 /// input bit of both.
-#[inline]
+#[inline(always)]
 fn fold(a: u64, b: u64) -> u64 {
     let p = a as u128 * b as u128;
     (p as u64) ^ ((p >> 64) as u64)
@@ -206,7 +206,7 @@ impl FlowKey {
     /// Hash of the key with `mask` applied; equal to `self.and(mask).hash()`. The words are
     /// folded in pairs by two independent 64x64->128 multiplies, then once more: three
     /// multiplies deep where a word-by-word chain was four, so a burst's hashes overlap.
-    #[inline]
+    #[inline(always)]
     pub fn hash_masked(&self, mask: &FlowKey) -> u64 {
         let w = |i: usize| self.w[i] & mask.w[i];
         let a = fold(w(0) ^ K1, w(1) ^ K2);
@@ -214,8 +214,8 @@ impl FlowKey {
         fold(a ^ K2, b ^ K1)
     }
 
-    /// Hash of the whole key (multiply-rotate per word, xorshift-multiply finish).
-    #[inline]
+    /// Hash of the whole key.
+    #[inline(always)]
     pub fn hash(&self) -> u64 {
         self.hash_masked(&FlowKey::EXACT)
     }

@@ -109,7 +109,7 @@ impl Segs {
 
     /// The `N` bytes at `off`, if the chain holds them; read straight from guest memory (no
     /// copy through a buffer) when they lie in the first segment.
-    #[inline]
+    #[inline(always)]
     pub fn read_array<const N: usize>(&self, off: u32) -> Option<[u8; N]> {
         if let Some(p) = self.in_first(off, N) {
             // SAFETY: N bytes inside the first segment (type invariant: mapped while the ring

@@ -84,32 +84,28 @@ enum Out {
     Actions(u32),
 }
 
-/// One frame of a burst, from the source it was taken from to its destinations. The fields
-/// every stage reads come first and `segs` (whose first segment follows its count) last, so a
-/// one-buffer frame's state is in the struct's first two cache lines, not spread over the
-/// 1 KiB of segment slots.
-#[repr(C)]
+/// One frame of a burst, from the source it was taken from to its destinations.
 struct Frame {
     /// Its descriptor chain's head (a guest's), or its index in the NIC burst.
     head: u16,
-    /// The NIC it came from verified its TCP/UDP checksum (guests that negotiated
-    /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
-    valid: bool,
+    segs: Segs,
     /// Offset of the Ethernet frame in `segs` (the sender's virtio-net header length).
     data_off: u32,
     /// Ethernet frame length.
     len: u32,
+    /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
+    off: Offload,
+    /// The NIC it came from verified its TCP/UDP checksum (guests that negotiated
+    /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
+    valid: bool,
+    out: Out,
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
     /// there is no flow table, PENDING between classify's two passes.
     flow: u32,
-    out: Out,
-    /// From classify's first pass for its second: the key's hash (set only where the key
-    /// differs from the previous frame's), and the frame's flow key under the table's scope.
-    hash: u64,
+    /// From classify's first pass for its second: the frame's flow key under the table's
+    /// scope, and the key's hash (set only where the key differs from the previous frame's).
     key: FlowKey,
-    /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
-    off: Offload,
-    segs: Segs,
+    hash: u64,
 }
 
 impl Default for Frame {

@@ -14,14 +14,10 @@ pub struct SegsFull;
 
 /// Buffer segments of one descriptor chain, translated to host pointers. Valid only while the
 /// lock of the ring they came from is held (the ring's `GuestMem` keeps them mapped).
-///
-/// The count and the total come first, so a one-buffer chain's segments (the common case) sit
-/// in the struct's first cache line.
-#[repr(C)]
 pub struct Segs {
+    ptrs: [(*mut u8, u32); MAX_SEGS],
     n: usize,
     total: u32,
-    ptrs: [(*mut u8, u32); MAX_SEGS],
 }
 
 impl Default for Segs {

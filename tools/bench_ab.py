@@ -9,8 +9,9 @@ CELL: learned, flood (the default: bench_vm2vm's setup), in_port, flows1k, flows
 BINARY is another build's pvswitchd (e.g. a `git worktree` of the commit before, built with
 `cargo build --release`); the tree's own is target/release/pvswitchd, or PVS_BENCH_PVSWITCHD
 if set (to compare two other builds). Check the harness with the same binary on both sides:
-an A/A run of the nic cell has given 0.974 (0.947..1.065, 7 reps), so read differences of a
-few percent as noise.
+an A/A run of the flows1k cell gave 1.001 (0.994..1.032, 6 reps) once testpmd kept its
+hugepages between runs (before, 0.974 on the nic cell, 0.947..1.065), so read differences of a
+percent or two as noise.
 Needs root, hugepages and DPDK (scripts/install-deps.sh).
 """
 

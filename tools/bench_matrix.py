@@ -20,10 +20,10 @@ each at ring sizes 256 and 1024 (virtio-user queue_size and testpmd --txd/--rxd,
 is the same for every VM-to-VM cell of one generator, ring and size; it is still run next to
 each cell's pvswitchd run, so a pair sees the same phase as often as the machine allows.
 
-The first run of a pair is often a few percent slower than the second, whichever system it is
-(seen in A/B runs of one binary against itself). Pairs alternate which system goes first, and
-the table also gives the order-balanced ratio: the median, over consecutive pairs (one of each
-order), of the geometric mean of their two ratios, which cancels that effect.
+Runs used to alternate in speed by about 10%, whichever system ran: the generator's hugepages
+came back in reverse order every run (see pvsbench.Testpmd, which now keeps them). Pairs still
+alternate which system goes first, and the table still gives the order-balanced ratio: the
+median, over consecutive pairs (one of each order), of the geometric mean of their two ratios.
 
 Usage: tools/bench_matrix.py [--reps 8] [--seconds 4] [--sizes 64,1518] [--rings 256,1024]
                              [--cells learned,flood,in_port,flows1k,flows10k,nic]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What pvswitch's benchmarks share: paths of the binaries, pvswitchd configuration files,
-DPDK testpmd driven over stdin (with its hugepage files cleaned up), the VM-to-VM measurement
-against testpmd's vhost PMD, pvsgen runs, the machine-phase probe, and printing a result table.
+DPDK testpmd driven over stdin (its hugepage files kept from run to run, removed at exit), the
+VM-to-VM measurement against testpmd's vhost PMD, pvsgen runs, the machine-phase probe, and
+printing a result table.
 The bench_*.py scripts import this module and nothing of each other.
 """
 
@@ -26,6 +27,20 @@ MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 
 
 KEPT_HUGE = set()
+# Kept files hold their pages while the other kinds of testpmd run: the matrix's four prefixes
+# at 512 MiB each, pvswitchd's own EAL and a margin.
+HUGEPAGES_WANTED = 1536
+
+
+def _ensure_hugepages():
+    try:
+        with open("/proc/sys/vm/nr_hugepages") as f:
+            have = int(f.read())
+        if have < HUGEPAGES_WANTED:
+            with open("/proc/sys/vm/nr_hugepages", "w") as f:
+                f.write(str(HUGEPAGES_WANTED))
+    except OSError:
+        pass  # not root, or no hugetlbfs: testpmd will say what is missing
 
 
 @atexit.register
@@ -45,6 +60,7 @@ class Testpmd:
     alternated by about 10% from run to run with that placement (BENCHMARKS.md)."""
 
     def __init__(self, prefix, eal, app):
+        _ensure_hugepages()
         if prefix not in KEPT_HUGE:
             # A file left by an earlier process: this one's runs start from fresh pages.
             for f in glob.glob(f"/dev/hugepages/{prefix}*"):

@@ -67,8 +67,8 @@ impl Emc {
     pub fn lookup(&self, key: &FlowKey, hash: u64) -> Option<u32> {
         let s = self.set(hash);
         let t = tag(hash);
-        // Both ways compared without a branch between them: which way holds a key is a coin
-        // toss the branch predictor cannot learn.
+        // Both ways compared without a branch between them: which way holds a frame's key (in
+        // a set that holds two) follows from its hash, which no branch predictor learns.
         let [a, b] = &self.entries[s..s + WAYS] else { unreachable!() };
         let (ha, hb) = (a.tag == t && a.key == *key, b.tag == t && b.key == *key);
         (ha | hb).then_some(if ha { a.flow } else { b.flow })

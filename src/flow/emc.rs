@@ -11,6 +11,8 @@ use super::key::FlowKey;
 use crate::counter::prefetch;
 
 const WAYS: usize = 2;
+// `Emc::lookup` compares the two ways of a set by name.
+const _: () = assert!(WAYS == 2);
 
 /// Default number of entries.
 pub const DEFAULT_ENTRIES: usize = 8192;

@@ -42,8 +42,12 @@ pub(super) fn classify(
         return;
     }
     // A guest's frames (a NIC's have no header): the header must ask only for what the
-    // sender negotiated.
-    if hdr_len > 0 {
+    // sender negotiated. A sender that negotiated no offload must leave its header zero (the
+    // virtio spec's rules for transmission), and its header is not read at all: as in DPDK's
+    // vhost, and as Linux's comment on the header says, without CSUM or GSO it is ignored.
+    // Reading it cost a cache miss a frame on a line the sender's core had just written
+    // (flows1k: classify 60 -> 48 cycles a frame).
+    if hdr_len > 0 && sender.any() {
         match offload(f, hdr_len, sender) {
             Ok(o) => f.off = o,
             Err(e) => {

@@ -14,7 +14,7 @@ use super::{Env, Frame, Out, UNCLASSIFIED, ring_broke};
 use crate::flow::Emc;
 use crate::port::nic::NicPort;
 use crate::port::{Port, PortKind};
-use crate::vring::{ActiveRing, RingError, Vring};
+use crate::vring::{ActiveRing, Ahead, RingError, Vring};
 use crate::wire::gso::Negotiated;
 
 /// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
@@ -89,8 +89,10 @@ impl Source for GuestTx<'_> {
             Ok(n) => (n as usize).min(max),
             Err(e) => return (0, Some(e)),
         };
+        // A header that is never read (no offloads negotiated) is not fetched either.
+        let ahead = Ahead::Read(if self.offloads.any() { 0 } else { self.hdr_len });
         for (got, f) in frames[..n].iter_mut().enumerate() {
-            self.ring.prefetch_ahead(None);
+            self.ring.prefetch_ahead(ahead);
             match self.ring.pop(&mut f.segs, false) {
                 Ok(head) => f.head = head,
                 Err(e) => return (got, Some(e)),

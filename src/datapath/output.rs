@@ -15,7 +15,7 @@ use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;
 use crate::port::{Port, PortKind};
 use crate::vring::call::Signal;
-use crate::vring::{ActiveRing, CallFd, RingError, Vring, VringGuard};
+use crate::vring::{ActiveRing, Ahead, CallFd, RingError, Vring, VringGuard};
 use crate::wire::gso::Negotiated;
 use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 
@@ -506,7 +506,7 @@ fn write_frame(
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
     }
-    ring.prefetch_ahead(Some(hdr_len));
+    ring.prefetch_ahead(Ahead::Write(hdr_len));
     let head = ring.pop(&mut rx.first, true)?;
     let first_room = rx.first.len();
     if first_room < hdr_len + pre || (!mrg && first_room < need) {

@@ -86,6 +86,15 @@ pub struct RingAddrs {
     pub used: *mut u8,
 }
 
+/// What [`ActiveRing::prefetch_ahead`] prepares the buffers ahead for, and from which offset.
+#[derive(Clone, Copy, Debug)]
+pub enum Ahead {
+    /// Buffers to be read (a TX queue's), from this offset.
+    Read(u32),
+    /// Buffers to be written (an RX queue's), the frame from this offset.
+    Write(u32),
+}
+
 /// A ring that is running: its layout, our indices, and what keeps its memory alive.
 pub struct ActiveRing {
     size: u16,
@@ -530,8 +539,11 @@ impl ActiveRing {
     /// transmit rings too cost VM-to-VM 2-3%). Only available entries are looked at, and
     /// prefetches never fault, so a hostile guest gains nothing here.
     ///
-    /// `write_from` is None for buffers we will read (a TX queue). For receive buffers it is
-    /// the offset where the frame will start (after the virtio-net header): the lines from
+    /// `Ahead::Read(from)` is for buffers we will read (a TX queue): the line at offset
+    /// `from` is fetched, 0 when the virtio-net header is read, past the header when it is
+    /// not (a sender that negotiated no offloads: its header is never looked at).
+    /// `Ahead::Write(from)` is for receive buffers, `from` the offset where the frame will
+    /// start (after the virtio-net header): the lines from
     /// there are fetched for ownership, to be written; the header's line only for reading:
     /// the header usually already holds the bytes we would write, and then `Segs::update_at`
     /// leaves it alone, so the guest's copy of that line stays valid. Not so for a guest
@@ -543,8 +555,11 @@ impl ActiveRing {
     /// is read again, so the first chains the guest added since are prefetched too instead of
     /// each missing in turn after `avail` finds the shadow empty.
     #[inline]
-    pub fn prefetch_ahead(&mut self, write_from: Option<u32>) {
-        let (desc_ahead, buf_ahead): (u16, u16) = if write_from.is_some() { (8, 4) } else { (4, 2) };
+    pub fn prefetch_ahead(&mut self, ahead: Ahead) {
+        let (desc_ahead, buf_ahead): (u16, u16) = match ahead {
+            Ahead::Write(_) => (8, 4),
+            Ahead::Read(_) => (4, 2),
+        };
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -573,18 +588,25 @@ impl ActiveRing {
                     // SAFETY: mem_ptr comes from the Arc this ring holds.
                     let mem = unsafe { &*self.mem_ptr };
                     if let Some((p, _)) = mem.translate_prefix(addr, 1) {
-                        if write_from.is_some() && self.hdr_stores.count_ones() > 4 {
-                            prefetch_for_write(p);
-                        } else {
-                            // SAFETY: a prefetch hint on a translated, mapped address.
-                            unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
-                        }
-                        if let Some(off) = write_from {
-                            // The first two lines from the frame's start: a 64-byte frame's.
-                            // Hints: wrapping pointer arithmetic, never dereferenced here.
-                            let frame = p.wrapping_add(off as usize);
-                            prefetch_for_write(frame);
-                            prefetch_for_write(frame.wrapping_add(63));
+                        match ahead {
+                            Ahead::Read(from) => {
+                                // SAFETY: a prefetch hint (wrapping arithmetic, never
+                                // dereferenced: past a short buffer it is harmless).
+                                unsafe { _mm_prefetch(p.wrapping_add(from as usize) as *const i8, _MM_HINT_T0) };
+                            }
+                            Ahead::Write(from) => {
+                                if self.hdr_stores.count_ones() > 4 {
+                                    prefetch_for_write(p);
+                                } else {
+                                    // SAFETY: a prefetch hint on a translated, mapped address.
+                                    unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+                                }
+                                // The first two lines from the frame's start: a 64-byte frame's.
+                                // Hints: wrapping pointer arithmetic, never dereferenced here.
+                                let frame = p.wrapping_add(from as usize);
+                                prefetch_for_write(frame);
+                                prefetch_for_write(frame.wrapping_add(63));
+                            }
                         }
                     }
                 }

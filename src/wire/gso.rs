@@ -59,6 +59,10 @@ impl Negotiated {
         }
     }
 
+    /// Whether any offload is negotiated (ECN alone means nothing without TSO). With none, a
+    /// sender's virtio-net header carries nothing: the driver must leave it zero, and the
+    /// device ignores it.
+    #[inline]
     pub fn any(&self) -> bool {
         self.csum || self.tso4 || self.tso6
     }

@@ -82,8 +82,17 @@ pub(super) fn classify(
         return;
     }
     if let Some(i) = env.flows.port_flow(in_port.id) {
-        // Flows on in_port alone: the flow is known from the port, and the two addresses are
-        // all that is read (for port security, and NORMAL), straight into registers.
+        // Flows on in_port alone: the flow is known from the port. Its burst's later frames go
+        // where the first went, unread, unless port security needs their source.
+        if let Some(out) = recent.port_out
+            && policy.allows_any()
+        {
+            f.flow = i;
+            f.out = out;
+            return;
+        }
+        // The two addresses are all that is read (for port security, and NORMAL), straight
+        // into registers.
         let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
             f.out = Out::Drop(Drop::Runt);
             return;
@@ -109,12 +118,9 @@ pub(super) fn classify(
     // Only as much of the frame as the table's fields need.
     let depth = env.flows.depth();
     let head = Head { segs: &f.segs, off: hdr_len, len: if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize) };
-    // At least the 14-byte header: shorter frames were dropped as runts above.
-    let Some(src) = head.at::<6>(6) else {
-        f.out = Out::Drop(Drop::Runt);
-        return;
-    };
-    if !policy.allows(&MacAddr(src)) {
+    // At least the 14-byte header: shorter frames were dropped as runts above. The source is
+    // read here only for port security.
+    if !policy.allows_any() && !head.at::<6>(6).is_some_and(|src| policy.allows(&MacAddr(src))) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }

@@ -32,6 +32,12 @@ impl PortPolicy {
     pub fn allows(&self, src: &Mac) -> bool {
         self.allowed_macs.is_empty() || self.allowed_macs.contains(src)
     }
+
+    /// Whether every source MAC is allowed (no port security): the source need not be read.
+    #[inline]
+    pub fn allows_any(&self) -> bool {
+        self.allowed_macs.is_empty()
+    }
 }
 
 /// Every port by id (ids are reused only after every thread has let go of the old port).

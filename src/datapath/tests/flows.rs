@@ -145,3 +145,35 @@ fn malformed_headers_under_a_deep_table_drop_only_their_own_frames() {
     assert_eq!(b.vms[2].guest.tx_pending(), 0);
     assert_eq!(b.drops(2, Drop::FlowDrop) + b.drops(2, Drop::Runt), 4 * hostile.len() as u64);
 }
+
+/// Port security holds for every frame of a burst, whichever way the table answers: NORMAL,
+/// flows on in_port alone (which otherwise read a burst's later frames not at all), and a
+/// deeper table. vm0 may send from mac(0) only; its burst alternates that with a spoofed
+/// source, and only the genuine frames arrive, in order.
+#[test]
+fn port_security_checks_every_frame_of_a_burst_in_every_table_mode() {
+    use crate::datapath::plan::PortPolicy;
+    let tables: [&[&str]; 3] = [
+        &[],
+        &["in_port=vm0,actions=output:vm1", "priority=0,actions=drop"],
+        &["ip,nw_dst=10.0.0.5,actions=output:vm1", "priority=0,actions=drop"],
+    ];
+    for (t, flows) in tables.iter().enumerate() {
+        let mut b = Bench::new(BenchCfg { vms: 2, ..BenchCfg::default() });
+        b.policies[0] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(0))] };
+        b.post(0);
+        b.announce(1);
+        if !flows.is_empty() {
+            install(&mut b, flows);
+        }
+        let burst: Vec<Vec<u8>> = (0..20).map(|i| ipv4(mac(1), mac(if i % 2 == 0 { 0 } else { 9 }), 5, i)).collect();
+        for f in &burst {
+            b.vms[0].guest.send(f);
+        }
+        b.settle(20);
+        let want: Vec<Vec<u8>> = burst.iter().step_by(2).cloned().collect();
+        let got = b.vms[1].recv();
+        assert!(got == want, "table {t}: {} frames arrived, the {} genuine ones wanted", got.len(), want.len());
+        assert_eq!(b.drops(0, Drop::PortSecurity), 10, "table {t}");
+    }
+}

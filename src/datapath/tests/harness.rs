@@ -146,6 +146,8 @@ pub struct Bench {
     rxq_stats: Vec<Arc<RxqStats>>,
     pub flows: Arc<FlowTable>,
     pub mac: Arc<MacTable>,
+    /// Each VM's port policy (port security), as the plans give it.
+    pub policies: Vec<PortPolicy>,
 }
 
 /// How to build a bench.
@@ -192,6 +194,7 @@ impl Bench {
             in_plan: vec![true; cfg.vms],
             flows: Arc::new(FlowTable::default()),
             mac,
+            policies: vec![PortPolicy::default(); cfg.vms],
         };
         for t in 0..cfg.threads {
             let cx = Ctx {
@@ -219,9 +222,9 @@ impl Bench {
 
     /// Thread `t`'s plan as `queues` and `flows` stand.
     pub fn plan(&self, t: usize) -> Plan {
-        let entries: Vec<(Arc<Port>, PortPolicy)> = (self.vms.iter().zip(&self.in_plan))
-            .filter(|(_, p)| **p)
-            .map(|(v, _)| (v.port.clone(), PortPolicy::default()))
+        let entries: Vec<(Arc<Port>, PortPolicy)> = (self.vms.iter().zip(&self.in_plan).zip(&self.policies))
+            .filter(|((_, p), _)| **p)
+            .map(|((v, _), pol)| (v.port.clone(), pol.clone()))
             .collect();
         Plan {
             ports: Arc::new(PortTable::new(&entries)),

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 source scripts/prepare.sh
 # Integration tests share two CPUs and the hugepage pool; each test binary serialises its
 # own tests, and cargo runs the binaries one after another.
+# The profiling builds still compile (benchmarks build them; nothing here runs them).
+cargo check --release -p pvswitch --lib --features stage-profile,no-counters
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

@@ -10,6 +10,7 @@ use super::nic_io::NicRx;
 use super::output::{RxScratch, deliver};
 use super::plan::RxqSpec;
 use super::sched::{Deficit, Quantum};
+use super::stages::Stages;
 use super::{Env, Frame, Out, UNCLASSIFIED, ring_broke};
 use crate::flow::Emc;
 use crate::port::nic::NicPort;
@@ -257,6 +258,8 @@ fn visit_source<S: Source>(
     let mut recent = Recent::default();
     while budget.allows() {
         let max = cx.burst.min(budget.burst_limit()) as usize;
+        let mut stages = Stages::default();
+        stages.mark(0);
         let (got, err) = src.take(frames, max);
         if got == 0 {
             match err {
@@ -271,15 +274,19 @@ fn visit_source<S: Source>(
         for f in &frames[..got] {
             f.segs.prefetch(hdr_len);
         }
+        stages.mark(1);
         recent.new_burst();
         for f in &mut frames[..got] {
             classify(env, emc, &mut recent, port, policy, f, hdr_len, &sender);
         }
+        stages.mark(2);
         if !env.flows.is_normal() {
             lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);
         }
+        stages.mark(3);
         rx.dropped_full = false;
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);
+        stages.mark(4);
         if consumed < got {
             // Backpressure: the rest stays in the source for the next visit.
             src.give_back(got - consumed);
@@ -308,6 +315,8 @@ fn visit_source<S: Source>(
             env.flows.count(cx.index, run.0, run.1, run.2);
         }
         src.complete(frames, consumed, rx);
+        stages.mark(5);
+        stages.done(S::CAN_WAIT, got); // the sources that can wait are the guests
         // The budget charges work, not frames alone: a frame's first three descriptors (its
         // chain and the receive buffer) are part of its cost, more count one in three.
         let walked = src.walked() + std::mem::take(&mut rx.walked);

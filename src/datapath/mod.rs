@@ -10,8 +10,9 @@
 //! is completed there, the source's back in `input`).
 //!
 //! Beside the stages: `sched` (the visit budget), `idle` (adaptive polling's sleep), `plan` (what
-//! a thread works from, and how it gets a new one), `mac_table`, `counters`, and `nic_io` (the
-//! thread's NIC bursts).
+//! a thread works from, and how it gets a new one), `mac_table`, `counters`, `nic_io` (the
+//! thread's NIC bursts), and `stages` (the cycles of each stage, with the `stage-profile`
+//! feature only).
 
 mod classify;
 pub mod counters;
@@ -23,6 +24,7 @@ mod offload;
 mod output;
 pub mod plan;
 pub mod sched;
+mod stages;
 #[cfg(test)]
 mod tests;
 

@@ -281,9 +281,15 @@ fn offload_headers_a_port_did_not_negotiate() {
     b.settle(20);
     assert_eq!(b.drops(0, Drop::Mtu), 2);
     assert_eq!(b.drops(0, Drop::OffloadNotNegotiated), 0);
-    // CSUM alone: its TSO header is refused, its checksum offload is done.
+    // CSUM alone: it may not use TSO, so its TSO header is refused.
     send_with(&mut b, 2, &tso(1448), &f);
     b.settle(20);
     assert_eq!(b.drops(2, Drop::OffloadNotNegotiated), 1);
     assert!(b.vms[1].recv().is_empty());
+    // Both senders' queues go on: their next plain frames arrive.
+    let (from0, from2) = (tcp_frame(1, 0, &payload(100, 3)), tcp_frame(1, 2, &payload(100, 4)));
+    send_with(&mut b, 0, &VirtioNetHdr::PLAIN, &from0);
+    send_with(&mut b, 2, &VirtioNetHdr::PLAIN, &from2);
+    b.settle(20);
+    assert!(b.vms[1].recv() == [from0, from2]);
 }

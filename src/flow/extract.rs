@@ -53,6 +53,23 @@ impl FlowKey {
         if depth == Depth::Port {
             return k;
         }
+        // Untagged IPv4 without options, the common case: both headers in one read, and no
+        // check of where each field lies.
+        if depth >= Depth::L3
+            && let Some(h) = frame.at::<{ ethernet::HEADER_LEN + 20 }>(0)
+            && h[12..14] == ethertype::IPV4.to_be_bytes()
+            && h[14] == 0x45
+        {
+            if macs {
+                k.set(Field::DlDst, MacAddr::from_bytes(&h[0..6]).to_u64());
+                k.set(Field::DlSrc, MacAddr::from_bytes(&h[6..12]).to_u64());
+            }
+            k.set(Field::DlType, ethertype::IPV4 as u64);
+            if let Some((_, ip)) = h.split_last_chunk::<20>() {
+                k.ipv4_fields(frame, ethernet::HEADER_LEN, ip, depth);
+            }
+            return k;
+        }
         if macs {
             if let Some(d) = frame.at::<6>(0) {
                 k.set(Field::DlDst, MacAddr(d).to_u64());
@@ -90,7 +107,14 @@ impl FlowKey {
     /// hold), unless a non-first fragment.
     #[inline]
     fn extract_ipv4<B: FrameBytes + ?Sized>(&mut self, frame: &B, ip: usize, depth: Depth) {
-        let Some(h) = frame.at::<20>(ip) else { return };
+        if let Some(h) = frame.at::<20>(ip) {
+            self.ipv4_fields(frame, ip, &h, depth);
+        }
+    }
+
+    /// The IPv4 fields of header `h` (its first 20 bytes), read at `ip` of `frame`.
+    #[inline(always)]
+    fn ipv4_fields<B: FrameBytes + ?Sized>(&mut self, frame: &B, ip: usize, h: &[u8; 20], depth: Depth) {
         let hl = (h[0] & 0x0f) as usize * 4;
         let total = u16::from_be_bytes([h[2], h[3]]) as usize;
         if h[0] >> 4 != 4 || hl < 20 || total < hl {

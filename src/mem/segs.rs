@@ -94,21 +94,30 @@ impl Segs {
         self.total = len;
     }
 
-    /// The first segment's pointer, if it holds `[off, off + len)` (the common case: one
-    /// buffer per frame), so small reads and writes skip the segment walk.
+    /// Where `[off, off + len)` lies in one piece, if it does in the first segment or in the
+    /// second: the common layouts, one buffer per frame, or a virtio-net header in a
+    /// descriptor of its own and the frame in the next (a frontend may lay a frame out either
+    /// way). Small reads and writes, and a frame's copy, then skip the segment walk.
     #[inline(always)]
-    fn in_first(&self, off: u32, len: usize) -> Option<*mut u8> {
+    fn contiguous(&self, off: u32, len: usize) -> Option<*mut u8> {
         let (p, seg) = self.ptrs[0];
-        // SAFETY: off + len <= seg, so the pointer stays inside the first segment.
-        (self.n > 0 && (off as usize).saturating_add(len) <= seg as usize).then(|| unsafe { p.add(off as usize) })
+        let end = (off as usize).saturating_add(len);
+        if self.n > 0 && end <= seg as usize {
+            // SAFETY: off + len <= seg, so the pointer stays inside the first segment.
+            return Some(unsafe { p.add(off as usize) });
+        }
+        let (q, seg1) = self.ptrs[1];
+        let o = (off as usize).checked_sub(seg as usize)?;
+        // SAFETY: seg <= off and (off - seg) + len <= seg1: inside the second segment.
+        (self.n > 1 && o.saturating_add(len) <= seg1 as usize).then(|| unsafe { q.add(o) })
     }
 
     /// The `N` bytes at `off`, if the chain holds them; read straight from guest memory (no
-    /// copy through a buffer) when they lie in the first segment.
+    /// copy through a buffer) when they lie in one segment (`contiguous`).
     #[inline(always)]
     pub fn read_array<const N: usize>(&self, off: u32) -> Option<[u8; N]> {
-        if let Some(p) = self.in_first(off, N) {
-            // SAFETY: N bytes inside the first segment (type invariant: mapped while the ring
+        if let Some(p) = self.contiguous(off, N) {
+            // SAFETY: N bytes inside one segment (type invariant: mapped while the ring
             // lock is held); an unaligned read into a local.
             return Some(unsafe { ptr::read_unaligned(p as *const [u8; N]) });
         }
@@ -119,8 +128,8 @@ impl Segs {
     /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
     #[inline]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
-        if let Some(p) = self.in_first(off, out.len()) {
-            // SAFETY: as below, for one piece inside the first segment.
+        if let Some(p) = self.contiguous(off, out.len()) {
+            // SAFETY: as below, for one piece inside one segment.
             unsafe { copy_bytes(p, out.as_mut_ptr(), out.len()) };
             return out.len();
         }
@@ -133,8 +142,8 @@ impl Segs {
     /// Writes `src` at offset `off` of these (device-writable) segments; returns bytes written.
     #[inline]
     pub fn write_at(&self, off: u32, src: &[u8]) -> usize {
-        if let Some(p) = self.in_first(off, src.len()) {
-            // SAFETY: as below, for one piece inside the first segment.
+        if let Some(p) = self.contiguous(off, src.len()) {
+            // SAFETY: as below, for one piece inside one segment.
             unsafe { copy_bytes(src.as_ptr(), p, src.len()) };
             return src.len();
         }
@@ -161,17 +170,17 @@ impl Segs {
     }
 
     /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small
-    /// `src` in the first segment): a line that is only read stays shared with the guest's
+    /// `src` in one segment): a line that is only read stays shared with the guest's
     /// core, where a store, even of the same bytes, would take it away. Returns whether it
     /// stored (else the bytes already read as `src`).
     #[inline]
     pub fn update_at(&self, off: u32, src: &[u8]) -> bool {
         const MAX: usize = 16;
         if src.len() <= MAX
-            && let Some(p) = self.in_first(off, src.len())
+            && let Some(p) = self.contiguous(off, src.len())
         {
             let mut cur = [0u8; MAX];
-            // SAFETY: src.len() bytes inside the first segment (type invariant: mapped while
+            // SAFETY: src.len() bytes inside one segment (type invariant: mapped while
             // the ring lock is held), copied into a local; then, if they differ, the other way.
             unsafe {
                 copy_bytes(p, cur.as_mut_ptr(), src.len());
@@ -190,8 +199,8 @@ impl Segs {
     /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
     #[inline]
     pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
-        if let (Some(d), Some(s)) = (self.in_first(dst_off, len as usize), src.in_first(src_off, len as usize)) {
-            // SAFETY: as below, for one piece inside each first segment.
+        if let (Some(d), Some(s)) = (self.contiguous(dst_off, len as usize), src.contiguous(src_off, len as usize)) {
+            // SAFETY: as below, for one piece inside one segment of each.
             unsafe { copy_bytes(s, d, len as usize) };
             return len;
         }
@@ -361,5 +370,92 @@ mod tests {
         hdr[0] = 9;
         assert!(rw.update_at(20, &hdr[..4]));
         assert_eq!(buf[20], 9);
+    }
+
+    /// Segments over `buf` cut at `cuts` (ascending offsets), with the pieces laid out in
+    /// `buf` in reverse order, so a read that crossed a cut without the walk would read the
+    /// wrong bytes.
+    fn segs_over(buf: &mut [u8], cuts: &[usize], total: usize) -> (Segs, Vec<usize>) {
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(total);
+        let pieces: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+        let mut segs = Segs::default();
+        // Where frame offset i lives in `buf`.
+        let mut at = vec![0usize; total];
+        let mut base = 0;
+        for &(start, len) in pieces.iter().rev() {
+            for i in 0..len {
+                at[start + i] = base + i;
+            }
+            base += len + 3;
+        }
+        let mut base = 0;
+        let mut ptrs = Vec::new();
+        for &(_, len) in pieces.iter().rev() {
+            ptrs.push((base, len));
+            base += len + 3;
+        }
+        for &(b, len) in ptrs.iter().rev() {
+            segs.push(buf[b..].as_mut_ptr(), len as u32).unwrap();
+        }
+        (segs, at)
+    }
+
+    #[test]
+    fn every_access_agrees_with_a_flat_model_over_any_layout() {
+        // One segment; a 12-byte header in a descriptor of its own; the frame cut in three.
+        let layouts: [&[usize]; 4] = [&[], &[12], &[12, 40], &[5, 12, 13, 70]];
+        for cuts in layouts {
+            let total = 100;
+            let mut buf = vec![0u8; 2 * total + 64];
+            let (segs, at) = segs_over(&mut buf, cuts, total);
+            for (i, &a) in at.iter().enumerate() {
+                buf[a] = i as u8;
+            }
+            let model: Vec<u8> = (0..total).map(|i| i as u8).collect();
+            for off in 0..total as u32 + 2 {
+                let o = off as usize;
+                let want4 = model.get(o..o + 4).map(|s| <[u8; 4]>::try_from(s).unwrap());
+                assert_eq!(segs.read_array::<4>(off), want4, "cuts {cuts:?} off {off}");
+                let want14 = model.get(o..o + 14).map(|s| <[u8; 14]>::try_from(s).unwrap());
+                assert_eq!(segs.read_array::<14>(off), want14, "cuts {cuts:?} off {off}");
+                let mut out = [0u8; 30];
+                let n = segs.read_at(off, &mut out);
+                let want = &model[o.min(total)..(o + 30).min(total)];
+                assert_eq!(&out[..n], want, "cuts {cuts:?} off {off}");
+            }
+            // Writes, and a copy into a one-segment buffer, land where the model says.
+            let (mut w, wat) = segs_over(&mut buf, cuts, total);
+            for off in [0u32, 10, 11, 12, 13, 39, 40, 41, 90] {
+                let v = [0xa0u8, 0xa1, 0xa2, 0xa3, 0xa4];
+                assert_eq!(w.write_at(off, &v), v.len());
+                for (k, &b) in v.iter().enumerate() {
+                    assert_eq!(buf[wat[off as usize + k]], b, "cuts {cuts:?} write at {off}");
+                }
+                let u = [0x5au8; 3];
+                assert!(w.update_at(off, &u));
+                // Equal bytes in the first or second segment are left alone; elsewhere (across
+                // a cut, or further on) they are written.
+                let (o, end) = (off as usize, off as usize + u.len());
+                let c0 = cuts.first().copied().unwrap_or(total);
+                let c1 = cuts.get(1).copied().unwrap_or(total);
+                let fast = end <= c0 || (o >= c0 && end <= c1);
+                assert_eq!(w.update_at(off, &u), !fast, "cuts {cuts:?} update at {off}");
+                for k in 0..u.len() {
+                    assert_eq!(buf[wat[off as usize + k]], 0x5a, "cuts {cuts:?} update at {off}");
+                }
+                let mut flat = [0u8; 64];
+                let mut dst = Segs::default();
+                dst.set_one(flat.as_mut_ptr(), 64);
+                assert_eq!(dst.copy_from(0, &w, off, 8), 8);
+                let mut want = [0u8; 8];
+                for (k, b) in want.iter_mut().enumerate() {
+                    *b = buf[wat[off as usize + k]];
+                }
+                assert_eq!(&flat[..8], &want, "cuts {cuts:?} copy from {off}");
+            }
+            w.clear();
+        }
     }
 }

@@ -177,3 +177,65 @@ fn port_security_checks_every_frame_of_a_burst_in_every_table_mode() {
         assert_eq!(b.drops(0, Drop::PortSecurity), 10, "table {t}");
     }
 }
+
+/// Cycles a frame of one poll-thread step, in-process (`cargo test --release --lib --
+/// --ignored classify_cost --nocapture`): 32-frame bursts of 64-byte IPv4 frames from vm0 to
+/// vm1, spread over 500 destination addresses, under NORMAL, two in_port flows, and 1,000
+/// exact nw_dst flows (the flows cells of tools/bench_matrix.py). Frames and rings are in this
+/// core's cache, so this is the data path's compute cost alone, for comparing its variants;
+/// the VM-to-VM cost is in tools/bench_matrix.py. pvsgen's driver puts each frame's virtio-net
+/// header in a descriptor of its own (virtio-user puts both in one). Not run by the suite.
+#[test]
+#[ignore]
+fn classify_cost() {
+    let ip_frame = |i: usize| {
+        let mut f = ipv4(mac(1), mac(0), 0, i as u32);
+        f.truncate(64);
+        f[16..18].copy_from_slice(&50u16.to_be_bytes());
+        f[32] = (i / 256) as u8;
+        f[33] = (i % 256) as u8;
+        f[30..32].copy_from_slice(&[10, 253]);
+        f
+    };
+    let frames: Vec<Vec<u8>> = (0..500).map(ip_frame).collect();
+    let exact: Vec<String> = (0..500)
+        .flat_map(|i| {
+            [
+                format!("priority=10,in_port=vm0,ip,nw_dst=10.253.{}.{},actions=output:vm1", i / 256, i % 256),
+                format!("priority=10,in_port=vm1,ip,nw_dst=10.253.{}.{},actions=output:vm0", i / 256, i % 256),
+            ]
+        })
+        .chain(["priority=0,actions=drop".to_string()])
+        .collect();
+    let tables: [(&str, Vec<String>); 3] = [
+        ("normal", vec![]),
+        ("in_port", vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()]),
+        ("flows1k", exact),
+    ];
+    for round in 0..3 {
+        for (name, flows) in &tables {
+            let mut b = Bench::new(BenchCfg::default());
+            b.announce(1);
+            if !flows.is_empty() {
+                let f: Vec<&str> = flows.iter().map(|s| s.as_str()).collect();
+                install(&mut b, &f);
+            }
+            let (mut cycles, mut n, mut k) = (0u64, 0u64, 0usize);
+            for burst in 0..20_000 {
+                let batch: Vec<&Vec<u8>> = (0..32).map(|j| &frames[(k + j) % frames.len()]).collect();
+                k += 32;
+                b.vms[0].guest.send_all(&batch);
+                let t0 = crate::counter::cycles();
+                let got = b.step();
+                let t1 = crate::counter::cycles();
+                let recv = b.vms[1].recv().len();
+                if burst >= 1000 {
+                    cycles += t1 - t0;
+                    n += got as u64;
+                }
+                assert_eq!(recv, 32);
+            }
+            println!("round {round} {name:8} {:6.1} cycles a frame", cycles as f64 / n as f64);
+        }
+    }
+}

@@ -13,7 +13,7 @@ macro_rules! drop_reasons {
     ($( $(#[doc = $doc:literal])+ $variant:ident = $name:literal, )*) => {
         /// Why a frame was dropped.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        #[repr(usize)]
+        #[repr(u8)]
         pub enum Drop {
             $( $(#[doc = $doc])+ $variant, )*
         }

@@ -33,6 +33,17 @@ impl Stages {
     }
 }
 
+/// The calling thread's guest-source profile since the last call ("take 52.0 classify ...",
+/// cycles a frame), and starts a new one; None without the feature. For in-process measures
+/// (`datapath::tests::flows::classify_cost`), which run too few frames for the log line.
+#[cfg(test)]
+pub(crate) fn take_guest_profile() -> Option<String> {
+    #[cfg(feature = "stage-profile")]
+    return Some(imp::take(true));
+    #[cfg(not(feature = "stage-profile"))]
+    None
+}
+
 #[cfg(feature = "stage-profile")]
 mod imp {
     use super::NAMES;
@@ -59,16 +70,23 @@ mod imp {
             }
             s.frames += frames;
             if s.frames >= REPORT_FRAMES {
-                let n = s.frames as f64;
-                let parts: Vec<String> =
-                    NAMES.iter().zip(s.cycles).map(|(name, c)| format!("{name} {:.1}", c as f64 / n)).collect();
-                log::info!(
-                    "stages ({} source, cycles a frame): {}",
-                    if guest { "guest" } else { "nic" },
-                    parts.join(" ")
-                );
+                log::info!("stages ({} source, cycles a frame): {}", if guest { "guest" } else { "nic" }, s.line());
                 *s = Sums::default();
             }
         });
+    }
+
+    impl Sums {
+        fn line(&self) -> String {
+            let n = self.frames.max(1) as f64;
+            let parts: Vec<String> =
+                NAMES.iter().zip(self.cycles).map(|(name, c)| format!("{name} {:.1}", c as f64 / n)).collect();
+            parts.join(" ")
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn take(guest: bool) -> String {
+        SUMS.with(|s| std::mem::take(&mut s.borrow_mut()[guest as usize]).line())
     }
 }

@@ -183,8 +183,9 @@ fn port_security_checks_every_frame_of_a_burst_in_every_table_mode() {
 /// vm1, spread over 500 destination addresses, under NORMAL, two in_port flows, and 1,000
 /// exact nw_dst flows (the flows cells of tools/bench_matrix.py). Frames and rings are in this
 /// core's cache, so this is the data path's compute cost alone, for comparing its variants;
-/// the VM-to-VM cost is in tools/bench_matrix.py. pvsgen's driver puts each frame's virtio-net
-/// header in a descriptor of its own (virtio-user puts both in one). Not run by the suite.
+/// the VM-to-VM cost is in tools/bench_matrix.py. Each frame's virtio-net header in a
+/// descriptor of its own (pvsgen's layout), then in the frame's (virtio-user's). With the
+/// `stage-profile` feature, also the cycles a frame of each stage. Not run by the suite.
 #[test]
 #[ignore]
 fn classify_cost() {
@@ -212,7 +213,8 @@ fn classify_cost() {
         ("in_port", vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()]),
         ("flows1k", exact),
     ];
-    for round in 0..3 {
+    for (round, one_desc) in [false, true, false, true].into_iter().enumerate() {
+        let layout = if one_desc { "one descriptor" } else { "two descriptors" };
         for (name, flows) in &tables {
             let mut b = Bench::new(BenchCfg::default());
             b.announce(1);
@@ -224,18 +226,26 @@ fn classify_cost() {
             for burst in 0..20_000 {
                 let batch: Vec<&Vec<u8>> = (0..32).map(|j| &frames[(k + j) % frames.len()]).collect();
                 k += 32;
-                b.vms[0].guest.send_all(&batch);
+                if one_desc {
+                    b.vms[0].guest.send_all_one_desc(&batch);
+                } else {
+                    b.vms[0].guest.send_all(&batch);
+                }
                 let t0 = crate::counter::cycles();
                 let got = b.step();
                 let t1 = crate::counter::cycles();
                 let recv = b.vms[1].recv().len();
+                if burst == 999 {
+                    crate::datapath::stages::take_guest_profile();
+                }
                 if burst >= 1000 {
                     cycles += t1 - t0;
                     n += got as u64;
                 }
                 assert_eq!(recv, 32);
             }
-            println!("round {round} {name:8} {:6.1} cycles a frame", cycles as f64 / n as f64);
+            let stages = crate::datapath::stages::take_guest_profile().unwrap_or_default();
+            println!("round {round} {layout:15} {name:8} {:6.1} cycles a frame {stages}", cycles as f64 / n as f64);
         }
     }
 }

@@ -637,6 +637,17 @@ impl Guest {
     /// Transmits frames as `send` does, but makes them available with one avail index store,
     /// so the switch sees them all at once (at most qsize/2).
     pub fn send_all<F: AsRef<[u8]>>(&mut self, frames: &[F]) {
+        self.send_frames(frames, false);
+    }
+
+    /// Transmits frames as `send_all` does, but each as one descriptor holding the zeroed
+    /// header and the frame after it (virtio-user's layout, and a Linux guest's when the
+    /// packet has room in front for the header).
+    pub fn send_all_one_desc<F: AsRef<[u8]>>(&mut self, frames: &[F]) {
+        self.send_frames(frames, true);
+    }
+
+    fn send_frames<F: AsRef<[u8]>>(&mut self, frames: &[F], one_desc: bool) {
         let pairs = self.layout.qsize / 2;
         assert!(frames.len() <= pairs as usize, "more than {pairs} frames at once");
         let start = Instant::now();
@@ -650,11 +661,18 @@ impl Guest {
             let frame = frame.as_ref();
             assert!(frame.len() as u64 <= layout.buf_slot);
             let d = 2 * (tx.avail_idx() % pairs);
-            let (hdr_at, frame_at) = (layout.tx_buf(d), layout.tx_buf(d + 1));
+            let hdr_at = layout.tx_buf(d);
             tx.mem.write(hdr_at, &[0u8; HDR_LEN]);
-            tx.mem.write(frame_at, frame);
-            tx.desc(d, Desc { addr: hdr_at, len: HDR_LEN as u32, flags: F_NEXT, next: d + 1 });
-            tx.desc(d + 1, Desc { addr: frame_at, len: frame.len() as u32, flags: 0, next: 0 });
+            if one_desc {
+                assert!((HDR_LEN + frame.len()) as u64 <= layout.buf_slot);
+                tx.mem.write(hdr_at + HDR_LEN as u64, frame);
+                tx.desc(d, Desc { addr: hdr_at, len: (HDR_LEN + frame.len()) as u32, flags: 0, next: 0 });
+            } else {
+                let frame_at = layout.tx_buf(d + 1);
+                tx.mem.write(frame_at, frame);
+                tx.desc(d, Desc { addr: hdr_at, len: HDR_LEN as u32, flags: F_NEXT, next: d + 1 });
+                tx.desc(d + 1, Desc { addr: frame_at, len: frame.len() as u32, flags: 0, next: 0 });
+            }
             tx.stage(d);
         }
         tx.publish();

@@ -404,8 +404,9 @@ mod tests {
 
     #[test]
     fn every_access_agrees_with_a_flat_model_over_any_layout() {
-        // One segment; a 12-byte header in a descriptor of its own; the frame cut in three.
-        let layouts: [&[usize]; 4] = [&[], &[12], &[12, 40], &[5, 12, 13, 70]];
+        // One segment; a 12-byte header in a descriptor of its own; the frame cut in three; an
+        // empty first segment (a frontend may send a zero-length descriptor).
+        let layouts: [&[usize]; 5] = [&[], &[12], &[12, 40], &[5, 12, 13, 70], &[0, 12]];
         for cuts in layouts {
             let total = 100;
             let mut buf = vec![0u8; 2 * total + 64];

@@ -102,9 +102,7 @@ impl FlowKey {
         k
     }
 
-    /// An IPv4 header at `ip`: version 4, IHL >= 5 and total length >= IHL*4 (options are
-    /// skipped); transport fields from the payload (what the total length and the frame both
-    /// hold), unless a non-first fragment.
+    /// The IPv4 header at `ip`, if the frame holds its first 20 bytes (`ipv4_fields`).
     #[inline]
     fn extract_ipv4<B: FrameBytes + ?Sized>(&mut self, frame: &B, ip: usize, depth: Depth) {
         if let Some(h) = frame.at::<20>(ip) {
@@ -112,7 +110,10 @@ impl FlowKey {
         }
     }
 
-    /// The IPv4 fields of header `h` (its first 20 bytes), read at `ip` of `frame`.
+    /// The fields of the IPv4 header whose first 20 bytes are `h`, read at `ip` of `frame`:
+    /// version 4, IHL >= 5 and total length >= IHL*4 (options are skipped); transport fields
+    /// from the payload (what the total length and the frame both hold), unless a non-first
+    /// fragment.
     #[inline(always)]
     fn ipv4_fields<B: FrameBytes + ?Sized>(&mut self, frame: &B, ip: usize, h: &[u8; 20], depth: Depth) {
         let hl = (h[0] & 0x0f) as usize * 4;

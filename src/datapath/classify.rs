@@ -2,9 +2,10 @@
 //! source MAC the port may not use are dropped. With no flow table, NORMAL (MAC learning, then
 //! known unicast to its port, everything else flooded) reads only the two addresses. A table
 //! whose flows match on in_port alone answers by port, once a burst. Any other table: a first
-//! pass (`classify`) extracts each frame's key to the table's depth and prefetches its cache
-//! set, a second (`lookup_flows`) looks the keys up in the exact-match cache and then the
-//! classifier.
+//! pass (`classify_burst`) extracts each frame's key to the table's depth and prefetches its
+//! cache set, a second (`lookup_flows`) looks the keys up in the exact-match cache and then the
+//! classifier. The first pass picks its mode (NORMAL, by port, by key) once a burst and runs
+//! that mode's loop; the rare cases (a header asking for offloads, a drop) are out of line.
 
 use super::counters::{Drop, bump};
 use super::mac_table::Learned;
@@ -17,114 +18,188 @@ use crate::port::Port;
 use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
 use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 
-/// Decides where a frame goes. With no flow table: MAC learning on the source, lookup on the
-/// destination, flooding for broadcast, multicast and unknown unicast (OVS's NORMAL). With
-/// one: the exact-match cache, then the classifier, then the flow's actions.
+/// The first pass over a burst: where each frame goes. With no flow table: MAC learning on
+/// the source, lookup on the destination, flooding for broadcast, multicast and unknown
+/// unicast (OVS's NORMAL). With one: each frame's key, for [`lookup_flows`].
+///
+/// The table's mode, the port's MTU and what the sender negotiated are read once a burst (a
+/// burst is switched as of one moment), and each mode's loop is its own: one call a burst, not
+/// one a frame, and the rare cases (a header asking for an offload, a drop) out of the loops.
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn classify(
+pub(super) fn classify_burst(
     env: &Env,
-    emc: &mut Emc,
+    emc: &Emc,
     recent: &mut Recent,
     in_port: &Port,
     policy: &PortPolicy,
-    f: &mut Frame,
+    frames: &mut [Frame],
     hdr_len: u32,
     sender: &Negotiated,
 ) {
-    f.data_off = hdr_len;
-    f.len = f.segs.len().saturating_sub(hdr_len);
-    f.out = Out::Nowhere;
-    f.flow = UNCLASSIFIED;
-    f.off = Offload::NONE;
-    if f.len < 14 {
-        f.out = Out::Drop(Drop::Runt);
-        return;
+    let admit =
+        Admit { in_port, hdr_len, sender, offloads: hdr_len > 0 && sender.any(), max_frame: in_port.max_frame() };
+    if env.flows.is_normal() {
+        for f in frames {
+            if admit.frame(env, f) {
+                classify_normal(env, recent, in_port.id, policy, f);
+            }
+        }
+    } else if let Some(i) = env.flows.port_flow(in_port.id) {
+        for f in frames {
+            if admit.frame(env, f) {
+                classify_port_flow(env, recent, in_port.id, policy, f, i);
+            }
+        }
+    } else {
+        let (scope, depth) = (env.flows.scope(), env.flows.depth());
+        for f in frames {
+            if admit.frame(env, f) {
+                extract_key(emc, recent, in_port.id, policy, f, scope, depth);
+            }
+        }
     }
-    // A guest's frames (a NIC's have no header): the header must ask only for what the
-    // sender negotiated. A sender that negotiated no offload must leave its header zero (the
-    // virtio spec's rules for transmission), and its header is not read at all: as in DPDK's
-    // vhost, and as Linux's comment on the header says, without CSUM or GSO it is ignored.
-    // Reading it cost a cache miss a frame on a line the sender's core had just written
-    // (flows1k: classify 60 -> 48 cycles a frame).
-    if hdr_len > 0 && sender.any() {
-        match offload(f, hdr_len, sender) {
+}
+
+/// What every frame of a burst is checked against before it is classified.
+struct Admit<'a> {
+    in_port: &'a Port,
+    hdr_len: u32,
+    sender: &'a Negotiated,
+    /// The sender negotiated an offload, so its header is read.
+    offloads: bool,
+    max_frame: u32,
+}
+
+impl Admit<'_> {
+    /// Resets `f`'s classification and checks it: long enough for an Ethernet header, within
+    /// the MTU, and (from a sender that negotiated offloads) with a header that asks only for
+    /// what was negotiated. False if it is dropped (`f.out` says why).
+    #[inline(always)]
+    fn frame(&self, env: &Env, f: &mut Frame) -> bool {
+        f.data_off = self.hdr_len;
+        f.len = f.segs.len().saturating_sub(self.hdr_len);
+        f.out = Out::Nowhere;
+        f.flow = UNCLASSIFIED;
+        f.off = Offload::NONE;
+        if f.len < 14 {
+            f.out = Out::Drop(Drop::Runt);
+            return false;
+        }
+        // A guest's frames (a NIC's have no header): the header must ask only for what the
+        // sender negotiated. A sender that negotiated no offload must leave its header zero
+        // (the virtio spec's rules for transmission), and its header is not read at all: as
+        // in DPDK's vhost, and as Linux's comment on the header says, without CSUM or GSO it
+        // is ignored. Reading it cost a cache miss a frame on a line the sender's core had
+        // just written (flows1k: classify 60 -> 48 cycles a frame).
+        if self.offloads {
+            return self.offloaded(env, f);
+        }
+        if f.len > self.max_frame {
+            f.out = Out::Drop(Drop::Mtu);
+            return false;
+        }
+        true
+    }
+
+    /// [`Admit::frame`]'s checks of a frame whose sender negotiated offloads.
+    #[inline(never)]
+    fn offloaded(&self, env: &Env, f: &mut Frame) -> bool {
+        match offload(f, self.hdr_len, self.sender) {
             Ok(o) => f.off = o,
             Err(e) => {
                 f.out = Out::Drop(e.into());
-                return;
+                return false;
             }
         }
-    }
-    // The MTU applies to what goes on a wire: a TSO frame's segments, not the frame.
-    let too_big = match f.off.tso {
-        Some(t) => {
-            bump(&env.cx.stats.ports[in_port.id as usize].rx_gso, 1);
-            f.len > gso::MAX_FRAME || t.hdr_len as u32 + t.mss as u32 > in_port.max_frame()
+        // The MTU applies to what goes on a wire: a TSO frame's segments, not the frame.
+        let too_big = match f.off.tso {
+            Some(t) => {
+                bump(&env.cx.stats.ports[self.in_port.id as usize].rx_gso, 1);
+                f.len > gso::MAX_FRAME || t.hdr_len as u32 + t.mss as u32 > self.max_frame
+            }
+            None => f.len > self.max_frame,
+        };
+        if too_big {
+            f.out = Out::Drop(Drop::Mtu);
+            return false;
         }
-        None => f.len > in_port.max_frame(),
+        true
+    }
+}
+
+/// NORMAL, with no flow table: only the two addresses are read, straight into registers.
+#[inline(always)]
+fn classify_normal(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame) {
+    let Some(addrs) = f.segs.read_array::<12>(f.data_off) else {
+        f.out = Out::Drop(Drop::Runt);
+        return;
     };
-    if too_big {
-        f.out = Out::Drop(Drop::Mtu);
-        return;
-    }
-    if env.flows.is_normal() {
-        // Only the two addresses are read, straight into registers.
-        let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
-            f.out = Out::Drop(Drop::Runt);
-            return;
-        };
-        f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
-            normal_in_burst(env, recent, in_port.id, &addrs)
-        } else {
-            Out::Drop(Drop::PortSecurity)
-        };
-        return;
-    }
-    if let Some(i) = env.flows.port_flow(in_port.id) {
-        // Flows on in_port alone: the flow is known from the port. Its burst's later frames go
-        // where the first went, unread, unless port security needs their source.
-        if let Some(out) = recent.port_out
-            && policy.allows_any()
-        {
-            f.flow = i;
-            f.out = out;
-            return;
-        }
-        // The two addresses are all that is read (for port security, and NORMAL), straight
-        // into registers.
-        let Some(addrs) = f.segs.read_array::<12>(hdr_len) else {
-            f.out = Out::Drop(Drop::Runt);
-            return;
-        };
-        if !policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
-            f.out = Out::Drop(Drop::PortSecurity);
-            return;
-        }
+    f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
+        normal_in_burst(env, recent, in_port, &addrs)
+    } else {
+        Out::Drop(Drop::PortSecurity)
+    };
+}
+
+/// Flows on in_port alone: the flow (`i`) is known from the port. Its burst's later frames go
+/// where the first went, unread, unless port security needs their source.
+#[inline(always)]
+fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame, i: u32) {
+    if let Some(out) = recent.port_out
+        && policy.allows_any()
+    {
         f.flow = i;
-        f.out = match recent.port_out {
-            Some(out) => out,
-            None => {
-                let out = verdict(env, recent, in_port.id, f, i);
-                // The same for every frame of the burst, unless NORMAL decides by address.
-                if i == NO_MATCH || env.flows.verdict(i) != Verdict::Normal {
-                    recent.port_out = Some(out);
-                }
-                out
-            }
-        };
+        f.out = out;
         return;
     }
+    // The two addresses are all that is read (for port security, and NORMAL), straight into
+    // registers.
+    let Some(addrs) = f.segs.read_array::<12>(f.data_off) else {
+        f.out = Out::Drop(Drop::Runt);
+        return;
+    };
+    if !policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
+        f.out = Out::Drop(Drop::PortSecurity);
+        return;
+    }
+    f.flow = i;
+    f.out = match recent.port_out {
+        Some(out) => out,
+        None => {
+            let out = verdict(env, recent, in_port, f, i);
+            // The same for every frame of the burst, unless NORMAL decides by address.
+            if i == NO_MATCH || env.flows.verdict(i) != Verdict::Normal {
+                recent.port_out = Some(out);
+            }
+            out
+        }
+    };
+}
+
+/// Any other table: the frame's key, extracted to the table's depth and under its scope, and
+/// its cache set prefetched, for [`lookup_flows`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn extract_key(
+    emc: &Emc,
+    recent: &mut Recent,
+    in_port: u16,
+    policy: &PortPolicy,
+    f: &mut Frame,
+    scope: &FlowKey,
+    depth: Depth,
+) {
     // Only as much of the frame as the table's fields need.
-    let depth = env.flows.depth();
-    let head = Head { segs: &f.segs, off: hdr_len, len: if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize) };
-    // At least the 14-byte header: shorter frames were dropped as runts above. The source is
-    // read here only for port security.
+    let head =
+        Head { segs: &f.segs, off: f.data_off, len: if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize) };
+    // At least the 14-byte header: shorter frames were dropped as runts. The source is read
+    // here only for port security.
     if !policy.allows_any() && !head.at::<6>(6).is_some_and(|src| policy.allows(&MacAddr(src))) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
-    let key = FlowKey::extract_under(in_port.id, &head, env.flows.scope(), depth);
+    let key = FlowKey::extract_under(in_port, &head, scope, depth);
     // A repeat of the previous frame's key (under the table's scope, the common case in a
     // burst) will take that frame's flow; any other key's cache entry starts loading now,
     // while the rest of the burst is read, for `lookup_flows`.
@@ -162,7 +237,7 @@ impl FrameBytes for Head<'_> {
     }
 }
 
-/// The second pass over a burst with a flow table: each frame [`classify`] left pending takes
+/// The second pass over a burst with a flow table: each frame [`classify_burst`] left pending takes
 /// its flow and that flow's verdict.
 #[inline]
 pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {

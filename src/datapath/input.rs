@@ -4,7 +4,7 @@
 //! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
 //! destination is full: backpressure) and a NIC receive queue (they cannot).
 
-use super::classify::{Recent, classify, lookup_flows};
+use super::classify::{Recent, classify_burst, lookup_flows};
 use super::counters::{Drop, bump, cycles};
 use super::nic_io::NicRx;
 use super::output::{RxScratch, deliver};
@@ -276,9 +276,7 @@ fn visit_source<S: Source>(
         }
         stages.mark(1);
         recent.new_burst();
-        for f in &mut frames[..got] {
-            classify(env, emc, &mut recent, port, policy, f, hdr_len, &sender);
-        }
+        classify_burst(env, emc, &mut recent, port, policy, &mut frames[..got], hdr_len, &sender);
         stages.mark(2);
         if !env.flows.is_normal() {
             lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);

@@ -126,13 +126,21 @@ impl Segs {
     }
 
     /// Copies up to `out.len()` bytes starting at `off` into `out`; returns how many.
-    #[inline]
+    #[inline(always)]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
         if let Some(p) = self.contiguous(off, out.len()) {
             // SAFETY: as below, for one piece inside one segment.
             unsafe { copy_bytes(p, out.as_mut_ptr(), out.len()) };
             return out.len();
         }
+        self.read_spans(off, out)
+    }
+
+    /// [`Segs::read_at`] across segments. Out of line, as are the other accessors' walks: each
+    /// accessor's one-segment case is inlined where the data path uses it (a call a frame was
+    /// part of every copy's cost), the walk is not.
+    #[inline(never)]
+    fn read_spans(&self, off: u32, out: &mut [u8]) -> usize {
         let dst = out.as_mut_ptr();
         // SAFETY: each piece lies in mapped guest memory while the ring lock is held (type
         // invariant) and within its segment; `out` is our own buffer, `done + n <= out.len()`.
@@ -140,13 +148,19 @@ impl Segs {
     }
 
     /// Writes `src` at offset `off` of these (device-writable) segments; returns bytes written.
-    #[inline]
+    #[inline(always)]
     pub fn write_at(&self, off: u32, src: &[u8]) -> usize {
         if let Some(p) = self.contiguous(off, src.len()) {
             // SAFETY: as below, for one piece inside one segment.
             unsafe { copy_bytes(src.as_ptr(), p, src.len()) };
             return src.len();
         }
+        self.write_spans(off, src)
+    }
+
+    /// [`Segs::write_at`] across segments.
+    #[inline(never)]
+    fn write_spans(&self, off: u32, src: &[u8]) -> usize {
         // SAFETY: as in `read_at`, in the other direction.
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
@@ -173,7 +187,7 @@ impl Segs {
     /// `src` in one segment): a line that is only read stays shared with the guest's
     /// core, where a store, even of the same bytes, would take it away. Returns whether it
     /// stored (else the bytes already read as `src`).
-    #[inline]
+    #[inline(always)]
     pub fn update_at(&self, off: u32, src: &[u8]) -> bool {
         const MAX: usize = 16;
         if src.len() <= MAX
@@ -197,13 +211,19 @@ impl Segs {
 
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
     /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
-    #[inline]
+    #[inline(always)]
     pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
         if let (Some(d), Some(s)) = (self.contiguous(dst_off, len as usize), src.contiguous(src_off, len as usize)) {
             // SAFETY: as below, for one piece inside one segment of each.
             unsafe { copy_bytes(s, d, len as usize) };
             return len;
         }
+        self.copy_spans(dst_off, src, src_off, len)
+    }
+
+    /// [`Segs::copy_from`] across segments.
+    #[inline(never)]
+    fn copy_spans(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
         let (mut di, mut doff) = self.locate(dst_off);
         let (mut si, mut soff) = src.locate(src_off);
         let mut left = len;

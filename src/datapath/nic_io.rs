@@ -181,8 +181,9 @@ mod imp {
         }
 
         /// Queues a written mbuf (`offloaded`: it asks the device for offloads) on port `id`'s
-        /// batch; a full batch is sent at once.
-        #[inline]
+        /// batch; a full batch is sent at once. Inlined into each write (once a frame); the
+        /// send is not.
+        #[inline(always)]
         fn queue(&mut self, id: u16, m: dpdk::Mbuf, offloaded: bool, nic: &NicPort, thread: usize, pc: &PortCounters) {
             let Some(Batch { burst: b, offloaded: any, .. }) = self.batches[id as usize].as_deref_mut() else {
                 return;
@@ -237,7 +238,7 @@ mod imp {
 
     /// One tx_burst (after the driver's tx_prepare if a frame asks for offloads); what the
     /// driver refused or did not take is freed and counted (`nic_tx_refused`, `nic_tx_full`).
-    #[inline]
+    #[inline(never)]
     fn flush_one(b: &mut MbufBurst, offloaded: &mut bool, nic: &NicPort, thread: usize, pc: &PortCounters) {
         let bytes: u64 = b.iter().map(|m| m.pkt_len() as u64).sum();
         let (sent, (refused, refused_bytes)) = nic.send(thread, b, std::mem::take(offloaded));

@@ -10,7 +10,7 @@
 use super::counters::{Drop, bump};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
-use super::{Env, Frame, Out, PENDING, UNCLASSIFIED};
+use super::{Env, Frame, Out, PENDING, REPEAT, UNCLASSIFIED};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
 use crate::mem::Segs;
@@ -200,14 +200,16 @@ fn extract_key(
         return;
     }
     let key = FlowKey::extract_under(in_port, &head, scope, depth);
-    // A repeat of the previous frame's key (under the table's scope, the common case in a
-    // burst) will take that frame's flow; any other key's cache entry starts loading now,
-    // while the rest of the burst is read, for `lookup_flows`.
-    if recent.key != Some(key) {
-        f.hash = key.hash();
-        emc.prefetch(f.hash);
-        recent.key = Some(key);
+    // A repeat of the previous pending frame's key (under the table's scope, the common case
+    // in a burst) takes that frame's flow (`REPEAT`); any other key's cache entry starts
+    // loading now, while the rest of the burst is read, for `lookup_flows`.
+    if recent.key == Some(key) {
+        f.flow = REPEAT;
+        return;
     }
+    f.hash = key.hash();
+    emc.prefetch(f.hash);
+    recent.key = Some(key);
     f.key = key;
     f.flow = PENDING;
 }
@@ -237,28 +239,24 @@ impl FrameBytes for Head<'_> {
     }
 }
 
-/// The second pass over a burst with a flow table: each frame [`classify_burst`] left pending takes
-/// its flow and that flow's verdict.
+/// The second pass over a burst with a flow table: each frame [`classify_burst`] left pending
+/// takes its flow, through the exact-match cache (with the key's hash) and the classifier, and
+/// that flow's verdict; a repeat takes the flow of the pending frame before it, whose key it
+/// has: the frames are in the first pass's order, and that frame is the last looked up.
 #[inline]
 pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {
-    for f in frames.iter_mut().filter(|f| f.flow == PENDING) {
-        let i = flow_of(env, emc, recent, &f.key, f.hash);
+    let mut last = NO_MATCH;
+    for f in frames {
+        let i = match f.flow {
+            PENDING => {
+                last = env.flows.classify_masked(emc, &f.key, f.hash);
+                last
+            }
+            REPEAT => last,
+            _ => continue,
+        };
         f.flow = i;
         f.out = verdict(env, recent, in_port, f, i);
-    }
-}
-
-/// The flow a key (under the table's scope) hits: the previous frame's, for a repeat of its
-/// key; else through the exact-match cache (with the key's hash) and the classifier.
-#[inline(always)]
-fn flow_of(env: &Env, emc: &mut Emc, recent: &mut Recent, key: &FlowKey, hash: u64) -> u32 {
-    match recent.flow {
-        Some((k, i)) if k == *key => i,
-        _ => {
-            let i = env.flows.classify_masked(emc, key, hash);
-            recent.flow = Some((*key, i));
-            i
-        }
     }
 }
 
@@ -289,7 +287,6 @@ impl Recent {
     pub(super) fn new_burst(&mut self) {
         self.normal = None;
         self.key = None;
-        self.flow = None;
         self.port_out = None;
     }
 }
@@ -314,10 +311,9 @@ fn offload(f: &Frame, hdr_len: u32, sender: &Negotiated) -> Result<Offload, Offl
 #[derive(Default)]
 pub(super) struct Recent {
     normal: Option<([u8; 12], Out)>,
-    /// The last key whose cache entry was prefetched (classify's first pass).
+    /// The last pending frame's key (classify's first pass): the next frame with the same key
+    /// is a repeat.
     key: Option<FlowKey>,
-    /// The last key looked up and the flow it hit.
-    flow: Option<(FlowKey, u32)>,
     /// With flows on in_port alone: where this burst's frames go (the flow's verdict does not
     /// depend on the frame, unless it is NORMAL).
     port_out: Option<Out>,

@@ -102,10 +102,10 @@ struct Frame {
     valid: bool,
     out: Out,
     /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
-    /// there is no flow table, PENDING between classify's two passes.
+    /// there is no flow table, PENDING or REPEAT between classify's two passes.
     flow: u32,
     /// From classify's first pass for its second: the frame's flow key under the table's
-    /// scope, and the key's hash (set only where the key differs from the previous frame's).
+    /// scope, and the key's hash (set only for a PENDING frame).
     key: FlowKey,
     hash: u64,
 }
@@ -129,6 +129,9 @@ impl Default for Frame {
 
 const UNCLASSIFIED: u32 = NO_MATCH - 1;
 const PENDING: u32 = NO_MATCH - 2;
+/// Between classify's two passes: the frame's key is the previous pending frame's (not stored
+/// again), so it takes that frame's flow.
+const REPEAT: u32 = NO_MATCH - 3;
 
 /// Logs a queue's first error and stops it (`broken`), until the guest resets it.
 pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What pvswitch's benchmarks share: paths of the binaries, pvswitchd configuration files,
 DPDK testpmd driven over stdin (its hugepage files kept from run to run, removed at exit), the
-VM-to-VM measurement against testpmd's vhost PMD, pvsgen runs, the machine-phase probe, and
-printing a result table.
+VM-to-VM measurement against testpmd's vhost PMD (and against Open vSwitch with DPDK, the
+established peer), pvsgen runs, the machine-phase probe, and printing a result table.
 The bench_*.py scripts import this module and nothing of each other.
 """
 
@@ -29,7 +29,10 @@ MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 KEPT_HUGE = set()
 # Kept files hold their pages while the other kinds of testpmd run: the matrix's four prefixes
 # at 512 MiB each, pvswitchd's own EAL and a margin.
-HUGEPAGES_WANTED = 1536
+HUGEPAGES_WANTED = 1792
+# Open vSwitch with DPDK: Debian's openvswitch-switch-dpdk (scripts/install-bench-peer.sh).
+OVS_VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
+OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 
 
 def _ensure_hugepages():
@@ -180,6 +183,64 @@ def start_ceiling(d):
     return t.close
 
 
+def start_ovs(d, flows=None, nic=False, ports=("a", "b")):
+    """Open vSwitch with DPDK as the switch: its database and daemon in `d`, one bridge of the
+    netdev datapath with a dpdkvhostuser port per name in `ports` (sockets `d`/NAME.sock, OVS the
+    server as pvswitchd is), and with `nic` a net_null0 port named nic. One PMD thread on CPU 1,
+    and every other OVS thread started there too (taskset), so none runs on the generator's CPU.
+    `flows` (ovs-ofctl lines) replace the bridge's NORMAL flow. OVS's defaults otherwise, as a
+    new user has them (EMC on, insertion probability 1%, SMC off). Returns a function that
+    stops it."""
+    env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
+    # OVS runs DPDK --in-memory (no hugepage files to keep between runs, unlike testpmd's).
+    _ensure_hugepages()
+
+    def run(*cmd):
+        r = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
+        return r.stdout
+
+    db = f"unix:{d}/db.sock"
+    run("ovsdb-tool", "create", f"{d}/conf.db", OVS_SCHEMA)
+    run("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
+        f"--unixctl={d}/ovsdb-server.ctl", f"--log-file={d}/ovsdb-server.log", "--detach")
+    vsctl = ["ovs-vsctl", f"--db={db}"]
+    run(*vsctl, "--no-wait", "init")
+    run(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
+        "other_config:pmd-cpu-mask=0x2", "other_config:dpdk-socket-mem=512",
+        "other_config:dpdk-extra=--no-pci")
+
+    def stop():
+        for ctl in ("ovs-vswitchd", "ovsdb-server"):
+            subprocess.run(["ovs-appctl", "-t", f"{d}/{ctl}.ctl", "exit"], env=env, capture_output=True,
+                           timeout=60)
+    try:
+        _setup_ovs(d, run, vsctl, db, flows, nic, ports)
+    except Exception:
+        stop()
+        raise
+    return stop
+
+
+def _setup_ovs(d, run, vsctl, db, flows, nic, ports):
+    run("taskset", "-c", "1", OVS_VSWITCHD, db, f"--pidfile={d}/ovs-vswitchd.pid",
+        f"--unixctl={d}/ovs-vswitchd.ctl", f"--log-file={d}/ovs-vswitchd.log", "--detach")
+    run(*vsctl, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+    for name in ports:
+        run(*vsctl, "add-port", "br0", name, "--", "set", "Interface", name, "type=dpdkvhostuser")
+        os.symlink(f"{d}/{name}", f"{d}/{name}.sock")
+    if nic:
+        run(*vsctl, "add-port", "br0", "nic", "--", "set", "Interface", "nic", "type=dpdk",
+            "options:dpdk-devargs=net_null0")
+    if flows:
+        path = os.path.join(d, "flows.txt")
+        with open(path, "w") as f:
+            f.write("".join(fl + "\n" for fl in flows))
+        run("ovs-ofctl", "del-flows", "br0")
+        run("ovs-ofctl", "add-flows", "br0", path)
+
+
 def flowgen(d, size, ring=None, flows=None):
     """The testpmd "VM" of the VM-to-VM benchmarks: two virtio-user ports on CPU 0 in flowgen
     mode. DPDK 22.11's flowgen sends every frame from 00:01:02:03:04:00 to 00:01:02:03:04:01
@@ -201,15 +262,25 @@ def flowgen(d, size, ring=None, flows=None):
     )
 
 
+def start_switch(kind, d, extra="", binary=None, switch_extra="", ovs_flows=None):
+    """Ports a and b (sockets in `d`) through `kind`: "pvswitch" (`extra` at the top of its
+    configuration), "ovs" (`ovs_flows`, or NORMAL) or "ceiling". Returns a function that stops
+    it."""
+    if kind == "pvswitch":
+        return start_pvswitch(d, extra, binary, switch_extra)
+    if kind == "ovs":
+        return start_ovs(d, ovs_flows)
+    return start_ceiling(d)
+
+
 def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra="", ring=None,
-            flows=None):
-    """Forwarded packets per second through `kind` ("pvswitch" or "ceiling") of the flowgen
-    generator's traffic; `extra` goes at the top of pvswitchd's configuration file, `binary`
-    replaces target/release/pvswitchd, `ring` and `flows` go to flowgen(), and `during(dir)`
-    runs (in a thread) while the window is measured."""
+            flows=None, ovs_flows=None):
+    """Forwarded packets per second through `kind` ("pvswitch", "ovs" or "ceiling") of the
+    flowgen generator's traffic; `extra` goes at the top of pvswitchd's configuration file,
+    `ovs_flows` to OVS, `binary` replaces target/release/pvswitchd, `ring` and `flows` go to
+    flowgen(), and `during(dir)` runs (in a thread) while the window is measured."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
-    stop = (lambda d: start_pvswitch(d, extra, binary, switch_extra)) if kind == "pvswitch" else start_ceiling
-    stop = stop(d)
+    stop = start_switch(kind, d, extra, binary, switch_extra, ovs_flows)
     try:
         gen = flowgen(d, size, ring, flows)
         try:
@@ -236,7 +307,7 @@ def measure_unicast(kind, size, seconds, ring=256, extra="", binary=None):
     """Forwarded packets per second through `kind` of pvsgen's learned unicast: VM a sends to
     b and b to a, each from its own MAC (announced first), on CPU 0."""
     d = tempfile.mkdtemp(prefix="pvs-bench-uc-")
-    stop = start_pvswitch(d, extra, binary) if kind == "pvswitch" else start_ceiling(d)
+    stop = start_switch(kind, d, extra, binary)
     try:
         out = os.path.join(d, "gen.json")
         cmd = [PVSGEN, "--cpus", "0", "--seconds", str(seconds), "--qsize", str(ring), "--quiet", "--json", out,
@@ -251,7 +322,8 @@ def measure_unicast(kind, size, seconds, ring=256, extra="", binary=None):
         stop()
 
 
-NIC_FLOWS = 'flows = ["in_port=nic,actions=output:vm", "in_port=vm,actions=output:nic"]\n'
+NIC_FLOW_LIST = ["in_port=nic,actions=output:vm", "in_port=vm,actions=output:nic"]
+NIC_FLOWS = "flows = [" + ", ".join(f'"{f}"' for f in NIC_FLOW_LIST) + "]\n"
 
 
 def measure_nic(kind, seconds, warmup=2.0, binary=None):
@@ -264,6 +336,8 @@ def measure_nic(kind, seconds, warmup=2.0, binary=None):
         with open(conf, "a") as f:
             f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0"\n')
         stop = start_pvswitchd(d, conf, binary)
+    elif kind == "ovs":
+        stop = start_ovs(d, NIC_FLOW_LIST, nic=True, ports=("vm",))
     else:
         t = Testpmd(
             "benchnicvh",
@@ -301,7 +375,13 @@ def _ip(i, base):
 
 
 def exact_flows(n_extra):
-    """1,000 flows that carry the traffic, `n_extra` that never match, and the drop default."""
+    """1,000 flows that carry the traffic, `n_extra` that never match, and the drop default, as
+    pvswitchd's configuration has them."""
+    return "flows = [\n" + "".join(f'  "{f}",\n' for f in exact_flow_list(n_extra)) + "]\n"
+
+
+def exact_flow_list(n_extra):
+    """The flows of `exact_flows`, one string each (ovs-ofctl syntax, which pvswitchd's is)."""
     out = []
     for port, peer in (("a", "b"), ("b", "a")):
         out += [f"priority=10,in_port={port},ip,nw_dst={_ip(i, 253)},actions=output:{peer}"
@@ -310,25 +390,26 @@ def exact_flows(n_extra):
         port, peer = ("a", "b") if i % 2 == 0 else ("b", "a")
         out.append(f"priority=10,in_port={port},ip,nw_dst={_ip(i // 2, 252)},actions=output:{peer}")
     out.append("priority=0,actions=drop")
-    return "flows = [\n" + "".join(f'  "{f}",\n' for f in out) + "]\n"
+    return out
 
 
 def measure_cell(cell, kind, size, ring, seconds, binary=None):
-    """One run of a tools/bench_matrix.py cell through `kind` ("pvswitch" or "ceiling"): its
-    forwarded frames per second (`binary`: another pvswitchd, for A/B runs)."""
+    """One run of a tools/bench_matrix.py cell through `kind` ("pvswitch", "ovs" or "ceiling"):
+    its forwarded frames per second (`binary`: another pvswitchd, for A/B runs). Both switches
+    get the same flows."""
     if cell == "nic":
         return measure_nic(kind, seconds, binary=binary)
     if cell == "learned":
         return measure_unicast(kind, size, seconds, ring=ring, binary=binary)
-    extra, flows = "", None
+    table, flows = [], None
     if cell == "in_port":
-        extra = 'flows = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]\n'
+        table = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]
     elif cell == "flows1k":
-        extra, flows = exact_flows(0), FLOWGEN_FLOWS
+        table, flows = exact_flow_list(0), FLOWGEN_FLOWS
     elif cell == "flows10k":
-        extra, flows = exact_flows(9000), FLOWGEN_FLOWS
-    return measure(kind, size, seconds, extra=extra if kind == "pvswitch" else "", ring=ring, flows=flows,
-                   binary=binary)
+        table, flows = exact_flow_list(9000), FLOWGEN_FLOWS
+    extra = ("flows = [\n" + "".join(f'  "{f}",\n' for f in table) + "]\n") if table and kind == "pvswitch" else ""
+    return measure(kind, size, seconds, extra=extra, ring=ring, flows=flows, binary=binary, ovs_flows=table or None)
 
 
 def emit(table, out=None):

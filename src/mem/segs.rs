@@ -129,7 +129,7 @@ impl Segs {
     #[inline(always)]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
         if let Some(p) = self.contiguous(off, out.len()) {
-            // SAFETY: as below, for one piece inside one segment.
+            // SAFETY: as in `read_spans`, for one piece inside one segment.
             unsafe { copy_bytes(p, out.as_mut_ptr(), out.len()) };
             return out.len();
         }
@@ -151,7 +151,7 @@ impl Segs {
     #[inline(always)]
     pub fn write_at(&self, off: u32, src: &[u8]) -> usize {
         if let Some(p) = self.contiguous(off, src.len()) {
-            // SAFETY: as below, for one piece inside one segment.
+            // SAFETY: as in `write_spans`, for one piece inside one segment.
             unsafe { copy_bytes(src.as_ptr(), p, src.len()) };
             return src.len();
         }
@@ -161,7 +161,7 @@ impl Segs {
     /// [`Segs::write_at`] across segments.
     #[inline(never)]
     fn write_spans(&self, off: u32, src: &[u8]) -> usize {
-        // SAFETY: as in `read_at`, in the other direction.
+        // SAFETY: as in `read_spans`, in the other direction.
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
@@ -214,7 +214,7 @@ impl Segs {
     #[inline(always)]
     pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
         if let (Some(d), Some(s)) = (self.contiguous(dst_off, len as usize), src.contiguous(src_off, len as usize)) {
-            // SAFETY: as below, for one piece inside one segment of each.
+            // SAFETY: as in `copy_spans`, for one piece inside one segment of each.
             unsafe { copy_bytes(s, d, len as usize) };
             return len;
         }

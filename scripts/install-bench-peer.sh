@@ -4,7 +4,7 @@
 # Only the benchmark needs it, so the test suite does not install it. Idempotent.
 #
 # The package's service is not started: policy-rc.d refuses it for the length of the install
-# (a system ovs-vswitchd would take CPU from the benchmarks). tools/bench_peer.py runs its own
+# (a system ovs-vswitchd would take CPU from the benchmarks), and its units are disabled. tools/bench_peer.py runs its own
 # ovsdb-server and ovs-vswitchd-dpdk in a scratch directory per run and stops them after.
 set -euo pipefail
 
@@ -18,6 +18,8 @@ if ! dpkg -s openvswitch-switch-dpdk >/dev/null 2>&1; then
   trap 'rm -f "$policy"' EXIT
   apt-get update -q
   apt-get install -y -q --no-install-recommends openvswitch-switch-dpdk
+  # Nor at the next boot, on a host where systemd runs (the units were enabled by the install).
+  systemctl disable openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service >/dev/null 2>&1 || true
 fi
 test -x /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
 /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk --version | head -2

@@ -38,9 +38,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import alternating_pair, emit, measure_cell  # noqa: E402
+from pvsbench import CELLS, alternating_pair, cell_keys, emit, measure_cell  # noqa: E402
 
-CELLS = ["learned", "flood", "in_port", "flows1k", "flows10k", "nic"]
 
 
 def main():
@@ -53,16 +52,7 @@ def main():
     ap.add_argument("--cells", default=",".join(CELLS))
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
-    cells = a.cells.split(",")
-    for c in cells:
-        if c not in CELLS:
-            sys.exit(f"unknown cell {c!r}; cells: {', '.join(CELLS)}")
-    keys = []
-    for s in (int(x) for x in a.sizes.split(",")):
-        for ring in (int(x) for x in a.rings.split(",")):
-            keys += [(c, s, ring) for c in cells if c != "nic"]
-    if "nic" in cells:
-        keys.append(("nic", 64, 256))
+    keys = cell_keys(a.cells, a.sizes, a.rings)
     rows = {k: [] for k in keys}
     started = time.strftime("%Y-%m-%d %H:%M")
     for rep in range(max(a.reps, a.reps_1518)):

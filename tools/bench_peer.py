@@ -22,9 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import OVS_VSWITCHD, emit, line_ns, measure_cell, phase_of  # noqa: E402
+from pvsbench import CELLS, OVS_VSWITCHD, cell_keys, emit, line_ns, measure_cell, phase_of  # noqa: E402
 
-CELLS = ["learned", "flood", "in_port", "flows1k", "flows10k", "nic"]
 KINDS = ["pvswitch", "ovs", "ceiling"]
 
 
@@ -39,16 +38,7 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(OVS_VSWITCHD):
         sys.exit(f"no {OVS_VSWITCHD}: run scripts/install-bench-peer.sh")
-    cells = a.cells.split(",")
-    for c in cells:
-        if c not in CELLS:
-            sys.exit(f"unknown cell {c!r}; cells: {', '.join(CELLS)}")
-    keys = []
-    for s in (int(x) for x in a.sizes.split(",")):
-        for ring in (int(x) for x in a.rings.split(",")):
-            keys += [(c, s, ring) for c in cells if c != "nic"]
-    if "nic" in cells:
-        keys.append(("nic", 64, 256))
+    keys = cell_keys(a.cells, a.sizes, a.rings)
     rows = {k: [] for k in keys}
     started = time.strftime("%Y-%m-%d %H:%M")
     for rep in range(a.reps):

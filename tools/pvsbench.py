@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -368,6 +369,26 @@ def measure_nic(kind, seconds, warmup=2.0, binary=None):
 
 
 FLOWGEN_FLOWS = 500  # destination IPs per port in the flows cells of tools/bench_matrix.py
+
+# The cells of tools/bench_matrix.py and tools/bench_peer.py (see bench_matrix's docstring).
+CELLS = ["learned", "flood", "in_port", "flows1k", "flows10k", "nic"]
+
+
+def cell_keys(cells, sizes, rings):
+    """The (cell, frame size, ring) runs the comma-separated `cells`, `sizes` and `rings` ask
+    for, in the order they run: every VM-to-VM cell at each size and ring, then nic once (64 B;
+    its ring is the VM's default). Exits with the list of cells on an unknown one."""
+    cells = cells.split(",")
+    for c in cells:
+        if c not in CELLS:
+            sys.exit(f"unknown cell {c!r}; cells: {', '.join(CELLS)}")
+    keys = []
+    for s in (int(x) for x in sizes.split(",")):
+        for ring in (int(x) for x in rings.split(",")):
+            keys += [(c, s, ring) for c in cells if c != "nic"]
+    if "nic" in cells:
+        keys.append(("nic", 64, 256))
+    return keys
 
 
 def _ip(i, base):

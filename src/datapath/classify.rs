@@ -10,10 +10,10 @@
 use super::counters::{Drop, bump};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
-use super::{Env, Frame, Out, PENDING, REPEAT, UNCLASSIFIED};
+use super::frame::{FRONT, FRONT_MAX, Frame};
+use super::{Env, Out, PENDING, REPEAT, UNCLASSIFIED};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
-use crate::mem::Segs;
 use crate::port::Port;
 use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
 use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
@@ -77,8 +77,7 @@ impl Admit<'_> {
     /// what was negotiated. False if it is dropped (`f.out` says why).
     #[inline(always)]
     fn frame(&self, env: &Env, f: &mut Frame) -> bool {
-        f.data_off = self.hdr_len;
-        f.len = f.segs.len().saturating_sub(self.hdr_len);
+        f.place(self.hdr_len);
         f.out = Out::Nowhere;
         f.flow = UNCLASSIFIED;
         f.off = Offload::NONE;
@@ -86,6 +85,9 @@ impl Admit<'_> {
             f.out = Out::Drop(Drop::Runt);
             return false;
         }
+        // Every decision from here on reads the switch's copy of the frame's front, and every
+        // destination gets that copy (`frame`): a sender rewriting its buffer cannot change
+        // what was decided on. A frame asking for offloads takes its longer front there.
         // A guest's frames (a NIC's have no header): the header must ask only for what the
         // sender negotiated. A sender that negotiated no offload must leave its header zero
         // (the virtio spec's rules for transmission), and its header is not read at all: as
@@ -95,6 +97,7 @@ impl Admit<'_> {
         if self.offloads {
             return self.offloaded(env, f);
         }
+        f.take_front(FRONT);
         if f.len > self.max_frame {
             f.out = Out::Drop(Drop::Mtu);
             return false;
@@ -105,7 +108,7 @@ impl Admit<'_> {
     /// [`Admit::frame`]'s checks of a frame whose sender negotiated offloads.
     #[inline(never)]
     fn offloaded(&self, env: &Env, f: &mut Frame) -> bool {
-        match offload(f, self.hdr_len, self.sender) {
+        match offload(f, self.sender) {
             Ok(o) => f.off = o,
             Err(e) => {
                 f.out = Out::Drop(e.into());
@@ -131,7 +134,7 @@ impl Admit<'_> {
 /// NORMAL, with no flow table: only the two addresses are read, straight into registers.
 #[inline(always)]
 fn classify_normal(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame) {
-    let Some(addrs) = f.segs.read_array::<12>(f.data_off) else {
+    let Some(addrs) = f.front_at::<12>(0) else {
         f.out = Out::Drop(Drop::Runt);
         return;
     };
@@ -153,9 +156,8 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
         f.out = out;
         return;
     }
-    // The two addresses are all that is read (for port security, and NORMAL), straight into
-    // registers.
-    let Some(addrs) = f.segs.read_array::<12>(f.data_off) else {
+    // The two addresses are all that is read (for port security, and NORMAL).
+    let Some(addrs) = f.front_at::<12>(0) else {
         f.out = Out::Drop(Drop::Runt);
         return;
     };
@@ -191,15 +193,15 @@ fn extract_key(
     depth: Depth,
 ) {
     // Only as much of the frame as the table's fields need.
-    let head =
-        Head { segs: &f.segs, off: f.data_off, len: if depth == Depth::L2 { 18 } else { 64 }.min(f.len as usize) };
+    let front = f.front();
+    let head = &front[..if depth == Depth::L2 { 18 } else { 64 }.min(front.len())];
     // At least the 14-byte header: shorter frames were dropped as runts. The source is read
     // here only for port security.
     if !policy.allows_any() && !head.at::<6>(6).is_some_and(|src| policy.allows(&MacAddr(src))) {
         f.out = Out::Drop(Drop::PortSecurity);
         return;
     }
-    let key = FlowKey::extract_under(in_port, &head, scope, depth);
+    let key = FlowKey::extract_under(in_port, head, scope, depth);
     // A repeat of the previous pending frame's key (under the table's scope, the common case
     // in a burst) takes that frame's flow (`REPEAT`); any other key's cache entry starts
     // loading now, while the rest of the burst is read, for `lookup_flows`.
@@ -212,31 +214,6 @@ fn extract_key(
     recent.key = Some(key);
     f.key = key;
     f.flow = PENDING;
-}
-
-/// A frame's first `len` bytes as the flow key reads them: a field at a time, straight from
-/// the sender's buffer when the field lies in its first segment (`Segs::read_array`), never
-/// through a copy of the whole header.
-struct Head<'a> {
-    segs: &'a Segs,
-    /// Where the Ethernet frame starts in `segs`.
-    off: u32,
-    len: usize,
-}
-
-impl FrameBytes for Head<'_> {
-    #[inline(always)]
-    fn size(&self) -> usize {
-        self.len
-    }
-
-    #[inline(always)]
-    fn at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        if off.checked_add(N)? > self.len {
-            return None;
-        }
-        self.segs.read_array::<N>(self.off + off as u32)
-    }
 }
 
 /// The second pass over a burst with a flow table: each frame [`classify_burst`] left pending
@@ -267,7 +244,7 @@ fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> O
         return Out::Drop(Drop::NoMatch);
     }
     match env.flows.verdict(i) {
-        Verdict::Normal => match f.segs.read_array::<12>(f.data_off) {
+        Verdict::Normal => match f.front_at::<12>(0) {
             Some(addrs) => normal_in_burst(env, recent, in_port, &addrs),
             None => Out::Drop(Drop::Runt),
         },
@@ -293,16 +270,23 @@ impl Recent {
 
 /// The offload a frame's virtio-net header asks for, checked against the frame and what its
 /// sender negotiated. A header asking for nothing (flags and gso_type zero) costs one read.
+/// Either way the frame's front is taken: the headers an offload asks for, up to TSO's
+/// longest, so segments are built from the headers checked here.
 #[inline]
-fn offload(f: &Frame, hdr_len: u32, sender: &Negotiated) -> Result<Offload, OffloadError> {
-    let Some(h) = f.segs.read_array::<{ virtio_net::HDR_LEN_LEGACY }>(0) else { return Ok(Offload::NONE) };
-    if h[0] == 0 && h[1] == 0 {
+fn offload(f: &mut Frame, sender: &Negotiated) -> Result<Offload, OffloadError> {
+    let h = f.sender_header::<{ virtio_net::HDR_LEN_LEGACY }>();
+    let Some(h) = h.filter(|h| h[0] != 0 || h[1] != 0) else {
+        f.take_front(FRONT);
         return Ok(Offload::NONE);
-    }
+    };
+    f.take_front(FRONT_MAX);
     let h = VirtioNetHdr::parse(&h).map_err(|_| OffloadError::GsoHeaders)?;
-    let mut head = [0u8; gso::MAX_HDR];
-    let n = f.segs.read_at(hdr_len, &mut head[..(f.len as usize).min(gso::MAX_HDR)]);
-    Offload::parse(&h, &head[..n], f.len, sender)
+    let o = Offload::parse(&h, &f.front()[..f.front().len().min(gso::MAX_HDR)], f.len, sender)?;
+    // What a destination that cannot take the offload gets is built from the front alone.
+    match o.tso {
+        Some(t) if t.hdr_len as usize > f.front().len() => Err(OffloadError::GsoHeaders),
+        _ => Ok(o),
+    }
 }
 
 /// What the previous frames of a burst were switched by: the addresses (destination,

@@ -94,7 +94,7 @@ impl Source for GuestTx<'_> {
         let ahead = Ahead::Read(if self.offloads.any() { 0 } else { self.hdr_len });
         for (got, f) in frames[..n].iter_mut().enumerate() {
             self.ring.prefetch_ahead(ahead);
-            match self.ring.pop(&mut f.segs, false) {
+            match self.ring.pop(f.source_mut(), false) {
                 Ok(head) => f.head = head,
                 Err(e) => return (got, Some(e)),
             }
@@ -155,7 +155,7 @@ impl Source for NicQueue<'_> {
     fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
         let got = self.rx.receive(self.nic, self.queue, max.min(frames.len())).unwrap_or(0);
         for (i, f) in frames[..got].iter_mut().enumerate() {
-            f.valid = self.rx.source(i, &mut f.segs);
+            f.valid = self.rx.source(i, f.source_mut());
             f.head = i as u16;
         }
         (got, None)
@@ -175,6 +175,14 @@ impl Source for NicQueue<'_> {
     }
 
     fn broke(&mut self, _: RingError) {}
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: runs between classify and delivery, as a guest's second vCPU rewriting the
+    /// buffers it posted could at that moment.
+    pub(super) static BETWEEN_STAGES: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
@@ -272,7 +280,7 @@ fn visit_source<S: Source>(
             break;
         }
         for f in &frames[..got] {
-            f.segs.prefetch(hdr_len);
+            f.prefetch(hdr_len);
         }
         stages.mark(1);
         recent.new_burst();
@@ -282,6 +290,8 @@ fn visit_source<S: Source>(
             lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);
         }
         stages.mark(3);
+        #[cfg(test)]
+        BETWEEN_STAGES.with_borrow_mut(|f| f.as_mut().map(|f| f()));
         rx.dropped_full = false;
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);
         stages.mark(4);

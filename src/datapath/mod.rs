@@ -5,7 +5,8 @@
 //! one used-index store and at most one interrupt per queue.
 //!
 //! The data path reads in one direction, one stage per file:
-//! `input` (port rx: a visit takes a burst of `Frame`s from its source) -> `classify` (where
+//! `input` (port rx: a visit takes a burst of `Frame`s from its source; `frame` holds a frame's
+//! bytes, the switch's copy of its front among them) -> `classify` (where
 //! each goes) -> `output` (actions, then port tx: `deliver`, `write_frame`; a destination's ring
 //! is completed there, the source's back in `input`).
 //!
@@ -16,6 +17,7 @@
 
 mod classify;
 pub mod counters;
+mod frame;
 pub mod idle;
 mod input;
 pub mod mac_table;
@@ -34,18 +36,17 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use log::error;
 
 use self::counters::{Drop, ThreadStats, bump, cycles};
+use self::frame::Frame;
 use self::idle::Sleeper;
 use self::input::{Rxq, visit};
 use self::mac_table::MacTable;
 use self::nic_io::NicRx;
 use self::output::RxScratch;
 use self::plan::{Mailbox, Plan, PortTable};
+use crate::flow::Emc;
 use crate::flow::table::{FlowTable, NO_MATCH};
-use crate::flow::{Emc, FlowKey};
-use crate::mem::Segs;
 use crate::port::Port;
 use crate::vring::RingError;
-use crate::wire::gso::Offload;
 
 /// What a poll thread is given at start and never changes.
 pub struct Ctx {
@@ -84,47 +85,6 @@ enum Out {
     Flood,
     /// Run flow `.0`'s action list.
     Actions(u32),
-}
-
-/// One frame of a burst, from the source it was taken from to its destinations.
-struct Frame {
-    /// Its descriptor chain's head (a guest's), or its index in the NIC burst.
-    head: u16,
-    segs: Segs,
-    /// Offset of the Ethernet frame in `segs` (the sender's virtio-net header length).
-    data_off: u32,
-    /// Ethernet frame length.
-    len: u32,
-    /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
-    off: Offload,
-    /// The NIC it came from verified its TCP/UDP checksum (guests that negotiated
-    /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
-    valid: bool,
-    out: Out,
-    /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
-    /// there is no flow table, PENDING or REPEAT between classify's two passes.
-    flow: u32,
-    /// From classify's first pass for its second: the frame's flow key under the table's
-    /// scope, and the key's hash (set only for a PENDING frame).
-    key: FlowKey,
-    hash: u64,
-}
-
-impl Default for Frame {
-    fn default() -> Frame {
-        Frame {
-            head: 0,
-            segs: Segs::default(),
-            data_off: 0,
-            len: 0,
-            off: Offload::NONE,
-            valid: false,
-            out: Out::Nowhere,
-            flow: UNCLASSIFIED,
-            key: FlowKey::default(),
-            hash: 0,
-        }
-    }
 }
 
 const UNCLASSIFIED: u32 = NO_MATCH - 1;

@@ -11,6 +11,7 @@ pub use stub::*;
 #[cfg(feature = "dpdk")]
 mod imp {
     use super::super::counters::{Drop, PortCounters, ThreadStats, bump};
+    use super::super::frame::Frame;
     use super::super::plan::PortTable;
     use crate::mem::Segs;
     use crate::port::dpdk::{self, MbufBurst};
@@ -81,18 +82,18 @@ mod imp {
     }
 
     impl TxBatches {
-        /// Copies a frame (`prefix`, then `len` bytes of `src` from `off`, then `patch`'s value
+        /// Copies a frame (`prefix`, then `len` bytes of frame `src` from `off`, then `patch`'s value
         /// stored at its offset: a checksum completed) into a new mbuf and queues it for NIC
         /// port `id`; a full batch is sent at once.
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        pub fn write(
+        pub(in crate::datapath) fn write(
             &mut self,
             id: u16,
             nic: &NicPort,
             thread: usize,
             pc: &PortCounters,
-            src: &Segs,
+            src: &Frame,
             off: u32,
             len: u32,
             prefix: &[u8],
@@ -119,13 +120,13 @@ mod imp {
         /// Copies a frame as `write` does, whole, into a chain of mbufs as long as it needs,
         /// and asks the device to finish it as `job` says (segment it, compute its checksums).
         #[allow(clippy::too_many_arguments)]
-        pub fn write_for_device(
+        pub(in crate::datapath) fn write_for_device(
             &mut self,
             id: u16,
             nic: &NicPort,
             thread: usize,
             pc: &PortCounters,
-            src: &Segs,
+            src: &Frame,
             off: u32,
             len: u32,
             prefix: &[u8],
@@ -260,7 +261,9 @@ mod imp {
 #[cfg(not(feature = "dpdk"))]
 mod stub {
     use super::super::counters::{Drop, PortCounters, ThreadStats};
+    use super::super::frame::Frame;
     use super::super::plan::PortTable;
+    use super::super::frame::Frame;
     use crate::mem::Segs;
     use crate::port::nic::NicPort;
 
@@ -286,13 +289,13 @@ mod stub {
 
     impl TxBatches {
         #[allow(clippy::too_many_arguments)]
-        pub fn write(
+        pub(in crate::datapath) fn write(
             &mut self,
             _: u16,
             nic: &NicPort,
             _: usize,
             _: &PortCounters,
-            _: &Segs,
+            _: &Frame,
             _: u32,
             _: u32,
             _: &[u8],
@@ -301,13 +304,13 @@ mod stub {
             match *nic {}
         }
         #[allow(clippy::too_many_arguments)]
-        pub fn write_for_device(
+        pub(in crate::datapath) fn write_for_device(
             &mut self,
             _: u16,
             nic: &NicPort,
             _: usize,
             _: &PortCounters,
-            _: &Segs,
+            _: &Frame,
             _: u32,
             _: u32,
             _: &[u8],

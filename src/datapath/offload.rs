@@ -4,7 +4,7 @@
 //! the sender's buffers straight into the receiver's, as for any frame. The wire formats are
 //! `wire::gso`'s; here they meet a frame in guest memory.
 
-use super::Frame;
+use super::frame::Frame;
 use crate::wire::gso::{self, DeviceJob, MAX_HDR, Tso};
 
 /// What a NIC with TX offloads must be told to finish frame `f` itself, as sent with `prefix`
@@ -13,7 +13,7 @@ pub(super) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJo
     let mut head = [0u8; MAX_HDR + 8];
     head.get_mut(..prefix.len())?.copy_from_slice(prefix);
     let want = (f.len.saturating_sub(skip) as usize).min(head.len() - prefix.len());
-    let got = f.segs.read_at(f.data_off + skip, &mut head[prefix.len()..prefix.len() + want]);
+    let got = f.read_at(skip, &mut head[prefix.len()..prefix.len() + want]);
     let off = f.off.shifted(prefix.len() as i32 - skip as i32);
     DeviceJob::new(&head[..prefix.len() + got], &off)
 }
@@ -23,7 +23,7 @@ pub(super) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJo
 pub(super) fn checksum(f: &Frame) -> Option<(u32, u16)> {
     let (start, field) = f.off.csum?;
     let (start, field) = (start as u32, field as u32);
-    let sum = f.segs.sum(f.data_off + start, f.len - start);
+    let sum = f.sum(start, f.len - start);
     Some((start + field, gso::final_value(sum.fold())))
 }
 
@@ -62,7 +62,7 @@ impl Segments {
         }
         hdrs[..prefix.len()].copy_from_slice(prefix);
         let rest = t0.hdr_len as u32 - skip;
-        let got = f.segs.read_at(f.data_off + skip, &mut hdrs[prefix.len()..prefix.len() + rest as usize]);
+        let got = f.read_at(skip, &mut hdrs[prefix.len()..prefix.len() + rest as usize]);
         if got < rest as usize {
             return None;
         }
@@ -91,7 +91,7 @@ impl Segments {
         };
         gso::segment_headers(&self.hdrs, &self.t, i, self.count, off, len, &mut s.hdrs);
         if full {
-            let payload = f.segs.sum(f.data_off + s.skip, len);
+            let payload = f.sum(s.skip, len);
             gso::finish_tcp_checksum(&mut s.hdrs, &self.t, payload);
         }
         Some(s)

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use super::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
 use super::nic_io::TxBatches;
 use super::offload::{self, Segments};
-use super::{Ctx, Env, Frame, Out, ring_broke};
+use super::frame::Frame;
+use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;
 use crate::port::{Port, PortKind};
@@ -129,18 +130,8 @@ impl<'a> Open<'a> {
             (None, Some(nic)) if nic.takes().takes(&off) && nic.segments_fit(&off) => {
                 // A NIC with the offloads: handed whole, for the device to finish.
                 if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
-                    let (at, len) = (f.data_off + e.skip, e.body_len(f));
-                    rx.nic_tx.write_for_device(
-                        self.port.id,
-                        nic,
-                        self.cx.index,
-                        pc,
-                        &f.segs,
-                        at,
-                        len,
-                        e.prefix,
-                        &job,
-                    )?;
+                    let len = e.body_len(f);
+                    rx.nic_tx.write_for_device(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, &job)?;
                     bump(&pc.hw_offloaded, 1);
                     return Ok(());
                 }
@@ -195,11 +186,8 @@ impl<'a> Open<'a> {
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             let nic = self.port.nic().ok_or(Drop::PortDown)?;
             let pc = &self.cx.stats.ports[self.port.id as usize];
-            let (off, len) = (f.data_off + e.skip, e.body_len(f));
-            return rx
-                .nic_tx
-                .write(self.port.id, nic, self.cx.index, pc, &f.segs, off, len, e.prefix, patch)
-                .map(|_| ());
+            let len = e.body_len(f);
+            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, patch).map(|_| ());
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
@@ -398,7 +386,7 @@ fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
 fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) {
     const MAX: usize = ethernet::MAX_EMIT_LEN + 2;
     let mut raw = [0u8; MAX];
-    let n = f.segs.read_at(f.data_off, &mut raw[..(f.len as usize).min(MAX)]);
+    let n = f.read_at(0, &mut raw);
     let Ok((hdr, covered)) = EthernetRepr::parse(&raw[..n]) else { return };
     execute(env.flows.actions(fi), &hdr, |emit, h| {
         let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
@@ -501,7 +489,7 @@ fn write_frame(
     rx: &mut RxScratch,
 ) -> Result<(), WriteError> {
     let pre = e.prefix.len() as u32;
-    let (body_off, body_len) = (f.data_off + e.skip, e.body_len(f));
+    let (body_off, body_len) = (e.skip, e.body_len(f));
     let need = hdr_len + pre + body_len;
     if ring.avail()? == 0 {
         return Err(WriteError::Drop(Drop::RxRingFull));
@@ -523,7 +511,7 @@ fn write_frame(
         ring.push_used(head, 0);
         return Err(WriteError::Drop(Drop::RxBufferTooSmall));
     }
-    rx.first.copy_from(hdr_len + pre, &f.segs, body_off, copied);
+    f.copy_to(&rx.first, hdr_len + pre, body_off, copied);
     if let Some((at, v)) = patch {
         rx.first.write_at(hdr_len + at, &v.to_be_bytes());
     }
@@ -542,7 +530,7 @@ fn write_frame(
         }
         let h = ring.pop(&mut rx.more, true)?;
         let c = rx.more.len().min(body_len - copied);
-        rx.more.copy_from(0, &f.segs, body_off + copied, c);
+        f.copy_to(&rx.more, 0, body_off + copied, c);
         ring.push_used(h, c);
         copied += c;
         nbufs += 1;

@@ -165,10 +165,10 @@ impl Segs {
         self.spans(off, src.len(), |p, done, n| unsafe { copy_bytes(src.as_ptr().add(done), p, n) })
     }
 
-    /// The Internet checksum sum of the `len` bytes at `off` (fewer if the chain is short): read
-    /// through a local buffer, never as a slice of guest memory (a software offload's pass).
-    pub fn sum(&self, off: u32, len: u32) -> crate::wire::checksum::Sum {
-        let mut s = crate::wire::checksum::Sum::new();
+    /// Adds the `len` bytes at `off` (fewer if the chain is short) to the Internet checksum sum
+    /// `s`, as if they followed what it holds: read through a local buffer, never as a slice of
+    /// guest memory (a software offload's pass).
+    pub fn add_to_sum(&self, s: &mut crate::wire::checksum::Sum, off: u32, len: u32) {
         let mut buf = [0u8; 512];
         let (mut at, end) = (off, off.saturating_add(len));
         while at < end {
@@ -180,7 +180,6 @@ impl Segs {
             }
             at += n as u32;
         }
-        s
     }
 
     /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small

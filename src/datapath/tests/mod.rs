@@ -8,6 +8,7 @@ mod attacks;
 mod flows;
 mod harness;
 mod offloads;
+mod rewrites;
 mod switching;
 
 pub(crate) use harness::*;

@@ -1,0 +1,176 @@
+//! One frame of a burst, from its source to its destinations: where the sender's bytes are, the
+//! switch's own copy of its first bytes (its *front*), and what classify decided.
+//!
+//! **Classify what is delivered.** A guest's buffers are shared with a guest that may rewrite
+//! them at any moment, from another vCPU. So the frame's front (its first [`FRONT`] bytes, or up
+//! to [`FRONT_MAX`] for a frame whose offload headers must be checked) is copied out of the
+//! sender's buffer once, when classify starts, and from then on every decision reads the copy
+//! (port security, NORMAL's addresses, flow fields, VLAN tags, offload headers) and every
+//! destination receives the copy followed by the rest of the sender's buffer. A byte a policy
+//! read is the byte delivered; a sender that rewrites its buffer later changes only bytes no
+//! decision read (its own payload). The sender's buffers are private to this module: no other
+//! stage can read a frame's bytes except through [`Frame::read_at`], [`Frame::copy_to`] and
+//! [`Frame::sum`], which take the front from the copy.
+
+use super::Out;
+use crate::flow::FlowKey;
+use crate::mem::Segs;
+use crate::wire::checksum::Sum;
+use crate::wire::gso::{self, Offload};
+
+/// Bytes of a frame copied into the switch before classify reads any: one cache line, as deep
+/// as flows read (`flow::Depth::L4` reads 64), and more than a rewritten Ethernet header takes.
+pub const FRONT: usize = 64;
+/// The front of a frame asking for offloads: its headers, up to TSO's longest.
+pub const FRONT_MAX: usize = gso::MAX_HDR.next_multiple_of(16);
+
+/// One frame of a burst, from the source it was taken from to its destinations.
+pub(super) struct Frame {
+    /// Its descriptor chain's head (a guest's), or its index in the NIC burst.
+    pub head: u16,
+    /// The sender's buffers: only this module reads them (see the module's comment).
+    segs: Segs,
+    /// Offset of the Ethernet frame in `segs` (the sender's virtio-net header length).
+    pub data_off: u32,
+    /// Ethernet frame length.
+    pub len: u32,
+    /// How many of the frame's first bytes `front` holds.
+    front_len: u32,
+    /// What the sender's virtio-net header asked for (checksum, segmentation), checked.
+    pub off: Offload,
+    /// The NIC it came from verified its TCP/UDP checksum (guests that negotiated
+    /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
+    pub valid: bool,
+    pub out: Out,
+    /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
+    /// there is no flow table, PENDING or REPEAT between classify's two passes.
+    pub flow: u32,
+    /// From classify's first pass for its second: the frame's flow key under the table's
+    /// scope, and the key's hash (set only for a PENDING frame).
+    pub key: FlowKey,
+    pub hash: u64,
+    /// The switch's copy of the frame's first `front_len` bytes.
+    front: [u8; FRONT_MAX],
+}
+
+impl Default for Frame {
+    fn default() -> Frame {
+        Frame {
+            head: 0,
+            segs: Segs::default(),
+            data_off: 0,
+            len: 0,
+            front_len: 0,
+            off: Offload::NONE,
+            valid: false,
+            out: Out::Nowhere,
+            flow: super::UNCLASSIFIED,
+            key: FlowKey::default(),
+            hash: 0,
+            front: [0; FRONT_MAX],
+        }
+    }
+}
+
+impl Frame {
+    /// Where port rx puts the sender's buffers (a popped chain, or a NIC's mbuf).
+    #[inline(always)]
+    pub fn source_mut(&mut self) -> &mut Segs {
+        &mut self.segs
+    }
+
+    /// Places the Ethernet frame after the sender's `hdr_len`-byte virtio-net header, and
+    /// forgets the previous front.
+    #[inline(always)]
+    pub fn place(&mut self, hdr_len: u32) {
+        self.data_off = hdr_len;
+        self.len = self.segs.len().saturating_sub(hdr_len);
+        self.front_len = 0;
+    }
+
+    /// Starts loading the sender's line at `off` (where the front will be copied from).
+    #[inline(always)]
+    pub fn prefetch(&self, off: u32) {
+        self.segs.prefetch(off);
+    }
+
+    /// The sender's virtio-net header's first `N` bytes (read once by classify into a local).
+    #[inline]
+    pub fn sender_header<const N: usize>(&self) -> Option<[u8; N]> {
+        self.segs.read_array::<N>(0)
+    }
+
+    /// Copies the frame's first `min(len, want)` bytes (`want` at most [`FRONT_MAX`]) from the
+    /// sender into the front: from here on, every decision reads them from the copy.
+    #[inline(always)]
+    pub fn take_front(&mut self, want: usize) {
+        let n = (self.len as usize).min(want);
+        self.front_len = self.segs.read_at(self.data_off, &mut self.front[..n]) as u32;
+    }
+
+    /// The front: the frame's first bytes as the switch holds them.
+    #[inline(always)]
+    pub fn front(&self) -> &[u8] {
+        &self.front[..self.front_len as usize]
+    }
+
+    /// The `N` bytes at `off` of the front, if it holds them.
+    #[inline(always)]
+    pub fn front_at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        self.front().get(off..off.checked_add(N)?).map(|s| s.try_into().unwrap())
+    }
+
+    /// Copies `n` bytes of the frame from offset `off` into `dst` at `dst_off`: those in the
+    /// front from the switch's copy, the rest from the sender's buffers. Returns bytes copied.
+    #[inline(always)]
+    pub fn copy_to(&self, dst: &Segs, dst_off: u32, off: u32, n: u32) -> u32 {
+        let mut done = 0;
+        if off < self.front_len {
+            let k = (self.front_len - off).min(n);
+            done = dst.write_at(dst_off, &self.front[off as usize..(off + k) as usize]) as u32;
+            if done < k {
+                return done;
+            }
+        }
+        if done < n {
+            done += dst.copy_from(dst_off + done, &self.segs, self.data_off + off + done, n - done);
+        }
+        done
+    }
+
+    /// Reads the frame's bytes from `off` into `out` as [`Frame::copy_to`] takes them; returns
+    /// how many (fewer if the frame is shorter).
+    #[inline]
+    pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        if off < self.front_len {
+            let k = ((self.front_len - off) as usize).min(out.len());
+            out[..k].copy_from_slice(&self.front[off as usize..off as usize + k]);
+            done = k;
+        }
+        if done < out.len() {
+            let end = (self.len.saturating_sub(off) as usize).min(out.len());
+            if done < end {
+                done += self.segs.read_at(self.data_off + off + done as u32, &mut out[done..end]);
+            }
+        }
+        done
+    }
+
+    /// The Internet checksum sum of the frame's `len` bytes at `off`, over the bytes
+    /// [`Frame::copy_to`] delivers.
+    pub fn sum(&self, off: u32, len: u32) -> Sum {
+        let mut s = Sum::new();
+        let end = off.saturating_add(len).min(self.len);
+        let mut at = off;
+        if at < self.front_len {
+            let k = self.front_len.min(end);
+            s.add_bytes(&self.front[at as usize..k as usize]);
+            at = k;
+        }
+        if at < end {
+            self.segs.add_to_sum(&mut s, self.data_off + at, end - at);
+        }
+        s
+    }
+}

@@ -293,6 +293,7 @@ fn visit_source<S: Source>(
         #[cfg(test)]
         BETWEEN_STAGES.with_borrow_mut(|f| f.as_mut().map(|f| f()));
         rx.dropped_full = false;
+        rx.segment_room = budget.burst_limit();
         let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);
         stages.mark(4);
         if consumed < got {
@@ -327,8 +328,10 @@ fn visit_source<S: Source>(
         stages.done(S::CAN_WAIT, got); // the sources that can wait are the guests
         // The budget charges work, not frames alone: a frame's first three descriptors (its
         // chain and the receive buffer) are part of its cost, more count one in three.
+        // Segments made in software count as the frames they are.
         let walked = src.walked() + std::mem::take(&mut rx.walked);
-        budget.charge((consumed as u32).max(walked / 3), bytes);
+        let segments = std::mem::take(&mut rx.extra_segments);
+        budget.charge((consumed as u32).max(walked / 3) + segments, bytes);
         total += consumed as u32;
         total_bytes += bytes;
         if let Some(e) = err {

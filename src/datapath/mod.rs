@@ -158,6 +158,8 @@ impl PollThread {
             .collect();
         self.rx.stalled.clear();
         self.rx.stalled.resize(plan.ports.by_id.len(), false);
+        self.rx.too_small.clear();
+        self.rx.too_small.resize(plan.ports.by_id.len(), None);
         if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
             self.emc.clear();
         }

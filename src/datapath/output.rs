@@ -64,6 +64,19 @@ pub(super) struct RxScratch {
     pub irqs: Interrupts,
     /// Receive descriptors walked (the visit budget charges them).
     pub walked: u32,
+    /// Ports whose receive buffers could not hold a frame: the guest's avail index then, and the
+    /// frame's length. Frames as long are dropped toward them without walking their buffers
+    /// again until the guest makes more available (its avail index moves), so a ring of buffers too
+    /// small (or too fragmented) for what is sent to it costs its senders one walk, not one
+    /// walk a frame.
+    pub too_small: Vec<Option<(u16, u32)>>,
+    /// Frames produced by software segmentation beyond the frames taken (a TSO frame cut into
+    /// `n` segments for a destination adds `n - 1`): the visit budget charges them.
+    pub extra_segments: u32,
+    /// How many frames the visit's budget has left for this burst: once software
+    /// segmentation has produced that many, the burst's later TSO frames wait in the sender's
+    /// ring for its next visit.
+    pub segment_room: u32,
 }
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -126,7 +139,7 @@ impl<'a> Open<'a> {
         let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
         let pc = &self.cx.stats.ports[self.port.id as usize];
         match (&self.guard, self.port.nic()) {
-            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), None, rx),
+            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), None, rx).map(|_| ()),
             (None, Some(nic)) if nic.takes().takes(&off) && nic.segments_fit(&off) => {
                 // A NIC with the offloads: handed whole, for the device to finish.
                 if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
@@ -144,16 +157,23 @@ impl<'a> Open<'a> {
             let (field, v) = offload::checksum(f).ok_or(Drop::OffloadHeaders)?;
             bump(&pc.sw_checksums, 1);
             let field = (field as i32 + e.prefix.len() as i32 - e.skip as i32) as u32;
-            return self.write_one(f, e, &VirtioNetHdr::PLAIN, Some((field, v)), rx);
+            return self.write_one(f, e, &VirtioNetHdr::PLAIN, Some((field, v)), rx).map(|_| ());
         }
         let mut segs = Segments::new(f, e.prefix, e.skip).ok_or(Drop::OffloadHeaders)?;
+        // Each segment takes at least one receive buffer: more segments than the ring has
+        // entries can never be placed, however long the sender waits.
+        if self.ring_size().is_some_and(|n| segs.count > n as u32) {
+            return Err(Drop::RxBufferTooSmall);
+        }
         // Room for every segment first, so backpressure retries the frame whole.
         if !self.has_room(segs.count) {
             return Err(Drop::RxRingFull);
         }
         bump(&pc.sw_segmented, 1);
+        rx.extra_segments += segs.count - 1;
         // A guest with GUEST_CSUM completes each segment's checksum itself.
         let partial = self.guard.is_some() && takes.csum;
+        let (packets, bytes, mut bufs) = (self.packets, self.bytes, 0u16);
         while let Some(s) = segs.next(f, !partial) {
             let vh = if partial {
                 VirtioNetHdr {
@@ -166,13 +186,38 @@ impl<'a> Open<'a> {
                 VirtioNetHdr::PLAIN
             };
             let shape = Shape { prefix: &s.hdrs[..s.hdr_len as usize], skip: s.skip, take: s.len };
-            self.write_one(f, shape, &vh, None, rx)?;
+            match self.write_one(f, shape, &vh, None, rx) {
+                Ok(n) => bufs += n,
+                Err(why) => {
+                    // A guest gets every segment or none: what was written is taken back
+                    // (nothing is published before the port is closed), so a retry never
+                    // delivers a segment twice.
+                    if let Some(ring) = self.ring() {
+                        ring.unpop(bufs);
+                        ring.unpush(bufs);
+                        (self.packets, self.bytes) = (packets, bytes);
+                    }
+                    return Err(why);
+                }
+            }
         }
         Ok(())
     }
 
+    /// The guest RX queue's ring, if it runs (None for a NIC).
+    fn ring(&mut self) -> Option<&mut ActiveRing> {
+        let Vring { active, broken, .. } = &mut **self.guard.as_mut()?;
+        active.as_mut().filter(|_| broken.is_none())
+    }
+
+    /// How many entries the guest's RX ring has (None for a NIC).
+    fn ring_size(&mut self) -> Option<u16> {
+        self.ring().map(|r| r.size())
+    }
+
     /// Writes one frame: `e`'s bytes after virtio-net header `vh`, with `patch` (an offset in
-    /// the written frame and a 16-bit value) stored over them.
+    /// the written frame and a 16-bit value) stored over them. Returns the receive buffers it
+    /// took (0 for a NIC).
     #[inline]
     fn write_one(
         &mut self,
@@ -181,21 +226,38 @@ impl<'a> Open<'a> {
         vh: &VirtioNetHdr,
         patch: Option<(u32, u16)>,
         rx: &mut RxScratch,
-    ) -> Result<(), Drop> {
+    ) -> Result<u16, Drop> {
         let Some(guard) = self.guard.as_mut() else {
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             let nic = self.port.nic().ok_or(Drop::PortDown)?;
             let pc = &self.cx.stats.ports[self.port.id as usize];
             let len = e.body_len(f);
-            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, patch).map(|_| ());
+            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, patch).map(|_| 0);
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
+        let len = e.body_len(f) + e.prefix.len() as u32;
+        let small = &mut rx.too_small[self.port.id as usize];
+        if let Some((idx, short)) = *small {
+            // Buffers found too small for a frame this long: not walked again until the
+            // guest makes more available.
+            if len >= short && ring.avail_index() == Some(idx) {
+                return Err(Drop::RxBufferTooSmall);
+            }
+            *small = None;
+        }
+        let walked = ring.walked();
         match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, vh, patch, rx) {
-            Ok(()) => {
+            Ok(bufs) => {
                 self.packets += 1;
-                self.bytes += (e.body_len(f) + e.prefix.len() as u32) as u64;
-                Ok(())
+                self.bytes += len as u64;
+                Ok(bufs)
+            }
+            Err(WriteError::Drop(Drop::RxBufferTooSmall)) => {
+                // The walk was the receiver's doing: not charged to the sender's budget.
+                ring.forget_walked(ring.walked() - walked);
+                rx.too_small[self.port.id as usize] = ring.avail_index().map(|idx| (idx, len));
+                Err(Drop::RxBufferTooSmall)
             }
             Err(WriteError::Drop(why)) => Err(why),
             Err(WriteError::Ring(e)) => {
@@ -266,6 +328,13 @@ fn deliver_in_order(
     let mut i = 0;
     while i < frames.len() {
         let f = &frames[i];
+        // Segmenting in software may turn one frame into hundreds: once a burst has produced
+        // as many as the visit's budget has room for, its later TSO frames wait in the
+        // sender's ring for its next visit (the first frame of a burst always goes).
+        if wait && i > 0 && f.off.tso.is_some() && i as u32 + rx.extra_segments >= rx.segment_room {
+            o_close(open, env, rx);
+            return i;
+        }
         match f.out {
             Out::Nowhere | Out::Drop(_) => {}
             Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(Drop::RxRingFull, 1),
@@ -327,7 +396,11 @@ fn deliver_in_order(
                 o_close(open.take(), env, rx);
                 // A run of consecutive flooded frames goes to each port as one batch. Best
                 // effort, as broadcast is: a full or absent port misses the frame.
-                let run = frames[i..].iter().take_while(|f| f.out == Out::Flood).count();
+                // A TSO frame goes alone, so the segment bound above sees each.
+                let run = match f.off.tso {
+                    Some(_) => 1,
+                    None => frames[i..].iter().take_while(|f| f.out == Out::Flood && f.off.tso.is_none()).count(),
+                };
                 for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
@@ -476,6 +549,7 @@ pub const MAX_FRAME_DESCS: u32 = 1024;
 /// Copies one frame into the guest's receive buffers: the virtio-net header (`vh`, with
 /// num_buffers), then the frame, spread over several buffers when MRG_RXBUF allows (num_buffers
 /// says how many); `patch` (frame offset, value) is stored over the copy, in the first buffer.
+/// Returns the buffers it took.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn write_frame(
@@ -487,7 +561,7 @@ fn write_frame(
     vh: &VirtioNetHdr,
     patch: Option<(u32, u16)>,
     rx: &mut RxScratch,
-) -> Result<(), WriteError> {
+) -> Result<u16, WriteError> {
     let pre = e.prefix.len() as u32;
     let (body_off, body_len) = (e.skip, e.body_len(f));
     let need = hdr_len + pre + body_len;
@@ -540,5 +614,5 @@ fn write_frame(
     // frame too); not writing it then keeps the guest's cached copy of that line valid.
     let stored = rx.first.update_at(0, &hdr[..hdr_len as usize]);
     ring.header_written(stored);
-    Ok(())
+    Ok(nbufs)
 }

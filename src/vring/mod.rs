@@ -688,4 +688,16 @@ impl ActiveRing {
     pub fn take_walked(&mut self) -> u32 {
         std::mem::take(&mut self.walked)
     }
+
+    /// Takes `n` descriptors walked off the count (a walk the budget must not charge).
+    #[inline]
+    pub fn forget_walked(&mut self, n: u32) {
+        self.walked = self.walked.saturating_sub(n);
+    }
+
+    /// The guest's avail index as it stands now (read again); None if it jumped past the ring.
+    #[inline]
+    pub fn avail_index(&mut self) -> Option<u16> {
+        self.refresh_avail().map(|_| self.avail_shadow)
+    }
 }

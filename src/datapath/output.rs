@@ -241,10 +241,11 @@ impl<'a> Open<'a> {
         if let Some((idx, short)) = *small {
             // Buffers found too small for a frame this long: not walked again until the
             // guest makes more available.
-            if len >= short && ring.avail_index() == Some(idx) {
+            if ring.avail_index() != Some(idx) {
+                *small = None;
+            } else if len >= short {
                 return Err(Drop::RxBufferTooSmall);
             }
-            *small = None;
         }
         let walked = ring.walked();
         match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, vh, patch, rx) {

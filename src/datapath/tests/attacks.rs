@@ -278,3 +278,42 @@ fn a_guest_cannot_fill_the_mac_table_or_evict_anothers_entry() {
     forwards(&mut b, 2, 1, 100);
     assert!(b.vms[0].recv().is_empty(), "an attacker evicted a bystander's MAC: its unicast flooded");
 }
+
+/// A receiver whose buffers are too small for what is sent to it (MRG_RXBUF buffers of 32
+/// bytes: a 9000-byte frame would take 282 of them, past `MAX_FRAME_BUFS`) costs its senders
+/// one walk of its ring, not one a frame, and that walk is not charged to them: a sender with
+/// half its frames for it still has every frame switched in one visit, and the other half
+/// arrive. Before, each frame walked 256 buffers and the sender paid for all of them.
+#[test]
+fn a_receiver_with_buffers_too_small_costs_its_senders_one_walk() {
+    let d = DRIVER_FEATURES;
+    let cfg = BenchCfg { vms: 3, layout: Layout::packed(256, 16384), ..BenchCfg::default() };
+    let mut b = Bench::with_features(cfg, &[d, d | feature::MRG_RXBUF, d]);
+    b.announce(1);
+    b.announce(2);
+    rx_buffers_of(&mut b, 1, 32);
+    let mut to_vm2 = Vec::new();
+    let mut burst = Vec::new();
+    for i in 0..64 {
+        let to = 1 + i % 2;
+        let f = frame(mac(to), mac(0), 9000, i as u32);
+        if to == 2 {
+            to_vm2.push(f.clone());
+        }
+        burst.push(f);
+    }
+    b.vms[0].guest.send_all(&burst);
+    b.step();
+    assert_eq!(b.vms[0].guest.tx_pending(), 0, "the sender was charged for the receiver's walks");
+    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 32);
+    assert_eq!(b.vms[2].recv(), to_vm2);
+    assert!(b.vms[1].recv().is_empty());
+    // Shorter frames, which its buffers can hold, are still tried, and arrive; one as long as
+    // the first still drops without a walk.
+    let short = frame(mac(1), mac(0), 200, 100);
+    b.vms[0].guest.send_all(&[short.clone(), frame(mac(1), mac(0), 9000, 101)]);
+    b.settle(10);
+    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 33);
+    assert_eq!(b.vms[1].recv(), vec![short]);
+    forwards(&mut b, 2, 0, 100);
+}

@@ -38,6 +38,9 @@ pub const MAX_PORTS: usize = 1024;
 pub const DEFAULT_MAC_LIMIT: u32 = 1024;
 /// Guest memory one port's frontend may map into pvswitchd (`max_guest_memory_mib`): 64 GiB.
 pub const DEFAULT_MAX_GUEST_MEMORY_MIB: u32 = 64 * 1024;
+/// Guest memory address space all ports' frontends together may map into pvswitchd
+/// (`max_total_guest_memory_mib`): 64 TiB, half of x86-64's user address space.
+pub const DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB: u32 = (crate::mem::guest::DEFAULT_MAX_TOTAL_BYTES >> 20) as u32;
 /// Most regions of one memory table (`max_memory_regions`): the most one SET_MEM_TABLE carries
 /// (VHOST_MEMORY_BASELINE_NREGIONS; pvswitchd does not offer CONFIGURE_MEM_SLOTS).
 pub const MAX_MEMORY_REGIONS: u32 = 8;
@@ -105,6 +108,7 @@ struct RawSwitch {
     mac_limit: Option<Spanned<u32>>,
     max_guest_memory_mib: Option<Spanned<u32>>,
     max_memory_regions: Option<Spanned<u32>>,
+    max_total_guest_memory_mib: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -367,6 +371,8 @@ pub struct Config {
     pub core_poll_mode: HashMap<usize, PollMode>,
     /// Adaptive mode: a thread sleeps after this long without frames on any of its queues.
     pub idle_before_sleep_us: u32,
+    /// Address space every guest memory mapping of the process together may take, in MiB.
+    pub max_total_guest_memory_mib: u32,
     pub ports: Vec<PortConfig>,
     pub flows: Vec<FlowSource>,
     pub dpdk: DpdkConfig,
@@ -519,6 +525,13 @@ impl Config {
         let max_guest_memory_mib =
             range(sw.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, DEFAULT_MAX_GUEST_MEMORY_MIB)?;
         let max_memory_regions = range(sw.max_memory_regions, "max_memory_regions", 1, max_regions, max_regions)?;
+        let max_total_guest_memory_mib = range(
+            sw.max_total_guest_memory_mib,
+            "max_total_guest_memory_mib",
+            1,
+            DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB,
+            DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB,
+        )?;
         let rx_retry_us = range(sw.rx_retry_us, "rx_retry_us", 0, 60_000_000, DEFAULT_RX_RETRY_US)?;
         let mode = |s: &Spanned<String>| match s.get_ref().as_str() {
             "busy" => Ok(PollMode::Busy),
@@ -790,6 +803,7 @@ impl Config {
             poll_mode,
             core_poll_mode,
             idle_before_sleep_us,
+            max_total_guest_memory_mib,
             ports,
             flows,
         })

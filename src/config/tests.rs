@@ -55,6 +55,17 @@ mod basics {
         let e = err("[[port]]\nname = \"a\"\n");
         assert!(e.message.contains("missing field"), "{e}");
     }
+
+    #[test]
+    fn total_guest_memory_is_bounded() {
+        let c = Config::parse("t.toml", "[switch]\npoll_cores = [1]\n").unwrap();
+        assert_eq!(c.max_total_guest_memory_mib, 64 << 20);
+        let c = Config::parse("t.toml", "[switch]\nmax_total_guest_memory_mib = 1024\n").unwrap();
+        assert_eq!(c.max_total_guest_memory_mib, 1024);
+        let e = err("[switch]\nmax_total_guest_memory_mib = 67108865\n");
+        assert_eq!((e.line, e.col), (2, 30), "{e}");
+        assert!(e.message.contains("expected a value from 1 to 67108864"), "{e}");
+    }
 }
 
 mod dpdk_tests {

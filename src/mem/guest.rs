@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use vm_memory::{FileOffset, MmapRegion};
 
@@ -34,13 +34,16 @@ struct Region {
     size: u64,
     host: *mut u8,
     /// Known to the SIGBUS handler while mapped (dropped before `map`: fields drop in order).
-    _fault_reg: Option<crate::mem::fault::Registration>,
+    _fault_reg: crate::mem::fault::Registration,
     map: MmapRegion,
 }
 
 /// Mapped guest memory. Immutable once built; replaced whole on SET_MEM_TABLE.
 pub struct GuestMem {
     regions: Vec<Region>,
+    /// Address space the mappings take (their page-aligned windows), charged to the process
+    /// budget until they are unmapped (declared after `regions`, so released after them).
+    reserved: Reservation,
 }
 
 // SAFETY: `GuestMem` only hands out raw pointers into mappings it owns; the mappings are
@@ -53,17 +56,24 @@ unsafe impl Sync for GuestMem {}
 pub enum MemError {
     /// Regions in the table, and the most the port allows.
     TooManyRegions(usize, usize),
-    /// Bytes in the table, and the most the port allows.
+    /// Bytes of address space the table needs, and the most the port allows.
     TooLarge(u64, u64),
+    /// Bytes the table needs, bytes every other table holds, and the most the process allows.
+    ProcessFull(u64, u64, u64),
     EmptyRegion(usize),
     Overflow(usize),
     Overlap(usize),
     Map(usize, String),
     ShortFile(usize, u64, u64),
+    /// A region's file has pages of this size, which the SIGBUS handler cannot replace.
+    PageSize(usize, u64),
+    /// Every slot of the SIGBUS handler's registry is taken.
+    Unprotected(usize),
 }
 
 impl std::fmt::Display for MemError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |n: u64| n.div_ceil(1 << 20);
         match self {
             MemError::TooManyRegions(n, max) => {
                 write!(f, "memory table of {n} regions: the port allows at most {max} (max_memory_regions)")
@@ -71,7 +81,15 @@ impl std::fmt::Display for MemError {
             MemError::TooLarge(n, max) => write!(
                 f,
                 "memory table of {} MiB: the port allows at most {} MiB (max_guest_memory_mib)",
-                n.div_ceil(1 << 20),
+                mib(*n),
+                max >> 20
+            ),
+            MemError::ProcessFull(n, used, max) => write!(
+                f,
+                "memory table of {} MiB: pvswitchd maps {} MiB of guest memory already and allows at most {} MiB \
+                 in all (max_total_guest_memory_mib)",
+                mib(*n),
+                mib(*used),
                 max >> 20
             ),
             MemError::EmptyRegion(i) => write!(f, "memory region {i} is empty"),
@@ -80,6 +98,12 @@ impl std::fmt::Display for MemError {
             MemError::Map(i, e) => write!(f, "mapping memory region {i}: {e}"),
             MemError::ShortFile(i, have, need) => {
                 write!(f, "memory region {i} needs {need} bytes of its file, which has {have}")
+            }
+            MemError::PageSize(i, p) => {
+                write!(f, "memory region {i}: its file has pages of {p} bytes; pvswitchd supports pages of up to 1 GiB")
+            }
+            MemError::Unprotected(i) => {
+                write!(f, "memory region {i}: too many guest memory mappings in pvswitchd to guard another")
             }
         }
     }
@@ -92,7 +116,8 @@ pub const MAX_REGIONS: usize = 509;
 /// pvswitchd may come to touch (and, for a page the guest never touched, be charged for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemLimits {
-    /// Sum of the regions' sizes.
+    /// Address space the table's mappings take: the sum of the regions' windows of their
+    /// files, each aligned out to the file's page size.
     pub max_bytes: u64,
     pub max_regions: usize,
 }
@@ -101,25 +126,127 @@ impl MemLimits {
     pub const NONE: MemLimits = MemLimits { max_bytes: u64::MAX, max_regions: MAX_REGIONS };
 }
 
+/// The default of `max_total_guest_memory_mib`: 64 TiB, half of x86-64's 128 TiB of user
+/// address space, which leaves the other half to pvswitchd itself (DPDK reserves its own).
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 64 << 40;
+
+/// Address space guest mappings hold, and the most they may: one for the process (`PROCESS`);
+/// tests make their own.
+pub struct Budget {
+    reserved: AtomicU64,
+    limit: AtomicU64,
+}
+
+impl Budget {
+    pub const fn new(limit: u64) -> Budget {
+        Budget { reserved: AtomicU64::new(0), limit: AtomicU64::new(limit) }
+    }
+
+    /// Bytes held now.
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
+    fn take(&'static self, bytes: u64) -> Result<Reservation, MemError> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|&t| t <= limit))
+            .map(|_| Reservation { bytes, budget: self })
+            .map_err(|used| MemError::ProcessFull(bytes, used, limit))
+    }
+}
+
+/// Every guest mapping of the process: one port cannot take so much address space that
+/// another's memory table no longer maps.
+pub static PROCESS: Budget = Budget::new(DEFAULT_MAX_TOTAL_BYTES);
+
+/// Sets the most address space every guest mapping of the process together may take
+/// (`[switch] max_total_guest_memory_mib`). Mappings already made stay; lowered below what
+/// they hold, no new table maps until enough are gone.
+pub fn set_total_limit(bytes: u64) {
+    PROCESS.limit.store(bytes, Ordering::Relaxed);
+}
+
+/// Bytes of a budget one `GuestMem` holds; given back on drop.
+struct Reservation {
+    bytes: u64,
+    budget: &'static Budget,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.reserved.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// hugetlbfs's `f_type` (linux/magic.h).
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+/// The base page size (x86-64, aarch64 with 4 KiB pages).
+const BASE_PAGE: u64 = 4096;
+
+/// The page size of a file's mappings: the huge page size on hugetlbfs (whose mmap offsets and
+/// lengths must be multiples of it), else the base page.
+fn page_size(file: &File) -> std::io::Result<u64> {
+    // SAFETY: statfs is plain integers, for which all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs into `st`, which we own, about an fd we own.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(if st.f_type as i64 == HUGETLBFS_MAGIC { (st.f_bsize as u64).max(BASE_PAGE) } else { BASE_PAGE })
+}
+
+/// The part of a file region `d` maps: `[mmap_offset, mmap_offset + size)` aligned out to
+/// `page`. Returns (file offset of the window, its length); None if it overflows.
+fn window(d: &RegionDesc, page: u64) -> Option<(u64, u64)> {
+    let start = d.mmap_offset & !(page - 1);
+    let end = d.mmap_offset.checked_add(d.size)?.checked_next_multiple_of(page)?;
+    // mmap takes a signed offset.
+    (end <= i64::MAX as u64).then_some((start, end - start))
+}
+
 impl GuestMem {
     /// Maps every region of a memory table. `files[i]` backs `descs[i]`.
-    /// A table over `limits` is refused before anything is mapped.
+    /// A table over `limits`, or over what the process has left, is refused before anything is
+    /// mapped. Only each region's own window of its file is mapped, so a huge `mmap_offset`
+    /// costs no address space.
     pub fn map(descs: &[RegionDesc], files: Vec<File>, limits: &MemLimits) -> Result<GuestMem, MemError> {
+        GuestMem::map_in(descs, files, limits, &PROCESS)
+    }
+
+    /// `map`, charging the address space to `budget`.
+    pub fn map_in(
+        descs: &[RegionDesc],
+        files: Vec<File>,
+        limits: &MemLimits,
+        budget: &'static Budget,
+    ) -> Result<GuestMem, MemError> {
         let max = limits.max_regions.min(MAX_REGIONS);
         if descs.len() > max || descs.len() != files.len() {
             return Err(MemError::TooManyRegions(descs.len(), max));
         }
-        let total = descs.iter().try_fold(0u64, |t, d| t.checked_add(d.size));
-        match total {
-            Some(t) if t <= limits.max_bytes => {}
-            _ => return Err(MemError::TooLarge(total.unwrap_or(u64::MAX), limits.max_bytes)),
-        }
-        let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
-        for (i, (d, file)) in descs.iter().zip(files).enumerate() {
+        let mut windows = Vec::with_capacity(descs.len());
+        for (i, (d, file)) in descs.iter().zip(&files).enumerate() {
+            let page = page_size(file).map_err(|e| MemError::Map(i, e.to_string()))?;
+            if !page.is_power_of_two() || page > crate::mem::fault::MAX_PAGE as u64 {
+                return Err(MemError::PageSize(i, page));
+            }
             if d.size == 0 {
                 return Err(MemError::EmptyRegion(i));
             }
-            let (Some(_), Some(_), Some(map_len)) = (
+            let (off, len) = window(d, page).ok_or(MemError::Overflow(i))?;
+            windows.push((page, off, len));
+        }
+        // Every byte of address space the table takes counts, not only the regions' sizes.
+        let total = windows.iter().try_fold(0u64, |t, w| t.checked_add(w.2));
+        let total = match total {
+            Some(t) if t <= limits.max_bytes => t,
+            _ => return Err(MemError::TooLarge(total.unwrap_or(u64::MAX), limits.max_bytes)),
+        };
+        let reserved = budget.take(total)?;
+        let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
+        for (i, ((d, file), &(page, off, len))) in descs.iter().zip(files).zip(&windows).enumerate() {
+            let (Some(_), Some(_), Some(file_end)) = (
                 d.guest_phys_addr.checked_add(d.size),
                 d.user_addr.checked_add(d.size),
                 d.mmap_offset.checked_add(d.size),
@@ -133,29 +260,31 @@ impl GuestMem {
                     return Err(MemError::Overlap(i));
                 }
             }
-            // Map from file offset 0 and add mmap_offset ourselves: hugetlbfs wants offsets and
-            // lengths aligned to its page size, which the frontend's offset need not be.
             let meta = file.metadata().map_err(|e| MemError::Map(i, e.to_string()))?;
             // Touching a mapping past the end of its file raises SIGBUS, which would take the
             // whole switch down: the file must hold the region the frontend describes.
-            if meta.is_file() && meta.len() < map_len {
-                return Err(MemError::ShortFile(i, meta.len(), map_len));
+            if meta.is_file() && meta.len() < file_end {
+                return Err(MemError::ShortFile(i, meta.len(), file_end));
             }
             // And it must stay that way. memfds that allow sealing (QEMU seals its own) are
             // sealed against shrinking; see DESIGN.md for files that cannot be sealed.
             // SAFETY: fcntl on an fd we own; failure (EINVAL, EPERM) leaves it unchanged.
             unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
-            let block = meta.blksize().max(4096);
-            let len = map_len.div_ceil(block) * block;
-            let len = usize::try_from(len).map_err(|_| MemError::Overflow(i))?;
-            let map =
-                MmapRegion::from_file(FileOffset::new(file, 0), len).map_err(|e| MemError::Map(i, e.to_string()))?;
-            // SAFETY: mmap_offset + size <= len, checked above; the pointer stays inside the map.
-            let host = unsafe { map.as_ptr().add(d.mmap_offset as usize) };
-            let _fault_reg = crate::mem::fault::register(map.as_ptr() as usize, len);
+            // Map the region's window only: from mmap_offset aligned down to the file's page
+            // size (hugetlbfs wants offsets and lengths aligned to its page, which the
+            // frontend's offset need not be) to its end aligned up.
+            let len_us = usize::try_from(len).map_err(|_| MemError::Overflow(i))?;
+            let map = MmapRegion::from_file(FileOffset::new(file, off), len_us)
+                .map_err(|e| MemError::Map(i, e.to_string()))?;
+            // SAFETY: off <= mmap_offset and mmap_offset + size <= off + len (the window's
+            // construction): the pointer, and the region's `size` bytes after it, stay inside
+            // the map.
+            let host = unsafe { map.as_ptr().add((d.mmap_offset - off) as usize) };
+            let _fault_reg = crate::mem::fault::register(map.as_ptr() as usize, len_us, page as usize)
+                .ok_or(MemError::Unprotected(i))?;
             regions.push(Region { gpa: d.guest_phys_addr, uva: d.user_addr, size: d.size, host, _fault_reg, map });
         }
-        Ok(GuestMem { regions })
+        Ok(GuestMem { regions, reserved })
     }
 
     /// The region holding `addr` in the address space `base` picks (guest-physical or the
@@ -224,9 +353,14 @@ impl GuestMem {
         self.regions.len()
     }
 
-    /// Total bytes of guest memory mapped.
+    /// Total bytes of guest memory mapped (the regions' sizes).
     pub fn total_size(&self) -> u64 {
         self.regions.iter().map(|r| r.size).sum()
+    }
+
+    /// Address space the mappings take (the regions' page-aligned windows of their files).
+    pub fn mapped_size(&self) -> u64 {
+        self.reserved.bytes
     }
 }
 
@@ -292,8 +426,147 @@ mod tests {
         assert!(matches!(e, Err(MemError::TooLarge(n, m)) if n == (1 << 20) + 4096 && m == 1 << 20));
         let e = GuestMem::map(&[r(0, 4096), r(1, 4096), r(2, 4096)], (0..3).map(|_| memfd(4096)).collect(), &lim);
         assert!(matches!(e, Err(MemError::TooManyRegions(3, 2))));
-        // Sizes that overflow when summed are over any limit.
+        // A region that wraps is refused; sizes that overflow when summed are over any limit.
         let e = GuestMem::map(&[r(0, u64::MAX), r(1, 4096)], vec![memfd(4096), memfd(4096)], &MemLimits::NONE);
+        assert!(matches!(e, Err(MemError::Overflow(0))));
+        let e = GuestMem::map(
+            &(0..4).map(|i| r(i, 1 << 62)).collect::<Vec<_>>(),
+            (0..4).map(|_| memfd(4096)).collect(),
+            &MemLimits::NONE,
+        );
         assert!(matches!(e, Err(MemError::TooLarge(u64::MAX, _))));
+    }
+
+    /// VmSize of this process, in bytes.
+    fn vm_size() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let l = s.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+    }
+
+    /// Regions of 4 KiB at offsets of tens of TiB into sparse memfds: only each region's page
+    /// is mapped, only those pages count against the limits, and addresses translate to the
+    /// right bytes of the file, whether the offset is page-aligned or not.
+    #[test]
+    fn maps_only_the_regions_window_of_its_file() {
+        use std::os::unix::fs::FileExt;
+        static B: Budget = Budget::new(u64::MAX);
+        let offs = [30u64 << 40, (40u64 << 40) + 0x123, (50u64 << 40) + 4096 - 8];
+        let mut descs = Vec::new();
+        let mut files = Vec::new();
+        for (i, &off) in offs.iter().enumerate() {
+            let f = memfd(0);
+            f.set_len(off + 4096).unwrap();
+            f.write_all_at(&[i as u8 + 1; 16], off).unwrap();
+            descs.push(RegionDesc {
+                guest_phys_addr: (i as u64) << 20,
+                size: 16,
+                user_addr: (i as u64) << 20,
+                mmap_offset: off,
+            });
+            files.push(f);
+        }
+        let before = vm_size();
+        // A 4 KiB page each, except the one that straddles a page boundary.
+        let m = GuestMem::map_in(&descs, files, &MemLimits { max_bytes: 4 * 4096, max_regions: 8 }, &B).unwrap();
+        assert_eq!(m.mapped_size(), 4 * 4096);
+        assert_eq!(B.reserved(), 4 * 4096);
+        assert!(vm_size() < before + (1 << 20), "VmSize grew from {before} to {}", vm_size());
+        for i in 0..3u64 {
+            let p = m.translate(i << 20, 16).unwrap();
+            // SAFETY: 16 mapped bytes.
+            assert_eq!(unsafe { std::slice::from_raw_parts(p, 16) }, &[i as u8 + 1; 16]);
+            assert!(m.translate(i << 20, 17).is_none());
+        }
+        // One byte under the windows: refused before anything is mapped.
+        let files = offs.iter().map(|&o| memfd(o as usize + 4096)).collect();
+        let e = GuestMem::map_in(&descs, files, &MemLimits { max_bytes: 4 * 4096 - 1, max_regions: 8 }, &B);
+        assert!(matches!(e, Err(MemError::TooLarge(n, _)) if n == 4 * 4096), "{:?}", e.err());
+        drop(m);
+        assert_eq!(B.reserved(), 0);
+        // Still checked against the file's size.
+        let d = RegionDesc { guest_phys_addr: 0, size: 4096, user_addr: 0, mmap_offset: 1 << 40 };
+        let e = GuestMem::map(&[d], vec![memfd((1 << 40) + 4095)], &MemLimits::NONE);
+        assert!(matches!(e, Err(MemError::ShortFile(0, _, _))));
+        // An offset whose window would pass i64::MAX (mmap's offset is signed) wraps.
+        let d = RegionDesc { guest_phys_addr: 0, size: 4096, user_addr: 0, mmap_offset: i64::MAX as u64 - 100 };
+        assert!(matches!(GuestMem::map(&[d], vec![memfd(4096)], &MemLimits::NONE), Err(MemError::Overflow(0))));
+    }
+
+    /// The process budget: a table that would take it past its limit is refused, whatever its
+    /// port allows, and what a `GuestMem` held is given back when it is dropped.
+    #[test]
+    fn process_budget_is_reserved_and_released() {
+        static B: Budget = Budget::new(3 << 20);
+        let d = |i: u64| RegionDesc { guest_phys_addr: i << 30, size: 1 << 20, user_addr: i << 30, mmap_offset: 0 };
+        let map = |n: u64| {
+            GuestMem::map_in(
+                &(0..n).map(d).collect::<Vec<_>>(),
+                (0..n).map(|_| memfd(1 << 20)).collect(),
+                &MemLimits::NONE,
+                &B,
+            )
+        };
+        let a = map(2).unwrap();
+        assert_eq!(B.reserved(), 2 << 20);
+        let msg = map(2).err().unwrap().to_string();
+        assert_eq!(
+            msg,
+            "memory table of 2 MiB: pvswitchd maps 2 MiB of guest memory already and allows at most 3 MiB in all \
+             (max_total_guest_memory_mib)"
+        );
+        assert_eq!(B.reserved(), 2 << 20, "a refused table holds nothing");
+        // A table refused later (a short file) gives its reservation back too.
+        let e = GuestMem::map_in(&[d(0)], vec![memfd(4096)], &MemLimits::NONE, &B);
+        assert!(matches!(e, Err(MemError::ShortFile(0, _, _))));
+        assert_eq!(B.reserved(), 2 << 20);
+        drop(a);
+        assert_eq!(B.reserved(), 0);
+        let b = map(3).unwrap();
+        assert_eq!(B.reserved(), 3 << 20);
+        drop(b);
+        assert_eq!(B.reserved(), 0);
+    }
+
+    /// A 2 MiB hugetlbfs memfd: the window is aligned out to the huge page, and an unaligned
+    /// offset still translates to the right bytes. Skipped (said so) without free huge pages.
+    #[test]
+    fn hugetlb_window_is_aligned_to_its_page() {
+        use std::os::fd::FromRawFd;
+        // SAFETY: memfd_create with a valid C string.
+        let fd = unsafe { libc::memfd_create(c"pvs-huge".as_ptr(), libc::MFD_HUGETLB | libc::MFD_HUGE_2MB) };
+        if fd < 0 {
+            eprintln!(
+                "hugetlb_window_is_aligned_to_its_page: NOT RUN: memfd_create(MFD_HUGETLB): {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        // SAFETY: a fresh fd we own.
+        let f = unsafe { File::from_raw_fd(fd) };
+        assert_eq!(page_size(&f).unwrap(), 2 << 20);
+        f.set_len(4 << 20).unwrap();
+        let d = RegionDesc { guest_phys_addr: 0, size: 4096, user_addr: 0, mmap_offset: (2 << 20) + 0x1000 };
+        let m = match GuestMem::map(&[d], vec![f.try_clone().unwrap()], &MemLimits::NONE) {
+            Ok(m) => m,
+            Err(e) => panic!("mapping a hugetlb region: {e}"),
+        };
+        assert_eq!(m.mapped_size(), 2 << 20);
+        let p = m.translate(0, 8).unwrap();
+        // SAFETY: 8 mapped bytes; touching them may fail only for want of a huge page, which
+        // the kernel reports as SIGBUS: check the pool first.
+        let free: u64 = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if free == 0 {
+            eprintln!("hugetlb_window_is_aligned_to_its_page: no free 2 MiB page: not touching the memory");
+            return;
+        }
+        unsafe { p.write_bytes(0xab, 8) };
+        let mut b = [0u8; 8];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut b, (2 << 20) + 0x1000).unwrap();
+        assert_eq!(b, [0xab; 8]);
     }
 }

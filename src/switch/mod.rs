@@ -161,6 +161,7 @@ impl Switch {
         let threads: Vec<ThreadSlot> = cfg.poll_cores.iter().map(|&c| ThreadSlot::new(c, &numa)).collect();
         let ids = |name: &str| cfg.ports.iter().position(|p| p.name == name).map(|i| i as u16);
         let flows = FlowTable::build(cfg.flows.iter().map(|f| f.text.as_str()), &ids, threads.len(), None)?;
+        crate::mem::guest::set_total_limit((cfg.max_total_guest_memory_mib as u64) << 20);
         let mut sw = Switch {
             cfg,
             config_path,

@@ -90,6 +90,7 @@ impl Switch {
         self.publish();
         let (ctl, mode) = (self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
         let cores = new.poll_cores.clone();
+        crate::mem::guest::set_total_limit((new.max_total_guest_memory_mib as u64) << 20);
         self.cfg = new;
         (self.cfg.control_socket, self.cfg.control_socket_mode) = (ctl, mode);
         // Step 3: poll threads started or stopped, queues moved onto and off them.

@@ -147,8 +147,10 @@ impl Desc {
 pub struct GuestMemory {
     file: File,
     base: *mut u8,
-    /// Size of the mapping (the region's size).
+    /// The region's size.
     size: u64,
+    /// Size of the mapping: `size` rounded up to the file's page size.
+    map_len: u64,
     /// Bytes of the file behind the mapping (`size` unless a test shrinks it); touching the
     /// mapping past it would be SIGBUS.
     file_len: Cell<u64>,
@@ -161,26 +163,37 @@ unsafe impl Send for GuestMemory {}
 
 impl GuestMemory {
     fn new(size: u64, file_len: u64) -> GuestMemory {
+        GuestMemory::new_memfd(size, file_len, 0, 4096).unwrap()
+    }
+
+    /// A memfd created with `flags` (MFD_HUGETLB | MFD_HUGE_2MB, ...) whose pages are `page`
+    /// bytes; `file_len` is rounded up to a page. Fails where the kernel has no such pages.
+    pub fn new_memfd(size: u64, file_len: u64, flags: libc::c_uint, page: u64) -> std::io::Result<GuestMemory> {
         // SAFETY: memfd_create with a valid C string; the fd is owned by the File below.
-        let fd = unsafe { libc::memfd_create(c"pvs-vm".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        let fd = unsafe { libc::memfd_create(c"pvs-vm".as_ptr(), libc::MFD_CLOEXEC | flags) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(file_len).unwrap();
+        file.set_len(file_len.next_multiple_of(page))?;
+        let map_len = size.next_multiple_of(page);
         // SAFETY: a new shared mapping of a file we own, at an address the kernel picks; it is
         // unmapped in Drop and never handed out as a Rust reference except to atomics.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                size as usize,
+                map_len as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd,
                 0,
             )
         };
-        assert!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
-        GuestMemory { file, base: p as *mut u8, size, file_len: Cell::new(file_len) }
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(GuestMemory { file, base: p as *mut u8, size, map_len, file_len: Cell::new(file_len) })
     }
 
     /// The address of guest physical 0 in this process (the region's user address).
@@ -257,7 +270,7 @@ impl Drop for GuestMemory {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `new`; no references into it outlive
         // `self` (atomics borrowed from `u16_at` are tied to `&self`).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.size as usize) };
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.map_len as usize) };
     }
 }
 
@@ -465,6 +478,13 @@ impl Vm {
         Vm::setup(Frontend::connect(sock, 2)?, layout, file_len, FEATURES)
     }
 
+    /// Connects with the test layout over `mem` (say a hugetlbfs memfd from
+    /// `GuestMemory::new_memfd`, which a hostile VM may truncate).
+    pub fn connect_memory(sock: &str, mem: GuestMemory) -> Result<Vm, vhost::Error> {
+        assert_eq!(mem.size(), MEM_SIZE);
+        Vm::setup_guest(Frontend::connect(sock, 2)?, Guest::with_memory(Layout::TEST, mem), FEATURES)
+    }
+
     /// Connects with guest memory laid out as `layout`, acking `features` (VERSION_1 and
     /// PROTOCOL_FEATURES are always acked).
     pub fn connect_features(sock: &str, layout: Layout, features: u64) -> Result<Vm, vhost::Error> {
@@ -476,9 +496,13 @@ impl Vm {
         Vm::setup(Frontend::from_stream(stream, 2), Layout::TEST, MEM_SIZE, FEATURES)
     }
 
-    fn setup(mut fe: Frontend, layout: Layout, file_len: u64, features: u64) -> Result<Vm, vhost::Error> {
+    fn setup(fe: Frontend, layout: Layout, file_len: u64, features: u64) -> Result<Vm, vhost::Error> {
+        Vm::setup_guest(fe, Guest::new(layout, file_len), features)
+    }
+
+    fn setup_guest(mut fe: Frontend, mut guest: Guest, features: u64) -> Result<Vm, vhost::Error> {
+        let layout = guest.layout;
         let qsize = layout.qsize;
-        let mut guest = Guest::new(layout, file_len);
         guest.set_features(features | VERSION_1 | PROTOCOL_FEATURES);
         let mem = &guest.mem;
         fe.set_owner()?;
@@ -566,7 +590,12 @@ impl Guest {
     /// Guest memory laid out as `layout` (the memfd behind it only `file_len` bytes long), rings
     /// empty, interrupts suppressed on both rings (we poll the used rings).
     pub fn new(layout: Layout, file_len: u64) -> Guest {
-        let mem = GuestMemory::new(layout.mem_size, file_len);
+        Guest::with_memory(layout, GuestMemory::new(layout.mem_size, file_len))
+    }
+
+    /// Like `new`, over memory the caller made (`mem.size()` is `layout.mem_size`).
+    pub fn with_memory(layout: Layout, mem: GuestMemory) -> Guest {
+        let file_len = mem.file_len.get();
         for at in &layout.rings {
             if at.avail.checked_add(2).is_some_and(|end| end <= file_len.min(layout.mem_size)) {
                 mem.u16_at(at.avail).store(AVAIL_F_NO_INTERRUPT.to_le(), Ordering::Relaxed);

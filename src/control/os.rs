@@ -68,7 +68,7 @@ pub fn rewatch(epoll: &Epoll, fd: RawFd, token: Token, writable: bool) {
 }
 
 /// Receives up to `buf.len()` bytes from `sock` (non-blocking) and the file descriptors that
-/// came with them, at most `max_fds`; more than that is an error (`ENOBUFS`, the extra fds
+/// came with them, at most `max_fds` (0: none); more than that is an error (`ENOBUFS`, the extra fds
 /// closed), as is a socket with nothing to read (`WouldBlock`). Ok(0) is end of stream.
 pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8], max_fds: usize, fds: &mut Vec<File>) -> std::io::Result<usize> {
     let mut raw = [-1 as RawFd; 16];

@@ -86,8 +86,13 @@ impl Conn {
                 }
             };
             let before = buf.len();
+            // The fds of one message are counted across every read that assembles it: a
+            // read may take only what the message has left of its MAX_FDS. More than that
+            // is truncated control data (MSG_CTRUNC: the kernel closed those it could not
+            // deliver, recv_with_fds closes the rest), which closes the connection.
+            let room = MAX_FDS.saturating_sub(rd.fds.len());
             let mut fds = std::mem::take(&mut rd.fds);
-            let r = recv_with_fds(&self.sock, buf, MAX_FDS, &mut fds);
+            let r = recv_with_fds(&self.sock, buf, room, &mut fds);
             rd.fds = fds;
             let n = match r {
                 Ok(0) if rd.since.is_some() => return Read::Close("frontend closed in the middle of a message".into()),
@@ -104,6 +109,9 @@ impl Conn {
                 }
                 Err(e) => return Read::Close(format!("reading the socket: {e}")),
             };
+            if rd.fds.len() > MAX_FDS {
+                return Read::Close(format!("a message carried more than {MAX_FDS} file descriptors"));
+            }
             rd.since.get_or_insert_with(Instant::now);
             match rd.header {
                 None => {

@@ -206,7 +206,9 @@ fn fds_spread_over_many_reads_close_the_connection() {
     let after = open_fds(pid);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = watcher.join().unwrap().max(after);
-    eprintln!("{sent} one-byte sends with 8 fds each went out ({refused:?}); pvswitchd's fds: {baseline} before, at most {most} during");
+    eprintln!(
+        "{sent} one-byte sends with 8 fds each went out ({refused:?}); pvswitchd's fds: {baseline} before, at most {most} during"
+    );
     assert!(most < baseline + 64, "pvswitchd held {most} fds (baseline {baseline}) for one unfinished message");
     let mut evil = evil;
     assert_closed_by_peer(&mut evil, "a message whose fds came over many reads");

@@ -8,7 +8,8 @@
 //! - [`clients`]: request-reply clients: the control socket (`pvswitchctl`) and the Prometheus
 //!   endpoint, served without waiting on them.
 //! - [`metrics`]: the Prometheus endpoint's HTTP.
-//! - [`os`]: the signalfd, epoll tokens, stale sockets.
+//! - [`os`]: the signalfd, epoll tokens, receiving fds.
+//! - [`sockpath`]: socket files bound, connected to and removed without following links.
 //! - [`service`]: the service manager's notify protocol (READY, STATUS, RELOADING, WATCHDOG).
 
 pub mod clients;
@@ -33,8 +34,8 @@ use crate::ctl;
 use crate::switch::{Endpoints, Switch};
 use clients::{Parsed, Server};
 use os::{SignalFd, Token, watch};
-use sockpath::OwnedSocket;
 use service::Service;
+use sockpath::OwnedSocket;
 use vhost::VhostIo;
 
 /// Largest control request accepted.

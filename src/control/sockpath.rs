@@ -32,7 +32,8 @@ pub const NOT_A_SOCKET: &str = "exists and is not a socket";
 pub const LIVE: &str = "another process listens on it";
 
 /// A socket file this process created: its directory (held open), its name there, and the
-/// inode it got.
+/// inode it got. The bound listener holds that inode, so while the listener is open its
+/// number cannot be reused by another file: `remove` is called before the listener closes.
 #[derive(Debug)]
 pub struct OwnedSocket {
     dir: OwnedFd,
@@ -113,9 +114,10 @@ fn is_link(st: &libc::stat) -> bool {
 
 /// A path's directory (created if missing, resolved as usual) and last component.
 fn split(path: &Path) -> Result<(PathBuf, CString)> {
-    let name = path.file_name().filter(|n| !n.is_empty()).ok_or_else(|| {
-        Error::new(ErrorKind::InvalidInput, "a socket path must end in a file name")
-    })?;
+    let name = path
+        .file_name()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "a socket path must end in a file name"))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -300,7 +302,17 @@ pub fn bind(path: &Path, mode: Option<u32>, gid: Option<u32>) -> Result<(UnixLis
         if r == 0 {
             break;
         }
-        let e = Error::last_os_error();
+        let mut e = Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            // A file system without RENAME_NOREPLACE: a hard link never replaces either (the
+            // private directory's name goes with it when the directory is removed).
+            // SAFETY: as above; no flags, so no link in the old name is followed.
+            let r = unsafe { libc::linkat(tmp.fd.as_raw_fd(), tmp.sock.as_ptr(), dir.as_raw_fd(), name.as_ptr(), 0) };
+            if r == 0 {
+                break;
+            }
+            e = Error::last_os_error();
+        }
         tries += 1;
         if e.raw_os_error() != Some(libc::EEXIST) || tries > 3 {
             return Err(e);
@@ -311,4 +323,70 @@ pub fn bind(path: &Path, mode: Option<u32>, gid: Option<u32>) -> Result<(UnixLis
     drop(tmp);
     let owned = OwnedSocket { dir, name, dev: st.st_dev, ino: st.st_ino, path: path.to_path_buf() };
     Ok((UnixListener::from(OwnedFd::from(s)), owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pvs-sockpath-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn leftovers(d: &Path) -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(".pvswitchd-"))
+            .collect()
+    }
+
+    #[test]
+    fn binds_with_its_mode_and_removes_only_its_own() {
+        let d = dir("own");
+        let p = d.join("a.sock");
+        let (l, owned) = bind(&p, Some(0o640), None).unwrap();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert!(m.file_type().is_socket());
+        assert_eq!(m.permissions().mode() & 0o777, 0o640);
+        assert!(connect(&p).is_ok());
+        // A stale socket of ours is replaced; a live one is refused.
+        let e = bind(&p, None, None).unwrap_err();
+        assert_eq!((e.kind(), e.to_string()), (ErrorKind::AddrInUse, LIVE.to_string()));
+        // Someone else's socket now at the name: never removed. (Our listener is still open,
+        // as pvswitchd's is when it removes its socket, so the inode number is not reused.)
+        std::fs::remove_file(&p).unwrap();
+        let other = UnixListener::bind(&p).unwrap();
+        owned.remove();
+        assert!(p.exists());
+        drop((l, other));
+        let (_l, owned) = bind(&p, None, None).unwrap();
+        owned.remove();
+        assert!(!p.exists());
+        assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
+    }
+
+    #[test]
+    fn never_follows_a_link() {
+        let d = dir("link");
+        let target = d.join("target");
+        std::fs::write(&target, "x").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let p = d.join("a.sock");
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        assert_eq!(bind(&p, Some(0o666), None).unwrap_err().to_string(), SYMLINK);
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        // A link to a live socket is not connected through.
+        let live = d.join("live.sock");
+        let _l = UnixListener::bind(&live).unwrap();
+        let via = d.join("via.sock");
+        std::os::unix::fs::symlink(&live, &via).unwrap();
+        assert_eq!(connect(&via).unwrap_err().to_string(), SYMLINK);
+        assert_eq!(connect(&target).unwrap_err().to_string(), NOT_A_SOCKET);
+        assert!(leftovers(&d).is_empty());
+    }
 }

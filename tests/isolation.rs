@@ -157,6 +157,68 @@ fn more_fds_than_a_message_takes_close_its_connection() {
     terminates(b);
 }
 
+/// How many file descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// A header, then one byte at a time, each byte with 8 fds: the fds of one unfinished message
+/// are counted across reads, so the connection closes at the ninth fd instead of pvswitchd
+/// collecting thousands of them (near its fd limit, other VMs' connections would fail).
+#[test]
+fn fds_spread_over_many_reads_close_the_connection() {
+    let _g = serial();
+    let mut b = bench("iso-fdspread");
+    let pid = b.sw.child.id();
+    let baseline = open_fds(pid);
+    let evil = UnixStream::connect(b.sw.sock("evil")).unwrap();
+    // A request pvswitchd does not implement may carry up to 4 KiB: room for 4000 one-byte
+    // reads.
+    let mut h = message(99, 0, &[]);
+    h[8..12].copy_from_slice(&4096u32.to_le_bytes());
+    (&evil).write_all(&h).unwrap();
+    let fds: Vec<EventFd> = (0..8).map(|_| EventFd::new(0).unwrap()).collect();
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(open_fds(pid));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            most
+        })
+    };
+    let mut sent = 0;
+    let mut refused = None;
+    for _ in 0..4000 {
+        match evil.send_with_fds(&[&[0u8][..]], &raw) {
+            Ok(_) => sent += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    // What pvswitchd holds once every send went out (or the connection was closed).
+    let after = open_fds(pid);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap().max(after);
+    eprintln!(
+        "{sent} one-byte sends with 8 fds each went out ({refused:?}); pvswitchd's fds: {baseline} before, at most {most} during"
+    );
+    assert!(most < baseline + 64, "pvswitchd held {most} fds (baseline {baseline}) for one unfinished message");
+    let mut evil = evil;
+    assert_closed_by_peer(&mut evil, "a message whose fds came over many reads");
+    let err = evil_error(&b);
+    assert!(err.contains("a message carried more than 8 file descriptors"), "evil's error: {err}");
+    others_unaffected(&mut b);
+    assert!(open_fds(pid) < baseline + 64, "pvswitchd's fds: {} (baseline {baseline})", open_fds(pid));
+    terminates(b);
+}
+
 #[test]
 fn a_frontend_that_never_reads_replies_is_disconnected() {
     let _g = serial();

@@ -147,7 +147,10 @@ fn print_human(command: &str, r: &Value) {
                     );
                 }
                 if let Some(e) = p["last_error"].as_str() {
-                    println!("  last event: {e}");
+                    // A failed port's error is why it is not running; another port's is the
+                    // last thing that happened to its connection.
+                    let what = if p["state"] == "failed" { "failed" } else { "last event" };
+                    println!("  {what}: {e}");
                 }
             }
         }

@@ -8,18 +8,19 @@
 //! - [`clients`]: request-reply clients: the control socket (`pvswitchctl`) and the Prometheus
 //!   endpoint, served without waiting on them.
 //! - [`metrics`]: the Prometheus endpoint's HTTP.
-//! - [`os`]: the signalfd, epoll tokens, stale sockets.
+//! - [`os`]: the signalfd, epoll tokens, receiving fds.
+//! - [`sockpath`]: socket files bound, connected to and removed without following links.
 //! - [`service`]: the service manager's notify protocol (READY, STATUS, RELOADING, WATCHDOG).
 
 pub mod clients;
 pub mod metrics;
 pub mod os;
 pub mod service;
+pub mod sockpath;
 pub mod vhost;
 
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::rc::Rc;
@@ -32,8 +33,9 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 use crate::ctl;
 use crate::switch::{Endpoints, Switch};
 use clients::{Parsed, Server};
-use os::{SignalFd, SocketInUse, Token, watch};
+use os::{SignalFd, Token, watch};
 use service::Service;
+use sockpath::OwnedSocket;
 use vhost::VhostIo;
 
 /// Largest control request accepted.
@@ -44,6 +46,8 @@ pub struct Control {
     epoll: Rc<Epoll>,
     vhost: VhostIo,
     ctl: Server<UnixListener>,
+    /// The control socket's file, removed at exit.
+    ctl_socket: OwnedSocket,
     metrics: Option<Server<TcpListener>>,
     signals: SignalFd,
     /// Written by the SIGBUS handler when a guest's memory file shrank under us.
@@ -57,7 +61,8 @@ impl Control {
     /// path is a file, or another process listens there) is logged and shows the error; the
     /// others run. Poll threads are started by the caller (`sw.start_threads()`), which then
     /// calls `ready`.
-    pub fn new(mut sw: Switch, ctl: UnixListener, signals: SignalFd) -> std::io::Result<Control> {
+    pub fn new(mut sw: Switch, ctl: (UnixListener, OwnedSocket), signals: SignalFd) -> std::io::Result<Control> {
+        let (ctl, ctl_socket) = ctl;
         let epoll = Rc::new(Epoll::new()?);
         let ctl = Server::new(epoll.clone(), ctl, Token::CtlListen, Token::CtlClient, MAX_CTL_REQUEST);
         watch(&epoll, signals.as_raw_fd(), Token::Signal);
@@ -83,11 +88,9 @@ impl Control {
             }
         }
         for (id, e) in failed {
-            if let Some(ps) = sw.ports.get_mut(id as usize).and_then(|p| p.as_mut()) {
-                ps.last_error = Some(e);
-            }
+            sw.endpoint_failed(id, e);
         }
-        Ok(Control { sw, epoll, vhost, ctl, metrics, signals, fault, service: Service::from_env() })
+        Ok(Control { sw, epoll, vhost, ctl, ctl_socket, metrics, signals, fault, service: Service::from_env() })
     }
 
     /// Tells the service manager that start-up is complete: every listener and the control
@@ -223,35 +226,26 @@ impl Control {
     }
 }
 
-/// Binds the control socket at `path` with file mode `mode`. A stale socket file (a crashed
-/// run's) is replaced; a live one means another pvswitchd runs on this configuration, and
-/// start-up is refused before anything else is touched.
-pub fn bind_control(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let refuse =
-        |why: String| std::io::Error::other(format!("control socket {}: {why}; refusing to start", path.display()));
-    match os::clear_stale_socket(path) {
-        Ok(()) => {}
-        Err(SocketInUse::Live) => {
-            return Err(refuse("another pvswitchd is running (a process accepts connections on it)".into()));
-        }
-        Err(SocketInUse::NotASocket) => return Err(refuse("exists and is not a socket".into())),
-        Err(SocketInUse::Other(e)) => return Err(refuse(e.to_string())),
-    }
-    let l = UnixListener::bind(path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+/// Binds the control socket at `path` with file mode `mode` (never through a symbolic link:
+/// `sockpath`). A stale socket file (a crashed run's) is replaced; a live one means another
+/// pvswitchd runs on this configuration, and start-up is refused before anything else is
+/// touched.
+pub fn bind_control(path: &Path, mode: u32) -> std::io::Result<(UnixListener, OwnedSocket)> {
+    sockpath::bind(path, Some(mode), None).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "another pvswitchd is running (a process accepts connections on it)".to_string()
+        } else {
+            e.to_string()
+        };
+        std::io::Error::new(e.kind(), format!("control socket {}: {why}; refusing to start", path.display()))
+    })
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
+        // Each server port's socket file, then the control socket's, is removed if its path
+        // still holds the socket this process created.
         self.vhost.close_all();
-        for p in self.sw.owned_sockets() {
-            let _ = std::fs::remove_file(p);
-        }
+        self.ctl_socket.remove();
     }
 }

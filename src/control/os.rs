@@ -68,7 +68,7 @@ pub fn rewatch(epoll: &Epoll, fd: RawFd, token: Token, writable: bool) {
 }
 
 /// Receives up to `buf.len()` bytes from `sock` (non-blocking) and the file descriptors that
-/// came with them, at most `max_fds`; more than that is an error (`ENOBUFS`, the extra fds
+/// came with them, at most `max_fds` (0: none); more than that is an error (`ENOBUFS`, the extra fds
 /// closed), as is a socket with nothing to read (`WouldBlock`). Ok(0) is end of stream.
 pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8], max_fds: usize, fds: &mut Vec<File>) -> std::io::Result<usize> {
     let mut raw = [-1 as RawFd; 16];
@@ -153,40 +153,5 @@ mod tests {
             assert_eq!(Token::from_u64(t.to_u64()), Some(t));
         }
         assert_eq!(Token::from_u64(99 << 32), None);
-    }
-}
-
-/// Why a listening socket cannot be made at a path.
-#[derive(Debug)]
-pub enum SocketInUse {
-    /// Something that is not a socket is there: never removed.
-    NotASocket,
-    /// A process accepts connections on it (another pvswitchd, or any other).
-    Live,
-    Other(std::io::Error),
-}
-
-/// Makes room for a listening socket at `path`. Nothing there, or a socket nobody listens on
-/// (left by a run that crashed), is fine (the socket file is removed); a file that is not a
-/// socket, or a socket some live process listens on, is refused. The probe connects without
-/// waiting: a listener with a full backlog counts as live.
-pub fn clear_stale_socket(path: &std::path::Path) -> Result<(), SocketInUse> {
-    use socket2::{Domain, SockAddr, Socket, Type};
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(SocketInUse::Other(e)),
-        Ok(m) if !m.file_type().is_socket() => return Err(SocketInUse::NotASocket),
-        Ok(_) => {}
-    }
-    let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None).map_err(SocketInUse::Other)?;
-    let addr = SockAddr::unix(path).map_err(SocketInUse::Other)?;
-    match s.connect(&addr) {
-        Ok(()) => Err(SocketInUse::Live),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINPROGRESS)) => Err(SocketInUse::Live),
-        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-            std::fs::remove_file(path).map_err(SocketInUse::Other)
-        }
-        Err(e) => Err(SocketInUse::Other(e)),
     }
 }

@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use vmm_sys_util::epoll::Epoll;
 
 use super::clients::ACCEPT_PAUSE;
 use super::os::{Token, recv_with_fds, rewatch, unwatch, watch};
+use super::sockpath::{self, OwnedSocket};
 use crate::config::SocketMode;
 use crate::port::vhost::PortBackend;
 use crate::port::vhost::msg::{HEADER_LEN, Header, MAX_FDS};
@@ -86,8 +86,13 @@ impl Conn {
                 }
             };
             let before = buf.len();
+            // The fds of one message are counted across every read that assembles it: a
+            // read may take only what the message has left of its MAX_FDS. More than that
+            // is truncated control data (MSG_CTRUNC: the kernel closed those it could not
+            // deliver, recv_with_fds closes the rest), which closes the connection.
+            let room = MAX_FDS.saturating_sub(rd.fds.len());
             let mut fds = std::mem::take(&mut rd.fds);
-            let r = recv_with_fds(&self.sock, buf, MAX_FDS, &mut fds);
+            let r = recv_with_fds(&self.sock, buf, room, &mut fds);
             rd.fds = fds;
             let n = match r {
                 Ok(0) if rd.since.is_some() => return Read::Close("frontend closed in the middle of a message".into()),
@@ -104,6 +109,9 @@ impl Conn {
                 }
                 Err(e) => return Read::Close(format!("reading the socket: {e}")),
             };
+            if rd.fds.len() > MAX_FDS {
+                return Read::Close(format!("a message carried more than {MAX_FDS} file descriptors"));
+            }
             rd.since.get_or_insert_with(Instant::now);
             match rd.header {
                 None => {
@@ -189,8 +197,9 @@ impl Conn {
 
 /// One vhost-user port's socket side.
 struct PortIo {
-    /// Server mode: the listening socket and its path.
-    listener: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+    /// Server mode: the listening socket, and its file (removed when the port closes, if the
+    /// path still holds it).
+    listener: Option<(std::os::unix::net::UnixListener, OwnedSocket)>,
     conn: Option<Conn>,
     /// Client mode: when to connect next.
     retry_at: Option<Instant>,
@@ -201,8 +210,8 @@ struct PortIo {
 
 impl Drop for PortIo {
     fn drop(&mut self) {
-        if let Some((_, path)) = &self.listener {
-            let _ = std::fs::remove_file(path);
+        if let Some((_, sock)) = &self.listener {
+            sock.remove();
         }
     }
 }
@@ -213,43 +222,6 @@ pub struct VhostIo {
     ports: Vec<Option<PortIo>>,
 }
 
-/// Binds a listening socket at `path`, replacing a stale socket file (never a file that is
-/// not a socket, never a socket another process listens on).
-fn listen(path: &Path, perms: crate::config::SocketPerms) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use super::os::{SocketInUse, clear_stale_socket};
-    match clear_stale_socket(path) {
-        Ok(()) => {}
-        Err(SocketInUse::NotASocket) => return Err(std::io::Error::other("exists and is not a socket")),
-        Err(SocketInUse::Live) => {
-            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another process listens on it"));
-        }
-        Err(SocketInUse::Other(e)) => return Err(e),
-    }
-    let l = std::os::unix::net::UnixListener::bind(path)?;
-    l.set_nonblocking(true)?;
-    if let Some(gid) = perms.gid {
-        std::os::unix::fs::chown(path, None, Some(gid))?;
-    }
-    if let Some(mode) = perms.mode {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    Ok(l)
-}
-
-/// Starts connecting to a VMM's socket without waiting: a full backlog is an error (retried
-/// with backoff), as is a socket nobody listens on.
-fn connect(path: &Path) -> std::io::Result<UnixStream> {
-    use socket2::{Domain, SockAddr, Socket, Type};
-    let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
-    match s.connect(&SockAddr::unix(path)?) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    Ok(UnixStream::from(std::os::fd::OwnedFd::from(s)))
-}
-
 impl Endpoints for VhostIo {
     fn open(&mut self, ps: &PortState) -> std::io::Result<()> {
         let Some(v) = ps.cfg.vhost_user() else { return Ok(()) };
@@ -257,15 +229,12 @@ impl Endpoints for VhostIo {
         let mut io = PortIo { listener: None, conn: None, retry_at: None, backoff: RECONNECT_MIN, paused_until: None };
         match v.mode {
             SocketMode::Server => {
-                if let Some(dir) = v.socket.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let l = listen(&v.socket, v.socket_perms).map_err(|e| {
+                let (l, sock) = sockpath::bind(&v.socket, v.socket_perms.mode, v.socket_perms.gid).map_err(|e| {
                     std::io::Error::other(format!("port {}: socket {}: {e}", ps.name(), v.socket.display()))
                 })?;
                 watch(&self.epoll, l.as_raw_fd(), Token::PortListen(id as u32));
                 info!("port {}: listening on {}", ps.name(), v.socket.display());
-                io.listener = Some((l, v.socket.clone()));
+                io.listener = Some((l, sock));
             }
             SocketMode::Client => io.retry_at = Some(Instant::now()),
         }
@@ -353,7 +322,7 @@ impl VhostIo {
         let Some(v) = ps.cfg.vhost_user() else { return };
         let path = v.socket.clone();
         let Some(io) = self.io(i) else { return };
-        match connect(&path) {
+        match sockpath::connect(&path) {
             Ok(s) => {
                 io.retry_at = None;
                 io.backoff = RECONNECT_MIN;

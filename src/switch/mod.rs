@@ -67,6 +67,9 @@ pub struct PortState {
     pub link: Option<Link>,
     pub connects: u64,
     pub last_error: Option<String>,
+    /// Its endpoint (a server-mode socket) could not be made: the port is "failed", the
+    /// reason in `last_error`.
+    pub endpoint_failed: bool,
 }
 
 impl PortState {
@@ -92,6 +95,7 @@ impl PortState {
         match (&self.port.kind, &self.link, self.cfg.vhost_user().map(|v| v.mode)) {
             (PortKind::Nic(_), ..) => "running",
             (PortKind::Failed, ..) => "failed",
+            _ if self.endpoint_failed => "failed",
             (_, Some(_), _) => "connected",
             (_, None, Some(SocketMode::Client)) => "connecting",
             (_, None, _) => "listening",
@@ -276,7 +280,7 @@ impl Switch {
         if self.ports.len() <= i {
             self.ports.resize_with(i + 1, || None);
         }
-        self.ports[i] = Some(PortState { port, cfg, link: None, connects: 0, last_error });
+        self.ports[i] = Some(PortState { port, cfg, link: None, connects: 0, last_error, endpoint_failed: false });
     }
 
     /// Forgets port `id`, which no poll thread's plan holds any more and whose endpoint is
@@ -289,6 +293,15 @@ impl Switch {
             th.stats.ports[id as usize].reset();
         }
         info!("port {}: removed", ps.name());
+    }
+
+    /// Port `id`'s endpoint could not be opened (`Endpoints::open`): it shows as failed, for
+    /// this reason.
+    pub fn endpoint_failed(&mut self, id: u16, why: String) {
+        if let Some(ps) = self.port_mut(id as usize) {
+            ps.endpoint_failed = true;
+            ps.last_error = Some(why);
+        }
     }
 
     /// A frontend connected to port `id`.
@@ -420,20 +433,5 @@ impl Switch {
         for i in 0..self.threads.len() {
             self.stop_thread(i);
         }
-    }
-
-    /// Socket paths pvswitchd created (server-mode ports and the control socket), to remove
-    /// at exit.
-    pub fn owned_sockets(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| p.cfg.vhost_user())
-            .filter(|v| v.mode == SocketMode::Server)
-            .map(|v| v.socket.clone())
-            .collect();
-        v.push(self.cfg.control_socket.clone());
-        v
     }
 }

@@ -83,6 +83,8 @@ impl Switch {
         for (id, p) in &added {
             self.add_port(*id, p.clone());
             if let Err(e) = ep.open(self.port(*id as usize).expect("just added")) {
+                log::error!("{e}");
+                self.endpoint_failed(*id, e.to_string());
                 errors.push(e.to_string());
             }
         }

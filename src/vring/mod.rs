@@ -683,6 +683,12 @@ impl ActiveRing {
         self.size
     }
 
+    /// The guest memory this ring is in (for tests that check where segments lie).
+    #[cfg(test)]
+    pub(crate) fn mem(&self) -> &GuestMem {
+        &self._mem
+    }
+
     /// Descriptors walked since the last call (popped chains, every descriptor counted).
     #[inline]
     pub fn take_walked(&mut self) -> u32 {

@@ -297,3 +297,12 @@ fn vring() {
 fn vring_regressions() {
     regressions(&TARGET);
 }
+
+/// The fuzzer's first finding: a chain that loops through a whole 256-entry table was refused
+/// (ChainTooLong) but charged 257 descriptors, one more than it walked and than
+/// `MAX_CHAIN_DESCS`, the most one pop may cost.
+#[test]
+fn a_refused_chain_is_charged_only_what_it_walked() {
+    let input = std::fs::read(super::repo_dir("fuzz/regressions/vring/refused-chain-charged-257.bin")).unwrap();
+    run(&input);
+}

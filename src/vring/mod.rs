@@ -488,7 +488,8 @@ impl ActiveRing {
             seen += 1;
             total += 1;
             if seen > table_len || total > MAX_CHAIN_DESCS {
-                self.walked += total;
+                // Charged for the descriptors read: not this one, which is refused unread.
+                self.walked += total - 1;
                 return Err(RingError::ChainTooLong);
             }
             // SAFETY: idx < table_len and the table was validated to hold table_len entries.

@@ -305,9 +305,8 @@ fn mutate_bytes(rng: &mut Rng, v: &mut Vec<u8>, pool: &[Vec<u8>], dict: &[&[u8]]
             let b: Vec<u8> =
                 if rng.one_in(2) { x.to_le_bytes()[..w].to_vec() } else { x.to_be_bytes()[8 - w..].to_vec() };
             let at = rng.below(len);
-            for k in 0..w.min(len - at) {
-                v[at + k] = b[k];
-            }
+            let n = w.min(len - at);
+            v[at..at + n].copy_from_slice(&b[..n]);
         }
         4 if len > 0 => {
             // Add or subtract a small amount to a byte or a little-endian u16/u32.

@@ -7,6 +7,8 @@ pub mod counter;
 pub mod ctl;
 pub mod datapath;
 pub mod flow;
+#[cfg(test)]
+mod fuzz;
 pub mod mem;
 pub mod port;
 pub mod switch;

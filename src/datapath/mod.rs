@@ -23,6 +23,8 @@ mod input;
 pub mod mac_table;
 pub mod nic_io;
 mod offload;
+#[cfg(test)]
+pub(crate) use offload::for_fuzzing as offload_for_fuzzing;
 mod output;
 pub mod plan;
 pub mod sched;

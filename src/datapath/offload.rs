@@ -97,3 +97,32 @@ impl Segments {
         Some(s)
     }
 }
+
+/// What the fuzz target (`fuzz::gso`) sees of a frame's segmentation and checksum, through the
+/// data path's own code: the frame is `len` bytes at `data_off` in `segs`, its offload `off`
+/// as classify checked it, sent with `prefix` in place of its first `skip` bytes. Returns the
+/// software checksum (field offset, value) and each segment (its headers, the offset and
+/// length of its payload in the sender's frame, its TCP header's offset), or None where the
+/// data path drops the frame (`Drop::OffloadHeaders`).
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) fn for_fuzzing(
+    segs: crate::mem::Segs,
+    data_off: u32,
+    len: u32,
+    off: gso::Offload,
+    prefix: &[u8],
+    skip: u32,
+    full: bool,
+) -> (Option<(u32, u16)>, Option<Vec<(Vec<u8>, u32, u32, u16)>>) {
+    let f = Frame { segs, data_off, len, off, ..Frame::default() };
+    let sum = checksum(&f);
+    let segments = Segments::new(&f, prefix, skip).map(|mut s| {
+        let mut out = Vec::new();
+        while let Some(g) = s.next(&f, full) {
+            out.push((g.hdrs[..g.hdr_len as usize].to_vec(), g.skip, g.len, g.l4));
+        }
+        out
+    });
+    (sum, segments)
+}

@@ -349,6 +349,17 @@ impl GuestMem {
         (r == 0 && node >= 0).then_some(node as usize)
     }
 
+    /// Each region's guest-visible bytes `[host, host + size)` and its whole mapping
+    /// `[start, start + len)` (for tests that check where pointers lie, or fence the bytes of
+    /// the mapping that lie outside the region).
+    #[cfg(test)]
+    pub(crate) fn host_ranges(&self) -> Vec<((usize, usize), (usize, usize))> {
+        self.regions
+            .iter()
+            .map(|r| ((r.host as usize, r.size as usize), (r.map.as_ptr() as usize, r.map.size())))
+            .collect()
+    }
+
     pub fn region_count(&self) -> usize {
         self.regions.len()
     }

@@ -35,6 +35,12 @@ impl Segs {
         self.total == 0
     }
 
+    /// The segments, as (host pointer, length) pairs (for tests that check where they lie).
+    #[cfg(test)]
+    pub(crate) fn pieces(&self) -> &[(*mut u8, u32)] {
+        &self.ptrs[..self.n]
+    }
+
     pub(crate) fn clear(&mut self) {
         self.n = 0;
         self.total = 0;

@@ -488,7 +488,8 @@ impl ActiveRing {
             seen += 1;
             total += 1;
             if seen > table_len || total > MAX_CHAIN_DESCS {
-                self.walked += total;
+                // Charged for the descriptors read: not this one, which is refused unread.
+                self.walked += total - 1;
                 return Err(RingError::ChainTooLong);
             }
             // SAFETY: idx < table_len and the table was validated to hold table_len entries.
@@ -681,6 +682,12 @@ impl ActiveRing {
 
     pub fn size(&self) -> u16 {
         self.size
+    }
+
+    /// The guest memory this ring is in (for tests that check where segments lie).
+    #[cfg(test)]
+    pub(crate) fn mem(&self) -> &GuestMem {
+        &self._mem
     }
 
     /// Descriptors walked since the last call (popped chains, every descriptor counted).

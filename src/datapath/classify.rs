@@ -8,9 +8,9 @@
 //! that mode's loop; the rare cases (a header asking for offloads, a drop) are out of line.
 
 use super::counters::{Drop, bump};
+use super::frame::{FRONT, FRONT_MAX, Frame};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
-use super::frame::{FRONT, FRONT_MAX, Frame};
 use super::{Env, Out, PENDING, REPEAT, UNCLASSIFIED};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};

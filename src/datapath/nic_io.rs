@@ -262,8 +262,8 @@ mod imp {
 mod stub {
     use super::super::counters::{Drop, PortCounters, ThreadStats};
     use super::super::frame::Frame;
-    use super::super::plan::PortTable;
     use super::super::frame::Frame;
+    use super::super::plan::PortTable;
     use crate::mem::Segs;
     use crate::port::nic::NicPort;
 

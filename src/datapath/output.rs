@@ -8,9 +8,9 @@ use super::classify::normal;
 use std::sync::Arc;
 
 use super::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
+use super::frame::Frame;
 use super::nic_io::TxBatches;
 use super::offload::{self, Segments};
-use super::frame::Frame;
 use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::Segs;

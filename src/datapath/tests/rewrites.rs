@@ -26,7 +26,14 @@ impl Rewriter {
         // SAFETY: a fresh shared mapping of the guest's memfd, unmapped when the hook goes; only
         // bytes of TX buffer slots are written, with volatile stores.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         } as usize;
         assert_ne!(base as *mut libc::c_void, libc::MAP_FAILED);
         struct Map(usize, usize);

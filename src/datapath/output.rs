@@ -334,6 +334,8 @@ fn deliver_in_order(
         // sender's ring for its next visit (the first frame of a burst always goes).
         if wait && i > 0 && f.off.tso.is_some() && i as u32 + rx.extra_segments >= rx.segment_room {
             o_close(open, env, rx);
+            // Not a wait for a full receiver: the frames before went out.
+            *blocked_since = None;
             return i;
         }
         match f.out {

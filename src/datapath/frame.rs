@@ -50,8 +50,12 @@ pub(super) struct Frame {
     pub key: FlowKey,
     pub hash: u64,
     /// The switch's copy of the frame's first `front_len` bytes.
-    front: [u8; FRONT_MAX],
+    front: Front,
 }
+
+/// The front's bytes, on cache lines of their own: the usual 64-byte copy is one line.
+#[repr(C, align(64))]
+struct Front([u8; FRONT_MAX]);
 
 impl Default for Frame {
     fn default() -> Frame {
@@ -67,7 +71,7 @@ impl Default for Frame {
             flow: super::UNCLASSIFIED,
             key: FlowKey::default(),
             hash: 0,
-            front: [0; FRONT_MAX],
+            front: Front([0; FRONT_MAX]),
         }
     }
 }
@@ -105,13 +109,13 @@ impl Frame {
     #[inline(always)]
     pub fn take_front(&mut self, want: usize) {
         let n = (self.len as usize).min(want);
-        self.front_len = self.segs.read_at(self.data_off, &mut self.front[..n]) as u32;
+        self.front_len = self.segs.read_at(self.data_off, &mut self.front.0[..n]) as u32;
     }
 
     /// The front: the frame's first bytes as the switch holds them.
     #[inline(always)]
     pub fn front(&self) -> &[u8] {
-        &self.front[..self.front_len as usize]
+        &self.front.0[..self.front_len as usize]
     }
 
     /// The `N` bytes at `off` of the front, if it holds them.
@@ -127,7 +131,7 @@ impl Frame {
         let mut done = 0;
         if off < self.front_len {
             let k = (self.front_len - off).min(n);
-            done = dst.write_at(dst_off, &self.front[off as usize..(off + k) as usize]) as u32;
+            done = dst.write_at(dst_off, &self.front.0[off as usize..(off + k) as usize]) as u32;
             if done < k {
                 return done;
             }
@@ -145,7 +149,7 @@ impl Frame {
         let mut done = 0;
         if off < self.front_len {
             let k = ((self.front_len - off) as usize).min(out.len());
-            out[..k].copy_from_slice(&self.front[off as usize..off as usize + k]);
+            out[..k].copy_from_slice(&self.front.0[off as usize..off as usize + k]);
             done = k;
         }
         if done < out.len() {
@@ -165,7 +169,7 @@ impl Frame {
         let mut at = off;
         if at < self.front_len {
             let k = self.front_len.min(end);
-            s.add_bytes(&self.front[at as usize..k as usize]);
+            s.add_bytes(&self.front.0[at as usize..k as usize]);
             at = k;
         }
         if at < end {

@@ -291,11 +291,8 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
                 _ => return Err(format!("--vm {s:?}: hostile is block-call")),
             },
             "rxchain" => {
-                vm.driver.rx_chain = v
-                    .parse()
-                    .ok()
-                    .filter(|c| (1..=256).contains(c))
-                    .ok_or(format!("--vm {s:?}: rxchain is 1..256"))?
+                vm.driver.rx_chain =
+                    v.parse().ok().filter(|c| (1..=256).contains(c)).ok_or(format!("--vm {s:?}: rxchain is 1..256"))?
             }
             "tso" => {
                 vm.driver.tso =
@@ -386,7 +383,10 @@ impl Config {
             }
             if v.driver.rx_chain > 1 {
                 if q < v.driver.rx_chain {
-                    return Err(format!("VM {:?}: qsize {q} too small for receive chains of {}", v.name, v.driver.rx_chain));
+                    return Err(format!(
+                        "VM {:?}: qsize {q} too small for receive chains of {}",
+                        v.name, v.driver.rx_chain
+                    ));
                 }
                 if v.driver.rx_buf.is_some_and(|b| b < v.driver.rx_chain as u32) {
                     return Err(format!("VM {:?}: rxbuf is less than a byte per descriptor of rxchain", v.name));

@@ -605,8 +605,13 @@ impl Port {
         self.vm.mem.read_into(at, &mut hdr[..len.min(HDR_LEN)]);
         let nbufs = if self.driver.mrg_rxbuf { u16::from_le_bytes([hdr[10], hdr[11]]) } else { 1 };
         let flen = len.saturating_sub(HDR_LEN);
-        let mut p =
-            Partial { h: [0u8; PROBE_LEN], len: flen, left: nbufs.saturating_sub(1), corrupt: nbufs == 0, segment: false };
+        let mut p = Partial {
+            h: [0u8; PROBE_LEN],
+            len: flen,
+            left: nbufs.saturating_sub(1),
+            corrupt: nbufs == 0,
+            segment: false,
+        };
         if flen >= PROBE_LEN {
             self.vm.mem.read_into(at + HDR_LEN as u64, &mut p.h);
             if p.h[12..14] == [0x08, 0x00] && p.h[23] == 6 {

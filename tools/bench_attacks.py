@@ -17,9 +17,10 @@ Attacks (the honest neighbour is the same traffic without the hostile knob):
                    interrupts (the write would block; the watchdog interrupts it, the queue stops)
   mac-flood        a1's frames come from 1,000,000 source MACs (learning refused past mac_limit)
   rx-walk          a1 sends 1500 B frames; a2 negotiates MRG_RXBUF and posts 8 buffers, each a
-                   chain of 250 one-byte descriptors: the frame needs 1512 bytes, 6 buffers hold
-                   1500, so a delivery walks 1500 descriptors (past the 1024 a frame may take)
-                   and drops it (issue 29; the honest a2 posts normal buffers, same ring size)
+                   chain of 256 descriptors (the longest accepted) holding 64 bytes in its
+                   first, the others empty: a frame needs 24 such buffers, so a delivery walks
+                   6 of them, 1536 descriptors (past the 1024 a frame may take), and drops it
+                   (issue 29; the honest a2 posts normal buffers in a ring of the same size)
   tso-segments     a1 sends 64 KiB TCP/IPv4 frames asking for TSO with MSS 88 (745 segments
                    each) to a2, which has no GUEST_TSO4: the switch segments them in software
                    (issue 29; the honest a1 sends the same frames with MSS 1448, 46 segments)
@@ -55,7 +56,7 @@ ATTACKS = {
     "mac-flood": (["name=a1,dst=a2", "name=a2"],
                   ["name=a1,dst=a2,srcmacs=1000000", "name=a2"]),
     "rx-walk": (["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048"],
-                ["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048,rxbuf=250,rxchain=250"]),
+                ["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048,rxbuf=64,rxchain=256"]),
     # a1's ring at 256 entries: its buffer slots hold 64 KiB frames. a2 sends nothing; its
     # size=1500 keeps every VM's buffer slots as large with either MSS (they are sized by the
     # largest frame any VM may receive: here a 1448-byte MSS segment, or an 88-byte one).

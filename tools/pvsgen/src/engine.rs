@@ -315,14 +315,14 @@ impl Port {
             let at = l.rx_buf(head);
             let mut rx = self.vm.raw_rx();
             if self.driver.rx_chain > 1 {
-                // A long chain: n pieces back to back, the last one with the remainder.
-                let piece = self.rx_buf / n as u32;
+                // A long chain: the buffer's bytes in its first descriptor, then n - 1 of
+                // length zero (a chain may have 256 descriptors, but only 64 with bytes).
                 for k in 0..n {
                     let last = k + 1 == n;
-                    let len = if last { self.rx_buf - piece * (n as u32 - 1) } else { piece };
+                    let len = if k == 0 { self.rx_buf } else { 0 };
                     let next = if last { 0 } else { ids[k + 1] };
                     let flags = if last { F_WRITE } else { F_WRITE | F_NEXT };
-                    rx.desc(ids[k], Desc { addr: at + (piece as u64 * k as u64), len, flags, next });
+                    rx.desc(ids[k], Desc { addr: at, len, flags, next });
                 }
                 rx.stage(head);
                 if self.driver.in_order {

@@ -422,7 +422,10 @@ impl Port {
             let body: Vec<u8> = (PROBE_LEN..self.size).map(|i| pattern(seq, i)).collect();
             self.vm.mem.write(at + (HDR_LEN + PROBE_LEN) as u64, &body);
         }
-        let frame = (HDR_LEN + self.size) as u32;
+        // A TSO sender's other frames (hellos, pings, pongs) are plain 64-byte ones: a frame as
+        // long as its data frames would exceed any MTU.
+        let size = if self.driver.tso > 0 && kind != KIND_DATA { 64 } else { self.size };
+        let frame = (HDR_LEN + size) as u32;
         if self.driver.chain() == 1 && !self.driver.indirect {
             // The fast driver: one descriptor, header and frame.
             let mut tx = self.vm.raw_tx();
@@ -430,14 +433,14 @@ impl Port {
             tx.stage(head);
         } else {
             // Pieces: the header apart (chain >= 2), the frame in two (chain 3).
-            let half = (self.size / 2) as u32;
+            let half = (size / 2) as u32;
             let pieces: Vec<(u64, u32)> = match self.driver.chain() {
                 1 => vec![(at, frame)],
-                2 => vec![(at, HDR_LEN as u32), (at + HDR_LEN as u64, self.size as u32)],
+                2 => vec![(at, HDR_LEN as u32), (at + HDR_LEN as u64, size as u32)],
                 _ => vec![
                     (at, HDR_LEN as u32),
                     (at + HDR_LEN as u64, half),
-                    (at + (HDR_LEN as u32 + half) as u64, self.size as u32 - half),
+                    (at + (HDR_LEN as u32 + half) as u64, size as u32 - half),
                 ],
             };
             if self.driver.indirect {

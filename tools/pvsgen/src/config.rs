@@ -382,13 +382,11 @@ impl Config {
             if q < 4 * v.driver.chain() {
                 return Err(format!("VM {:?}: qsize {q} too small for chains of {}", v.name, v.driver.chain()));
             }
-            if v.driver.rx_chain > 1 {
-                if q < v.driver.rx_chain {
-                    return Err(format!(
-                        "VM {:?}: qsize {q} too small for receive chains of {}",
-                        v.name, v.driver.rx_chain
-                    ));
-                }
+            if v.driver.rx_chain > 1 && q < v.driver.rx_chain {
+                return Err(format!(
+                    "VM {:?}: qsize {q} too small for receive chains of {}",
+                    v.name, v.driver.rx_chain
+                ));
             }
             if let Some(b) = v.driver.rx_buf
                 && !v.driver.mrg_rxbuf

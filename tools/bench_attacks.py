@@ -16,6 +16,18 @@ Attacks (the honest neighbour is the same traffic without the hostile knob):
   block-call       a2 saturates its RX call eventfd and clears O_NONBLOCK, then asks for
                    interrupts (the write would block; the watchdog interrupts it, the queue stops)
   mac-flood        a1's frames come from 1,000,000 source MACs (learning refused past mac_limit)
+  rx-walk          a1 sends 1500 B frames; a2 negotiates MRG_RXBUF and posts 8 buffers, each a
+                   chain of 256 descriptors (the longest accepted) holding 64 bytes in its
+                   first, the others empty: a frame needs 24 such buffers, so a delivery walks
+                   6 of them, 1536 descriptors (past the 1024 a frame may take), and drops it
+                   (issue 29; the honest a2 posts normal buffers in a ring of the same size)
+  tso-segments     a1 sends 64 KiB TCP/IPv4 frames asking for TSO with MSS 88 (745 segments
+                   each) to a2, which has no GUEST_TSO4: the switch segments them in software
+                   (issue 29; the honest a1 sends the same frames with MSS 1448, 46 segments)
+
+Besides the bystanders' ratio the table shows a1's send rate (the issue's sender fell to
+0.27x under rx-walk) and what a2 received, in frames and in bits (segments' bytes for
+tso-segments).
 
 Usage: tools/bench_attacks.py [--reps 3] [--seconds 4] [--only long-chains,...] [--out FILE]
 Needs a release build of pvswitchd and pvsgen (cargo build --release --workspace).
@@ -43,16 +55,31 @@ ATTACKS = {
                    ["name=a1,dst=a2", "name=a2,hostile=block-call"]),
     "mac-flood": (["name=a1,dst=a2", "name=a2"],
                   ["name=a1,dst=a2,srcmacs=1000000", "name=a2"]),
+    "rx-walk": (["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048"],
+                ["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048,rxbuf=64,rxchain=256"]),
+    # a1's ring at 256 entries: its buffer slots hold 64 KiB frames. a2 sends nothing; its
+    # size=1500 keeps every VM's buffer slots as large with either MSS (they are sized by the
+    # largest frame any VM may receive: here a 1448-byte MSS segment, or an 88-byte one).
+    "tso-segments": (["name=a1,dst=a2,size=65535,tso=1448,qsize=256", "name=a2,size=1500"],
+                     ["name=a1,dst=a2,size=65535,tso=88,qsize=256", "name=a2,size=1500"]),
 }
 
 
 def run(a_vms, seconds):
-    """The bystanders' forwarded rate (Mpps, both directions) and, if there, a1->a2's."""
+    """The bystanders' forwarded rate (Mpps, both directions) and, if there, a1's send rate
+    (Mpps) and a2's receive rate (Mpps, Gbps)."""
     names = ["by1", "by2"] + [v.split(",")[0].split("=")[1] for v in a_vms]
     r = run_pvsgen([(n, "") for n in names], BYSTANDERS + a_vms, seconds)
     vms = {v["name"]: v for v in r["vms"]}
     by = vms["by1"]["rx_mpps"] + vms["by2"]["rx_mpps"]
-    return by, vms["a2"]["rx_mpps"] if "a2" in vms else 0.0
+    a1, a2 = vms.get("a1", {}), vms.get("a2", {})
+    return by, (a1.get("tx_mpps", 0.0), a2.get("rx_mpps", 0.0), a2.get("rx_gbps", 0.0))
+
+
+def med_of(got, kind, field):
+    """The median over reps of field `field` (0 a1's Mpps sent, 1 a2's Mpps received, 2 a2's
+    Gbps) of run `kind` (0 attack, 1 honest)."""
+    return statistics.median(g[kind][field] for g in got)
 
 
 def main():
@@ -74,25 +101,30 @@ def main():
             res = {}
             for kind, vms in order:
                 res[kind] = run(vms, a.seconds)
-            (h, h_a2), (x, x_a2), (alone, _) = res["honest"], res["attack"], res["alone"]
+            (h, h_a), (x, x_a), (alone, _) = res["honest"], res["attack"], res["alone"]
             ratios.append(x / h)
             alone_ratios.append(x / alone)
-            got.append((x_a2, h_a2))
+            got.append((x_a, h_a))
             print(f"{name} rep {rep}: bystanders {x:.3f} Mpps under attack, {h:.3f} beside the honest "
-                  f"neighbour, {alone:.3f} alone; a2 received {x_a2:.3f} vs {h_a2:.3f} Mpps", flush=True)
+                  f"neighbour, {alone:.3f} alone; a1 sent {x_a[0]:.3f} vs {h_a[0]:.3f} Mpps; "
+                  f"a2 received {x_a[1]:.3f} vs {h_a[1]:.3f} Mpps, {x_a[2]:.2f} vs {h_a[2]:.2f} Gbps",
+                  flush=True)
         rows.append((name, ratios, alone_ratios, got))
     lines = [
         f"Bystander pair (64 B both ways) on the attacker's poll thread, {a.reps} reps of {a.seconds:g} s",
         "",
-        "| attack | bystanders: attack / honest neighbour (median, min..max) | attack / alone | a2 receives, attack vs honest (Mpps, median) |",
-        "|---|---|---|---|",
+        "| attack | bystanders: attack / honest neighbour (median, min..max) | attack / alone "
+        "| a1 sends, attack vs honest (Mpps, median) | a2 receives, attack vs honest (Mpps; Gbps, median) |",
+        "|---|---|---|---|---|",
     ]
     for name, ratios, alone_ratios, got in rows:
         med = statistics.median(ratios)
         lines.append(
             f"| {name} | **{med:.3f}** ({min(ratios):.3f}..{max(ratios):.3f}){'' if med >= 0.9 else ' BELOW 0.9'} "
             f"| {statistics.median(alone_ratios):.3f} "
-            f"| {statistics.median(g[0] for g in got):.3f} vs {statistics.median(g[1] for g in got):.3f} |"
+            f"| {med_of(got, 0, 0):.3f} vs {med_of(got, 1, 0):.3f} "
+            f"| {med_of(got, 0, 1):.3f} vs {med_of(got, 1, 1):.3f}; "
+            f"{med_of(got, 0, 2):.2f} vs {med_of(got, 1, 2):.2f} |"
         )
     emit("\n".join(lines), a.out)
 

@@ -472,6 +472,9 @@ def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=()
     d = tempfile.mkdtemp(prefix="pvs-fair-")
     stop = start_pvswitchd(d, write_config(d, ports, cores, switch_extra))
     try:
+        # The control socket can come up before the ports' sockets listen (seen on a loaded host).
+        for name, _ in ports:
+            wait_socket(os.path.join(d, f"{name}.sock"))
         out = os.path.join(d, "gen.json")
         cmd = [PVSGEN, "--cpus", gen_cpus, "--seconds", str(seconds), "--qsize", str(qsize), "--quiet", "--json", out]
         for vm in gen_vms:

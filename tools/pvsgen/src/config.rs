@@ -19,7 +19,8 @@ pub struct VmSpec {
     pub name: String,
     pub socket: PathBuf,
     pub dst: Dst,
-    /// Ethernet frame length in bytes (no virtio-net header, no FCS), 60 to 9000.
+    /// Ethernet frame length in bytes (no virtio-net header, no FCS), 60 to 9000 (to 65535
+    /// with `driver.tso`).
     pub size: usize,
     /// Frames per second, or None: as fast as the ring allows.
     pub rate: Option<f64>,
@@ -74,18 +75,30 @@ pub struct Driver {
     /// the maximum, clears O_NONBLOCK on it and asks for interrupts, so that the switch's next
     /// write to it would block.
     pub block_call: bool,
+    /// Descriptors per receive buffer (0 or 1: as `chain` says): each posted buffer is a chain
+    /// of this many device-writable descriptors, its `rx_buf` bytes in the first and the
+    /// others of length zero (the switch takes a chain of up to 256 descriptors, of which at
+    /// most 64 with bytes). With small buffers, a hostile receiver whose frames take many
+    /// descriptors to write.
+    pub rx_chain: u16,
+    /// TCP segmentation (0: off): negotiate CSUM and HOST_TSO4 and send every data frame as
+    /// TCP/IPv4 with a virtio-net header asking for TSO with this MSS (88..65535). The
+    /// generator never negotiates GUEST_TSO4, so a receiving VM gets the segments the switch
+    /// cuts; the probe fields follow the TCP header and arrive in the first segment.
+    pub tso: u16,
 }
 
 impl Driver {
     /// The virtio features it acks.
     pub fn features(&self) -> u64 {
-        use crate::frontend::{EVENT_IDX, IN_ORDER, INDIRECT, MRG_RXBUF};
+        use crate::frontend::{CSUM, EVENT_IDX, HOST_TSO4, IN_ORDER, INDIRECT, MRG_RXBUF};
         let mut f = crate::frontend::FEATURES & !INDIRECT;
         for (on, bit) in [
             (self.event_idx, EVENT_IDX),
             (self.indirect, INDIRECT),
             (self.in_order, IN_ORDER),
             (self.mrg_rxbuf, MRG_RXBUF),
+            (self.tso > 0, CSUM | HOST_TSO4),
         ] {
             if on {
                 f |= bit;
@@ -97,6 +110,18 @@ impl Driver {
     /// Descriptors per frame (at least 1).
     pub fn chain(&self) -> u16 {
         self.chain.max(1) as u16
+    }
+
+    /// Descriptors per receive buffer: `rx_chain` if set, else one with MRG_RXBUF, else header
+    /// and data apart when the driver chains (at most two).
+    pub fn rx_descs(&self) -> u16 {
+        if self.rx_chain > 1 {
+            self.rx_chain
+        } else if self.mrg_rxbuf {
+            1
+        } else {
+            self.chain().min(2)
+        }
     }
 
     /// Bytes of a frame's indirect table (its pieces and padding), rounded up to 64.
@@ -153,16 +178,20 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
                    frame in flight; A's rate, if given, spaces the pings 1/rate apart. A's dst and B's
                    dst/rate are ignored; other VMs run as given
   --vm SPEC        name=NAME,socket=PATH[,dst=VM|bcast|none][,size=BYTES][,rate=PPS][,DRIVER]
-                   size: Ethernet frame bytes, 60..9000 (default 64); rate: frames per second
+                   size: Ethernet frame bytes, 60..9000 (default 64; to 65535 with tso); rate: frames per second
                    (default: unlimited, as fast as the ring takes them); dst default none
                    DRIVER (how its virtio-net driver behaves; default: one descriptor per
                    frame, polling): features=event_idx+indirect+in_order+mrg,
                    notify=poll|interrupt, reuse=lifo|fifo|random, chain=1|2|3 (descriptors per
-                   frame), qsize=N, rxbuf=BYTES, verify=1 (pattern-fill and check payloads)
+                   frame), qsize=N, rxbuf=BYTES, verify=1 (pattern-fill and check payloads),
+                   tso=MSS (negotiate CSUM and HOST_TSO4, send TCP/IPv4 data frames asking
+                   for TSO with this MSS, 88..65535; receivers get the switch's segments)
                    HOSTILE: pad=N (N zero-length descriptors in every indirect table, 0..253;
                    needs features=indirect), srcmacs=N (data frames from N source MACs),
                    rxbuf=0 (zero-length receive buffers; needs features=mrg),
-                   hostile=block-call (its RX call eventfd saturated and made blocking)
+                   hostile=block-call (its RX call eventfd saturated and made blocking),
+                   rxchain=N (every receive buffer a chain of N descriptors, 1..256: rxbuf
+                   bytes in the first, zero in the others; many descriptors to walk a frame)
 ";
 
 fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
@@ -262,6 +291,14 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
                 "block-call" => vm.driver.block_call = true,
                 _ => return Err(format!("--vm {s:?}: hostile is block-call")),
             },
+            "rxchain" => {
+                vm.driver.rx_chain =
+                    v.parse().ok().filter(|c| (1..=256).contains(c)).ok_or(format!("--vm {s:?}: rxchain is 1..256"))?
+            }
+            "tso" => {
+                vm.driver.tso =
+                    v.parse().ok().filter(|m| *m >= 88).ok_or(format!("--vm {s:?}: tso is an MSS, 88..65535"))?
+            }
             "srcmacs" => vm.driver.src_macs = v.parse().map_err(|_| format!("--vm {s:?}: bad srcmacs {v:?}"))?,
             _ => return Err(format!("--vm {s:?}: unknown key {k:?}")),
         }
@@ -269,7 +306,15 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
     if vm.name.is_empty() || vm.socket.as_os_str().is_empty() {
         return Err(format!("--vm {s:?}: name and socket are required"));
     }
-    if !(60..=9000).contains(&vm.size) {
+    if vm.driver.tso > 0 {
+        // Ethernet, IPv4 and TCP headers and the probe fields; IPv4's total length is 16 bits.
+        if !(TSO_PROBE_END..=65535).contains(&vm.size) {
+            return Err(format!("--vm {s:?}: size must be {TSO_PROBE_END}..65535 with tso"));
+        }
+        if vm.driver.verify {
+            return Err(format!("--vm {s:?}: verify and tso do not go together"));
+        }
+    } else if !(60..=9000).contains(&vm.size) {
         return Err(format!("--vm {s:?}: size must be 60..9000"));
     }
     if vm.driver.rx_buf == Some(0) && !vm.driver.mrg_rxbuf {
@@ -280,6 +325,10 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
     }
     Ok(vm)
 }
+
+/// Bytes of a TSO data frame the generator writes: Ethernet, IPv4 and TCP headers (54), then
+/// the probe fields (26).
+pub const TSO_PROBE_END: usize = 80;
 
 /// Parses the arguments after the program name. `Ok(None)`: help was asked for.
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, String> {
@@ -332,6 +381,12 @@ impl Config {
             }
             if q < 4 * v.driver.chain() {
                 return Err(format!("VM {:?}: qsize {q} too small for chains of {}", v.name, v.driver.chain()));
+            }
+            if v.driver.rx_chain > 1 && q < v.driver.rx_chain {
+                return Err(format!(
+                    "VM {:?}: qsize {q} too small for receive chains of {}",
+                    v.name, v.driver.rx_chain
+                ));
             }
             if let Some(b) = v.driver.rx_buf
                 && !v.driver.mrg_rxbuf
@@ -405,5 +460,41 @@ mod tests {
         ] {
             assert!(parse_args(args(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn parses_the_attack_knobs() {
+        let c = parse_args(args(
+            "--vm name=a,socket=x,dst=b,size=65535,tso=88 \
+             --vm name=b,socket=y,features=mrg,qsize=2048,rxbuf=64,rxchain=256",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.vms[0].driver.tso, 88);
+        assert_ne!(c.vms[0].driver.features() & crate::frontend::HOST_TSO4, 0);
+        assert_eq!(c.vms[1].driver.rx_descs(), 256);
+        for bad in [
+            "--vm name=a,socket=x,size=65535",
+            "--vm name=a,socket=x,size=65536,tso=88",
+            "--vm name=a,socket=x,tso=87",
+            "--vm name=a,socket=x,size=1500,tso=1448,verify=1",
+            "--vm name=a,socket=x,rxchain=257",
+            "--vm name=a,socket=x,features=mrg,qsize=128,rxchain=256",
+        ] {
+            assert!(parse_args(args(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tso_headers_are_a_linux_guests() {
+        let (vh, f) = crate::engine::tso_headers(88, 65535);
+        assert_eq!(vh[..10], [1, 1, 54, 0, 88, 0, 34, 0, 16, 0]);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 65521);
+        // The IPv4 header sums to 0xffff with its checksum.
+        let mut s: u32 = f[14..34].chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        assert_eq!(s, 0xffff);
     }
 }

@@ -6,6 +6,11 @@
 //! then at offset 14: magic "PVSG" (u32 LE), kind (u8: data, hello, ping, pong), pad, source VM
 //! index (u16 LE), pad, sequence number (u64 LE, per source VM, from 0), TX timestamp
 //! (CLOCK_MONOTONIC ns, u64 LE); zeros up to the frame size.
+//!
+//! With TSO (`Driver::tso`) a data frame is TCP/IPv4 instead: ethertype 0x0800, a 20-byte IPv4
+//! header (10.0.0.1 to 10.0.0.2), a 20-byte TCP header, then the fields above from magic on
+//! (at offset 54, not 14); the virtio-net header asks for TSO. Receivers count each TCP/IPv4
+//! frame from a generator as a segment; the one carrying the fields counts as the data frame.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -46,6 +51,9 @@ struct Partial {
     /// Buffers still to come.
     left: u16,
     corrupt: bool,
+    /// A TCP/IPv4 frame (a segment): `h` holds the probe fields found after its TCP header, in
+    /// their usual places.
+    segment: bool,
 }
 
 /// How often an unanswered hello is repeated, and how long a ping waits for its pong.
@@ -130,6 +138,9 @@ pub struct Counters {
     /// `IRQ_TIMEOUT_NS`).
     pub missed_interrupts: u64,
     pub interrupts: u64,
+    /// TCP/IPv4 frames received (segments of a TSO sender's frames); their bytes are in
+    /// `received_bytes`, and the first of each frame's segments counts in `received`.
+    pub segments: u64,
 }
 
 /// One VM as a generator thread drives it.
@@ -154,6 +165,8 @@ pub struct Port {
     /// The ids of each chain, by head id (its first `chain_len` entries).
     tx_chain: Vec<[u16; 3]>,
     rx_chain: Vec<[u16; 3]>,
+    /// With `driver.rx_chain`: the ids of each receive chain, by head.
+    rx_long: Vec<Vec<u16>>,
     /// Padded indirect tables (a hostile driver's) already written, by head: a head's table
     /// never changes, and writing 4 KiB per frame would make the generator the bottleneck.
     tx_table_done: Vec<bool>,
@@ -233,6 +246,7 @@ impl Port {
             rx_free: FreeIds::new(l.qsize, driver.reuse, 0x7f4a_7c15 + id as u64),
             tx_chain: vec![[0; 3]; l.qsize as usize],
             rx_chain: vec![[0; 3]; l.qsize as usize],
+            rx_long: if driver.rx_chain > 1 { vec![Vec::new(); l.qsize as usize] } else { Vec::new() },
             tx_table_done: vec![false; l.qsize as usize],
             tx_order: VecDeque::new(),
             rx_order: VecDeque::new(),
@@ -277,10 +291,9 @@ impl Port {
         if self.driver.indirect { 1 } else { self.driver.chain() as usize }
     }
 
-    /// Descriptors a receive buffer takes: one with MRG_RXBUF, else header and data apart when
-    /// the driver chains (at most two).
+    /// Descriptors a receive buffer takes (`Driver::rx_descs`).
     fn rx_descs(&self) -> usize {
-        if self.driver.mrg_rxbuf { 1 } else { self.driver.chain().min(2) as usize }
+        self.driver.rx_descs() as usize
     }
 
     fn in_flight(&self) -> usize {
@@ -301,6 +314,23 @@ impl Port {
             let head = ids[0];
             let at = l.rx_buf(head);
             let mut rx = self.vm.raw_rx();
+            if self.driver.rx_chain > 1 {
+                // A long chain: the buffer's bytes in its first descriptor, then n - 1 of
+                // length zero (a chain may have 256 descriptors, but only 64 with bytes).
+                for k in 0..n {
+                    let last = k + 1 == n;
+                    let len = if k == 0 { self.rx_buf } else { 0 };
+                    let next = if last { 0 } else { ids[k + 1] };
+                    let flags = if last { F_WRITE } else { F_WRITE | F_NEXT };
+                    rx.desc(ids[k], Desc { addr: at, len, flags, next });
+                }
+                rx.stage(head);
+                if self.driver.in_order {
+                    self.rx_order.push_back(head);
+                }
+                self.rx_long[head as usize] = ids;
+                continue;
+            }
             if n == 1 {
                 rx.desc(head, Desc { addr: at, len: self.rx_buf, flags: F_WRITE, next: 0 });
             } else {
@@ -368,13 +398,34 @@ impl Port {
         h[20..22].copy_from_slice(&self.id.to_le_bytes());
         h[24..32].copy_from_slice(&seq.to_le_bytes());
         h[32..40].copy_from_slice(&ts.to_le_bytes());
-        // The 12-byte virtio-net header before it stays zero (the memfd starts zeroed).
-        self.vm.mem.write(at + HDR_LEN as u64, &h);
+        if self.driver.tso > 0 {
+            // A TSO sender: data frames are TCP/IPv4 with the probe fields after the headers,
+            // under a header asking for segmentation; other frames as usual, under a zero
+            // header (the slot may have held a data frame).
+            if kind == KIND_DATA {
+                let (vh, hdrs) = tso_headers(self.driver.tso, self.size);
+                let mut t = [0u8; TSO_PROBE_END];
+                t[..12].copy_from_slice(&h[..12]);
+                t[12..TSO_HDRS].copy_from_slice(&hdrs[12..]);
+                t[TSO_HDRS..].copy_from_slice(&h[14..PROBE_LEN]);
+                self.vm.mem.write(at, &vh);
+                self.vm.mem.write(at + HDR_LEN as u64, &t);
+            } else {
+                self.vm.mem.write(at, &[0u8; HDR_LEN]);
+                self.vm.mem.write(at + HDR_LEN as u64, &h);
+            }
+        } else {
+            // The 12-byte virtio-net header before it stays zero (the memfd starts zeroed).
+            self.vm.mem.write(at + HDR_LEN as u64, &h);
+        }
         if self.driver.verify && self.size > PROBE_LEN {
             let body: Vec<u8> = (PROBE_LEN..self.size).map(|i| pattern(seq, i)).collect();
             self.vm.mem.write(at + (HDR_LEN + PROBE_LEN) as u64, &body);
         }
-        let frame = (HDR_LEN + self.size) as u32;
+        // A TSO sender's other frames (hellos, pings, pongs) are plain 64-byte ones: a frame as
+        // long as its data frames would exceed any MTU.
+        let size = if self.driver.tso > 0 && kind != KIND_DATA { 64 } else { self.size };
+        let frame = (HDR_LEN + size) as u32;
         if self.driver.chain() == 1 && !self.driver.indirect {
             // The fast driver: one descriptor, header and frame.
             let mut tx = self.vm.raw_tx();
@@ -382,14 +433,14 @@ impl Port {
             tx.stage(head);
         } else {
             // Pieces: the header apart (chain >= 2), the frame in two (chain 3).
-            let half = (self.size / 2) as u32;
+            let half = (size / 2) as u32;
             let pieces: Vec<(u64, u32)> = match self.driver.chain() {
                 1 => vec![(at, frame)],
-                2 => vec![(at, HDR_LEN as u32), (at + HDR_LEN as u64, self.size as u32)],
+                2 => vec![(at, HDR_LEN as u32), (at + HDR_LEN as u64, size as u32)],
                 _ => vec![
                     (at, HDR_LEN as u32),
                     (at + HDR_LEN as u64, half),
-                    (at + (HDR_LEN as u32 + half) as u64, self.size as u32 - half),
+                    (at + (HDR_LEN as u32 + half) as u64, size as u32 - half),
                 ],
             };
             if self.driver.indirect {
@@ -522,9 +573,15 @@ impl Port {
         if self.driver.in_order && self.rx_order.pop_front() != Some(head) {
             self.c.misordered += 1;
         }
-        let n = self.rx_descs();
-        for &d in &self.rx_chain[head as usize][..n] {
-            self.rx_free.give(d);
+        if self.driver.rx_chain > 1 {
+            for &d in &self.rx_long[head as usize] {
+                self.rx_free.give(d);
+            }
+        } else {
+            let n = self.rx_descs();
+            for &d in &self.rx_chain[head as usize][..n] {
+                self.rx_free.give(d);
+            }
         }
         let at = l.rx_buf(head);
         if let Some(mut p) = self.rx_partial.take() {
@@ -551,9 +608,30 @@ impl Port {
         self.vm.mem.read_into(at, &mut hdr[..len.min(HDR_LEN)]);
         let nbufs = if self.driver.mrg_rxbuf { u16::from_le_bytes([hdr[10], hdr[11]]) } else { 1 };
         let flen = len.saturating_sub(HDR_LEN);
-        let mut p = Partial { h: [0u8; PROBE_LEN], len: flen, left: nbufs.saturating_sub(1), corrupt: nbufs == 0 };
+        let mut p = Partial {
+            h: [0u8; PROBE_LEN],
+            len: flen,
+            left: nbufs.saturating_sub(1),
+            corrupt: nbufs == 0,
+            segment: false,
+        };
         if flen >= PROBE_LEN {
             self.vm.mem.read_into(at + HDR_LEN as u64, &mut p.h);
+            if p.h[12..14] == [0x08, 0x00] && p.h[23] == 6 {
+                // TCP/IPv4: a segment of a TSO sender's frame. Its probe fields, if it is the
+                // first segment, follow the TCP header (within the first buffer: a receive
+                // buffer has room for 80 bytes of frame).
+                p.segment = true;
+                let tail = TSO_PROBE_END - TSO_HDRS;
+                if flen >= TSO_PROBE_END && len >= HDR_LEN + TSO_PROBE_END {
+                    let mut f = [0u8; TSO_PROBE_END - TSO_HDRS];
+                    self.vm.mem.read_into(at + (HDR_LEN + TSO_HDRS) as u64, &mut f);
+                    p.h[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+                    p.h[14..14 + tail].copy_from_slice(&f);
+                } else {
+                    p.h[14..18].fill(0);
+                }
+            }
             if self.driver.verify && flen > PROBE_LEN {
                 let seq = u64::from_le_bytes(p.h[24..32].try_into().unwrap());
                 let got = self.vm.mem.read(at + (HDR_LEN + PROBE_LEN) as u64, flen - PROBE_LEN);
@@ -573,6 +651,14 @@ impl Port {
         if p.corrupt {
             self.c.corrupt += 1;
         }
+        if p.segment {
+            self.c.segments += 1;
+            self.c.received_bytes += len as u64;
+            if h[14..18] != MAGIC.to_le_bytes() {
+                // A later segment: no probe fields.
+                return false;
+            }
+        }
         let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
         let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
         let src = u16_at(20) as usize;
@@ -591,7 +677,9 @@ impl Port {
                 Some(f) => {
                     f.record(seq);
                     self.c.received += 1;
-                    self.c.received_bytes += len as u64;
+                    if !p.segment {
+                        self.c.received_bytes += len as u64;
+                    }
                     self.latency.record(now.saturating_sub(ts));
                 }
                 None => self.c.foreign += 1,
@@ -677,6 +765,58 @@ impl Port {
             self.vm.raw_tx().publish();
         }
     }
+}
+
+/// Bytes of a TSO data frame's Ethernet, IPv4 and TCP headers.
+pub const TSO_HDRS: usize = 54;
+pub use crate::config::TSO_PROBE_END;
+
+/// The virtio-net header and the Ethernet (type only: the MACs are the caller's), IPv4 and TCP
+/// headers of a TSO data frame of `size` bytes with MSS `mss`, as a Linux guest sends it:
+/// NEEDS_CSUM from the TCP header, the TCP checksum field holding the pseudo header's sum.
+pub fn tso_headers(mss: u16, size: usize) -> ([u8; HDR_LEN], [u8; TSO_HDRS]) {
+    let mut vh = [0u8; HDR_LEN];
+    vh[0] = 1; // NEEDS_CSUM
+    vh[1] = 1; // GSO_TCPV4
+    vh[2..4].copy_from_slice(&(TSO_HDRS as u16).to_le_bytes());
+    vh[4..6].copy_from_slice(&mss.to_le_bytes());
+    vh[6..8].copy_from_slice(&34u16.to_le_bytes()); // csum_start: the TCP header
+    vh[8..10].copy_from_slice(&16u16.to_le_bytes()); // csum_offset: TCP's checksum field
+    let mut f = [0u8; TSO_HDRS];
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip_len = (size - 14) as u16;
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    ip[6] = 0x40; // don't fragment
+    ip[8] = 64;
+    ip[9] = 6; // TCP
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = |b: &[u8], init: u32| {
+        let mut s = init;
+        for w in b.chunks(2) {
+            s += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
+        }
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    };
+    let c = !sum(ip, 0);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let tcp = &mut f[34..54];
+    tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&5201u16.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
+    tcp[8..12].copy_from_slice(&1u32.to_be_bytes());
+    tcp[12..14].copy_from_slice(&(5u16 << 12 | 0x18).to_be_bytes()); // PSH, ACK
+    tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    // The pseudo header: addresses, protocol, TCP length.
+    let tcp_len = ip_len as u32 - 20;
+    let pseudo = sum(&f[26..34], 6 + tcp_len);
+    f[34 + 16..34 + 18].copy_from_slice(&pseudo.to_be_bytes());
+    (vh, f)
 }
 
 /// State shared by the generator threads.

@@ -41,6 +41,10 @@ const INDIRECT_DESC: u64 = 1 << 28;
 /// The features this driver acks by default.
 pub const FEATURES: u64 = VERSION_1 | PROTOCOL_FEATURES | INDIRECT_DESC;
 pub const MRG_RXBUF: u64 = 1 << 15;
+/// Checksum offload from the guest (a partial checksum), and TCP segmentation offload of IPv4
+/// frames by the device: what a TSO sender negotiates.
+pub const CSUM: u64 = 1 << 0;
+pub const HOST_TSO4: u64 = 1 << 11;
 pub const EVENT_IDX: u64 = 1 << 29;
 pub const IN_ORDER: u64 = 1 << 35;
 pub const INDIRECT: u64 = INDIRECT_DESC;

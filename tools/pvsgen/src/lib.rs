@@ -91,6 +91,8 @@ pub struct VmReport {
     pub duplicates: u64,
     pub reordered: u64,
     pub tx_mpps: f64,
+    /// Data bytes sent per second (Ethernet frames as put on the ring: a TSO frame whole).
+    pub tx_gbps: f64,
     /// Data frames received per second: the rate the switch forwarded to this VM.
     pub rx_mpps: f64,
     pub rx_gbps: f64,
@@ -151,7 +153,14 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let streams_to = |src: usize, dst: usize| {
         src != dst && role(src) == Role::Stream && matches!(target(src), Some(t) if t.is_none_or(|j| j == dst))
     };
-    let max_size = cfg.vms.iter().map(|v| v.size).max().unwrap();
+    // The largest frame a VM may receive: a TSO sender's arrive as segments of at most its
+    // MSS of payload (the generator never negotiates GUEST_TSO4).
+    let max_size = cfg
+        .vms
+        .iter()
+        .map(|v| if v.driver.tso > 0 { v.size.min(engine::TSO_HDRS + v.driver.tso as usize) } else { v.size })
+        .max()
+        .unwrap();
 
     let threads = cfg.cpus.len();
     let mut per_thread: Vec<Vec<Port>> = (0..threads).map(|_| Vec::new()).collect();
@@ -159,7 +168,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         // A buffer slot holds the largest frame any VM sends (a receive buffer without
         // MRG_RXBUF must), or the receive buffer asked for, and the frame's indirect table.
         let table = engine::TABLE_LEN.max(v.driver.table_len());
-        let need = (HDR_LEN + max_size) as u64 + table;
+        let need = (HDR_LEN + max_size.max(v.size)) as u64 + table;
         let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + table).div_ceil(64).max(32) * 64;
         let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
         let vm = Vm::connect_features(&v.socket.display().to_string(), layout, v.driver.features())
@@ -253,6 +262,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             duplicates: sum(|f| f.duplicates),
             reordered: sum(|f| f.reordered),
             tx_mpps: p.c.sent as f64 / secs / 1e6,
+            tx_gbps: p.c.sent_bytes as f64 * 8.0 / secs / 1e9,
             rx_mpps: p.c.received as f64 / secs / 1e6,
             rx_gbps: p.c.received_bytes as f64 * 8.0 / secs / 1e9,
             latency: Latency::of(&p.latency),

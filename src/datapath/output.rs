@@ -107,9 +107,10 @@ impl<'a> Open<'a> {
     /// Whether the guest has `n` receive buffers free (all of them, for a ring smaller).
     fn has_room(&mut self, n: u32) -> bool {
         // A NIC never makes a sender wait: a full TX ring drops (nic_tx_full).
-        let Some(guard) = self.guard.as_mut() else { return true };
-        let Vring { active, broken, .. } = &mut **guard;
-        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return false };
+        if self.guard.is_none() {
+            return true;
+        }
+        let Some(ring) = self.ring() else { return false };
         let want = n.min(ring.size() as u32).max(1) as u16;
         matches!(ring.avail_at_least(want), Ok(k) if k >= want)
     }

@@ -7,6 +7,7 @@
 //! it holds no ring, and acknowledges it. Nothing in the data path ever waits for the control
 //! thread: checking the mailbox is one relaxed load per loop iteration, and the mailbox's mutex
 //! is only shared by the control thread and that one poll thread, and only taken on a change.
+#![forbid(unsafe_code)]
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

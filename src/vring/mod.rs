@@ -510,7 +510,6 @@ impl ActiveRing {
     /// `segs` to a borrow of this ring.
     #[inline]
     fn pop(&mut self, segs: &mut Segs<'_>, writable: bool) -> Result<u16, RingError> {
-        segs.clear();
         let slot = (self.last_avail & (self.size - 1)) as usize;
         // SAFETY: ring[slot] is inside the validated avail ring (offset 4 + 2*slot).
         let head = self.read_u16(unsafe { self.avail.add(4 + 2 * slot) });
@@ -565,6 +564,8 @@ impl ActiveRing {
             self.walked += 1;
             return Ok(());
         }
+        // The fast path sets the segments whole; the walk appends to them.
+        segs.clear();
         loop {
             if idx >= table_len {
                 return Err(RingError::NextOutOfRange);

@@ -100,7 +100,11 @@ impl Frames {
         // pointer from an earlier loan survives into this one. The frames are reachable only
         // through `lend`, so what is stored during this loan (valid for `'m`) is never read
         // after it.
-        unsafe { &mut *(v as *mut [Frame<'static>] as *mut [Frame<'m>]) }
+        // The cast changes only a lifetime, which clippy does not see.
+        #[allow(clippy::unnecessary_cast)]
+        unsafe {
+            &mut *(v as *mut [Frame<'static>] as *mut [Frame<'m>])
+        }
     }
 }
 

@@ -65,7 +65,11 @@ impl<'m> Segs<'m> {
     #[inline(always)]
     pub(crate) unsafe fn relend<'n>(&mut self) -> &mut Segs<'n> {
         // SAFETY: the same type but for a PhantomData's lifetime; the caller upholds validity.
-        unsafe { &mut *(self as *mut Segs<'m> as *mut Segs<'n>) }
+        // The cast changes only a lifetime, which clippy does not see.
+        #[allow(clippy::unnecessary_cast)]
+        unsafe {
+            &mut *(self as *mut Segs<'m> as *mut Segs<'n>)
+        }
     }
 
     pub fn len(&self) -> u32 {

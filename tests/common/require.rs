@@ -53,8 +53,9 @@ pub fn require(needs: &[Need]) -> bool {
     if std::env::var("PVS_REQUIRE_ALL").is_ok_and(|v| v == "1") {
         panic!("{line} (PVS_REQUIRE_ALL=1: a test that cannot run fails)");
     }
-    // Straight to the process's standard error: the test harness captures eprintln!.
-    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {line}");
+    // Straight to the process's standard error (the test harness captures eprintln!), in one
+    // write: the harness's own output from other test threads must not split the line.
+    let _ = std::io::stderr().write_all(format!("SKIPPED {line}\n").as_bytes());
     false
 }
 

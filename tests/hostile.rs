@@ -505,7 +505,8 @@ fn reserve_1g_page() -> Option<String> {
 #[test]
 fn hugetlb_1g_file_truncated_under_traffic() {
     let before = reserve_1g_page();
-    if require(&[Need::Gigapages(1)]) {
+    // A host that cannot give a 1 GiB page (memory too fragmented) is said to, not failed.
+    if host_offers(Need::Gigapages(1)) {
         hugetlb_file_truncated("h-huge-1g", 1 << 30);
     }
     if let Some(nr) = before {

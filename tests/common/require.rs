@@ -59,6 +59,16 @@ pub fn require(needs: &[Need]) -> bool {
     false
 }
 
+/// Whether the host offers `need`, something a machine may lack through no fault of its setup
+/// (a 1 GiB huge page: the kernel may find no free gigabyte to give once memory is
+/// fragmented). When it does not, says so (`NOT RUN <test>: the host has no ...`) and returns
+/// false, even under `PVS_REQUIRE_ALL=1`: the test then checks what it can without it.
+pub fn host_offers(need: Need) -> bool {
+    let Some(m) = missing(need) else { return true };
+    let _ = std::io::stderr().write_all(format!("NOT RUN {}: the host has no {m}\n", test_name()).as_bytes());
+    false
+}
+
 /// `<test binary>::<test>`: the harness runs each test on a thread named after it.
 fn test_name() -> String {
     let thread = std::thread::current();

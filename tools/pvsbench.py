@@ -62,7 +62,7 @@ class Testpmd:
     the files go when this process exits): a testpmd started again on the same prefix gets the
     same physical pages. Freed and allocated afresh, each run got the previous run's pages in
     reverse order (the kernel's free list is last-in first-out), and forwarding rates
-    alternated by about 10% from run to run with that placement (BENCHMARKS.md)."""
+    alternated by about 10% from run to run with that placement (docs/benchmark-history.md)."""
 
     def __init__(self, prefix, eal, app):
         _ensure_hugepages()

@@ -161,11 +161,23 @@ pub struct BenchCfg {
     pub retry_cycles: u64,
     /// Size of the receive buffers VMs post (0: the layout's buffer slot).
     pub rx_buf: u32,
+    /// Buckets of the MAC table. Its bucket hash is keyed at random per process, so with more
+    /// than one bucket two MACs share a bucket in some runs and not in others; one bucket puts
+    /// entries in learning order every run (the instruction counts of `insn` depend on it).
+    pub mac_buckets: usize,
 }
 
 impl Default for BenchCfg {
     fn default() -> BenchCfg {
-        BenchCfg { vms: 2, threads: 1, layout: Layout::packed(256, 2048), burst: 32, retry_cycles: u64::MAX, rx_buf: 0 }
+        BenchCfg {
+            vms: 2,
+            threads: 1,
+            layout: Layout::packed(256, 2048),
+            burst: 32,
+            retry_cycles: u64::MAX,
+            rx_buf: 0,
+            mac_buckets: 64,
+        }
     }
 }
 
@@ -183,7 +195,7 @@ impl Bench {
         let mailboxes: Vec<Arc<Mailbox>> = (0..cfg.threads).map(|_| Arc::new(Mailbox::default())).collect();
         let mut queues = vec![Vec::new(); cfg.threads];
         queues[0] = (0..cfg.vms).collect();
-        let mac = Arc::new(MacTable::new(64, crate::config::MAX_PORTS, crate::config::DEFAULT_MAC_LIMIT));
+        let mac = Arc::new(MacTable::new(cfg.mac_buckets, crate::config::MAX_PORTS, crate::config::DEFAULT_MAC_LIMIT));
         let mut b = Bench {
             rxq_stats: (0..cfg.vms).map(|_| Arc::default()).collect(),
             vms,

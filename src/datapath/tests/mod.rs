@@ -7,6 +7,7 @@
 mod attacks;
 mod flows;
 mod harness;
+mod insn;
 mod offloads;
 mod rewrites;
 mod switching;

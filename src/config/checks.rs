@@ -1,5 +1,5 @@
-//! The checks of a port against the rest of the configuration: its name and socket unused
-//! by any other port, its queues' affinities among `poll_cores`, room for one more port.
+//! The checks of a port against the rest of the configuration: its name, socket and device
+//! unused by any other port, its queues' affinities among `poll_cores`, room for one more port.
 //! `Config::parse` runs them on each port against those before it; a port added at run time
 //! runs them against the running configuration.
 
@@ -16,6 +16,8 @@ pub enum PortClash {
     Name(String),
     /// Another vhost-user port has this socket path.
     Socket(PathBuf),
+    /// Another dpdk port has this device (its name, up to the first comma).
+    Device(String),
     /// A queue of the port is pinned to a CPU that is not a poll core.
     Affinity { port: String, core: usize, poll_cores: Vec<usize> },
     /// The configuration has `MAX_PORTS` ports already.
@@ -27,6 +29,7 @@ impl std::fmt::Display for PortClash {
         match self {
             PortClash::Name(name) => write!(f, "duplicate port name \"{name}\""),
             PortClash::Socket(path) => write!(f, "duplicate socket path {}", path.display()),
+            PortClash::Device(name) => write!(f, "duplicate device \"{name}\""),
             PortClash::Affinity { port, core, poll_cores } => {
                 write!(f, "port {port}: affinity {core} is not one of poll_cores {poll_cores:?}")
             }
@@ -38,8 +41,8 @@ impl std::fmt::Display for PortClash {
 impl std::error::Error for PortClash {}
 
 impl Config {
-    /// Whether `port` can join this configuration's ports: no name or socket of theirs,
-    /// every affinity one of `poll_cores`, fewer than `MAX_PORTS` ports.
+    /// Whether `port` can join this configuration's ports: no name, socket or device of
+    /// theirs, every affinity one of `poll_cores`, fewer than `MAX_PORTS` ports.
     pub fn check_port(&self, port: &PortConfig) -> Result<(), PortClash> {
         if self.ports.len() >= MAX_PORTS {
             return Err(PortClash::Full);
@@ -51,6 +54,11 @@ impl Config {
             && self.ports.iter().filter_map(|p| p.vhost_user()).any(|o| o.socket == v.socket)
         {
             return Err(PortClash::Socket(v.socket.clone()));
+        }
+        if let Some(d) = port.dpdk()
+            && self.ports.iter().filter_map(|p| p.dpdk()).any(|o| o.device_name() == d.device_name())
+        {
+            return Err(PortClash::Device(d.device_name().to_string()));
         }
         if let Some(core) = port.queue_cfg.iter().filter_map(|q| q.affinity).find(|a| !self.poll_cores.contains(a)) {
             let poll_cores = self.poll_cores.clone();
@@ -70,12 +78,13 @@ impl Config {
     }
 }
 
-/// A clash positioned at the key it is about: the name or socket (the name for an
+/// A clash positioned at the key it is about: the name, socket or device (the name for an
 /// affinity, which may come from the port or one of its queues; the text's start when full).
 pub(super) fn clash_error(clash: &PortClash, port: &Located, cx: &Ctx) -> ConfigError {
     let span = match clash {
         PortClash::Name(_) | PortClash::Affinity { .. } => Some(port.name.clone()),
         PortClash::Socket(_) => port.socket.clone(),
+        PortClash::Device(_) => port.device.clone(),
         PortClash::Full => None,
     };
     cx.err(span, clash.to_string())

@@ -51,6 +51,13 @@ pub struct DpdkPortConfig {
     pub offloads: bool,
 }
 
+impl DpdkPortConfig {
+    /// The device's name, what DPDK knows it by: the device string up to its first comma.
+    pub fn device_name(&self) -> &str {
+        self.device.split(',').next().unwrap_or("").trim()
+    }
+}
+
 /// What a port connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {

@@ -19,8 +19,8 @@
 //! context): `switch.rs` (`[switch]`, and the `PortDefaults` ports inherit from it), `perms.rs`
 //! (socket permissions), `port.rs` (a `[[port]]`, with `endpoint.rs` for its type's keys and
 //! `queue.rs` for its receive queues), `flows.rs` (the `flows` array), `dpdk.rs` (`[dpdk]`).
-//! What involves more than one port or section (names and sockets used once, affinities
-//! among the poll cores) is `checks.rs`. A port added at run time goes through the
+//! What involves more than one port or section (names, sockets and devices used once,
+//! affinities among the poll cores) is `checks.rs`. A port added at run time goes through the
 //! same port validator and checks (`Config::parse_port`).
 
 #![forbid(unsafe_code)]

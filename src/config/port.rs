@@ -75,6 +75,7 @@ pub(super) struct Located {
     pub config: PortConfig,
     pub name: Range<usize>,
     pub socket: Option<Range<usize>>,
+    pub device: Option<Range<usize>>,
 }
 
 /// One port's keys, the whole of `cx.text`.
@@ -104,6 +105,7 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
     Ok(Located {
         name: p.name.span(),
         socket: p.socket.as_ref().map(|s| s.span()),
+        device: p.device.as_ref().map(|s| s.span()),
         config: PortConfig {
             name: name.clone(),
             endpoint,

@@ -95,3 +95,18 @@ fn a_full_switch_takes_no_more_ports() {
     let e = Config::parse("t.toml", &text).unwrap_err();
     assert_eq!((e.line, e.col, e.message.as_str()), (1, 1, "1025 ports: at most 1024"), "{e}");
 }
+
+#[cfg(feature = "dpdk")]
+#[test]
+fn a_device_is_used_once() {
+    let nic = |name: &str, dev: &str| format!("[[port]]\nname = \"{name}\"\ntype = \"dpdk\"\ndevice = \"{dev}\"\n");
+    let c = Config::parse("t.toml", &format!("{}{}", nic("a", "net_ring0"), nic("b", "net_ring1"))).unwrap();
+    assert_eq!(c.ports.len(), 2);
+    // DPDK knows a device by its name, up to the first comma.
+    let e = Config::parse("t.toml", &format!("{}{}", nic("a", "net_ring0"), nic("b", "net_ring0,nodeaction=x")))
+        .unwrap_err();
+    assert_eq!((e.line, e.col, e.message.as_str()), (8, 10, "duplicate device \"net_ring0\""), "{e}");
+    let e = c.parse_port("add-port", "name = \"c\"\ntype = \"dpdk\"\ndevice = \" net_ring1 \"\n").unwrap_err();
+    assert_eq!((e.line, e.col, e.message.as_str()), (3, 10, "duplicate device \"net_ring1\""), "{e}");
+    assert!(c.parse_port("add-port", "name = \"c\"\ntype = \"dpdk\"\ndevice = \"net_ring2\"\n").is_ok());
+}

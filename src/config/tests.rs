@@ -233,3 +233,4 @@ mod placement_tests {
 }
 
 mod one_port;
+mod sections;

@@ -15,8 +15,8 @@ mod basics {
         )
         .unwrap();
         assert_eq!(c.poll_cores, vec![1]);
-        assert_eq!(c.weight_packets, 256);
-        assert_eq!(c.weight_bytes, 512 * 1024);
+        assert_eq!(c.defaults.weight_packets, 256);
+        assert_eq!(c.defaults.weight_bytes, 512 * 1024);
         assert_eq!(c.ports[0].vhost_user().unwrap().socket, PathBuf::from("/tmp/x/vm1.sock"));
         assert_eq!(c.ports[0].vhost_user().unwrap().queue_pairs, 2);
         assert_eq!(c.ports[0].vhost_user().unwrap().mode, SocketMode::Server);
@@ -231,3 +231,6 @@ mod placement_tests {
         assert!(!c.poll_cores.is_empty());
     }
 }
+
+mod one_port;
+mod sections;

@@ -1,9 +1,12 @@
 //! Targets: the flow parser (`flow::parse_flow`, ovs-ofctl syntax) and the configuration
-//! parser (`Config::parse`, TOML text). Both read what an operator typed; neither may panic,
-//! and every error must point inside the text it was given.
+//! parser (`Config::parse`, TOML text; and the same text as one port's keys added to a running
+//! configuration, `Config::parse_port`). All read what an operator typed; none may panic, and
+//! every error must point inside the text it was given.
+
+use std::sync::OnceLock;
 
 use super::{Rng, Target, bit, fuzz, regressions, shape};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::flow::parse_flow;
 
 const FLOW_DICT: &[&[u8]] = &[
@@ -161,6 +164,10 @@ const CONFIG_DICT: &[&[u8]] = &[
     b"[[port]]\n",
     b"[dpdk]\n",
     b"[[port.queue]]\n",
+    b"[[queue]]\n",
+    b"index = ",
+    b"device = \"net_ring0\"\n",
+    b"name = \"nic\"\n",
     b"flows = [\n",
     b"]\n",
     b"\"",
@@ -208,17 +215,31 @@ const CONFIG_DICT: &[&[u8]] = &[
 
 fn run_config(input: &[u8]) -> u64 {
     let text = String::from_utf8_lossy(input);
-    match Config::parse("fuzz.toml", &text) {
+    // An error points at a line of the text (line 1 of an empty text).
+    let positioned = |e: &ConfigError| {
+        let lines = text.split('\n').count();
+        assert!(e.line >= 1 && e.line <= lines.max(1), "line {} of {lines}: {e}", e.line);
+        assert!(e.col >= 1, "column {}: {e}", e.col);
+        shape(&e.message)
+    };
+    let file = match Config::parse("fuzz.toml", &text) {
         Ok(c) => bit(&[1, c.ports.len().min(4) as u64, c.flows.len().min(4) as u64]),
-        Err(e) => {
-            // The error points at a line of the text (line 1 of an empty text).
-            let lines = text.split('\n').count();
-            assert!(e.line >= 1 && e.line <= lines.max(1), "line {} of {lines}: {e}", e.line);
-            assert!(e.col >= 1, "column {}: {e}", e.col);
-            shape(&e.message)
-        }
-    }
+        Err(e) => positioned(&e),
+    };
+    // The same text as one port's keys, added to a running configuration (an add-port request).
+    static RUNNING: OnceLock<Config> = OnceLock::new();
+    let running = RUNNING.get_or_init(|| Config::parse("running.toml", RUNNING_CONFIG).expect("valid"));
+    let port = match running.parse_port("add-port", &text) {
+        Ok(p) => bit(&[2, p.queue_cfg.len().min(4) as u64, p.type_name().len() as u64]),
+        Err(e) => positioned(&e),
+    };
+    file | port
 }
+
+/// What `run_config` adds a port to: two ports, two poll cores, a socket directory.
+const RUNNING_CONFIG: &str = "[switch]\npoll_cores = [0, 1]\nsocket_dir = \"/run/x\"\n\
+    [[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n\
+    [[port]]\nname = \"nic\"\ntype = \"vhost-user\"\nsocket = \"nic.sock\"\n";
 
 /// Splices lines: a config is a list of lines, and most mutations that matter move, repeat or
 /// drop a whole one.

@@ -1,0 +1,91 @@
+//! The checks of a port against the rest of the configuration: its name, socket and device
+//! unused by any other port, its queues' affinities among `poll_cores`, room for one more port.
+//! `Config::parse` runs them on each port against those before it; a port added at run time
+//! runs them against the running configuration.
+
+use std::path::PathBuf;
+
+use super::error::{ConfigError, Ctx};
+use super::port::{Located, PortConfig};
+use super::{Config, MAX_PORTS};
+
+/// Why a port, valid on its own, cannot join a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortClash {
+    /// Another port has this name.
+    Name(String),
+    /// Another vhost-user port has this socket path.
+    Socket(PathBuf),
+    /// Another dpdk port has this device (its name, up to the first comma).
+    Device(String),
+    /// A queue of the port is pinned to a CPU that is not a poll core.
+    Affinity { port: String, core: usize, poll_cores: Vec<usize> },
+    /// The configuration has `MAX_PORTS` ports already.
+    Full,
+}
+
+impl std::fmt::Display for PortClash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortClash::Name(name) => write!(f, "duplicate port name \"{name}\""),
+            PortClash::Socket(path) => write!(f, "duplicate socket path {}", path.display()),
+            PortClash::Device(name) => write!(f, "duplicate device \"{name}\""),
+            PortClash::Affinity { port, core, poll_cores } => {
+                write!(f, "port {port}: affinity {core} is not one of poll_cores {poll_cores:?}")
+            }
+            PortClash::Full => write!(f, "at most {MAX_PORTS} ports"),
+        }
+    }
+}
+
+impl std::error::Error for PortClash {}
+
+impl Config {
+    /// Whether `port` can join this configuration's ports: no name, socket or device of
+    /// theirs, every affinity one of `poll_cores`, fewer than `MAX_PORTS` ports.
+    pub fn check_port(&self, port: &PortConfig) -> Result<(), PortClash> {
+        if self.ports.len() >= MAX_PORTS {
+            return Err(PortClash::Full);
+        }
+        if self.ports.iter().any(|p| p.name == port.name) {
+            return Err(PortClash::Name(port.name.clone()));
+        }
+        if let Some(v) = port.vhost_user()
+            && self.ports.iter().filter_map(|p| p.vhost_user()).any(|o| o.socket == v.socket)
+        {
+            return Err(PortClash::Socket(v.socket.clone()));
+        }
+        if let Some(d) = port.dpdk()
+            && self.ports.iter().filter_map(|p| p.dpdk()).any(|o| o.device_name() == d.device_name())
+        {
+            return Err(PortClash::Device(d.device_name().to_string()));
+        }
+        if let Some(core) = port.queue_cfg.iter().filter_map(|q| q.affinity).find(|a| !self.poll_cores.contains(a)) {
+            let poll_cores = self.poll_cores.clone();
+            return Err(PortClash::Affinity { port: port.name.clone(), core, poll_cores });
+        }
+        Ok(())
+    }
+
+    /// One port's keys as TOML text (see `PortConfig::parse_one`) with this configuration's
+    /// defaults, checked against its ports (`check_port`): what a control request adding a port
+    /// needs. Errors name `source` and a line and column of `text`.
+    pub fn parse_port(&self, source: &str, text: &str) -> Result<PortConfig, ConfigError> {
+        let cx = Ctx { file: source, text };
+        let port = super::port::read_one(&cx, &self.defaults)?;
+        self.check_port(&port.config).map_err(|c| clash_error(&c, &port, &cx))?;
+        Ok(port.config)
+    }
+}
+
+/// A clash positioned at the key it is about: the name, socket or device (the name for an
+/// affinity, which may come from the port or one of its queues; the text's start when full).
+pub(super) fn clash_error(clash: &PortClash, port: &Located, cx: &Ctx) -> ConfigError {
+    let span = match clash {
+        PortClash::Name(_) | PortClash::Affinity { .. } => Some(port.name.clone()),
+        PortClash::Socket(_) => port.socket.clone(),
+        PortClash::Device(_) => port.device.clone(),
+        PortClash::Full => None,
+    };
+    cx.err(span, clash.to_string())
+}

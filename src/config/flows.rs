@@ -1,0 +1,38 @@
+//! The top-level `flows` array: each entry one flow in ovs-ofctl syntax, parsed here so that an
+//! error points into the string, and its port names checked against the file's ports.
+
+use toml::Spanned;
+
+use super::error::{ConfigError, Ctx};
+use super::port::PortConfig;
+
+/// One entry of the top-level `flows` array: the text and where it starts in the file.
+#[derive(Debug, Clone)]
+pub struct FlowSource {
+    pub text: String,
+    /// Byte offset of the text's first character in the file (inside the quotes).
+    pub offset: usize,
+}
+
+/// Every flow, each parsed against `ports`' names (a port's id is its index).
+pub(super) fn validate(
+    raw: Vec<Spanned<String>>,
+    ports: &[PortConfig],
+    cx: &Ctx,
+) -> Result<Vec<FlowSource>, ConfigError> {
+    let id = |name: &str| ports.iter().position(|p| p.name == name).map(|i| i as u16);
+    let mut flows = Vec::new();
+    for f in raw {
+        // The span covers the quotes (one, or three for a multi-line string).
+        let span = f.span();
+        let rest = &cx.text[span.start..];
+        let quote = if rest.starts_with("\"\"\"") || rest.starts_with("'''") { 3 } else { 1 };
+        let offset = span.start + quote;
+        let text = f.into_inner();
+        if let Err(e) = crate::flow::parse_flow(&text, &id) {
+            return Err(cx.err(Some(offset + e.offset..offset + e.offset), format!("flow: {}", e.message)));
+        }
+        flows.push(FlowSource { text, offset });
+    }
+    Ok(flows)
+}

@@ -1,0 +1,135 @@
+//! A `[[port]]` table: its name, its endpoint (`endpoint.rs`), its receive queues
+//! (`queue.rs`), MTU, weights, port security and guest memory limits, with the defaults of
+//! `[switch]`. The same validator reads a port of the file and a port's keys on their own
+//! (`PortConfig::parse_one`, for a control request that adds one).
+
+use std::ops::Range;
+
+use super::endpoint::{self, DpdkPortConfig, Endpoint, VhostUserConfig};
+use super::error::{ConfigError, Ctx};
+use super::queue::{self, QueueConfig};
+use super::raw::{self, RawPort};
+use super::switch::PortDefaults;
+use crate::mem::MemLimits;
+use crate::wire::MacAddr;
+
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    pub name: String,
+    pub endpoint: Endpoint,
+    pub mtu: u32,
+    /// Visit budget of each of this port's receive queues (deficit round robin quanta).
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+    /// Port security: source MACs this port may send from (empty: any).
+    pub allowed_macs: Vec<MacAddr>,
+    /// Most source MACs the port may have learned at a time.
+    pub mac_limit: u32,
+    /// What a vhost-user frontend may map: total bytes and regions of one memory table.
+    pub mem_limits: MemLimits,
+    /// Per queue pair: (weight_packets, weight_bytes, pinned poll core).
+    pub queue_cfg: Vec<QueueConfig>,
+}
+
+impl PortConfig {
+    /// One port's keys as TOML text, as a `[[port]]` table holds them but at the top level
+    /// (`name = "vm3"\ntype = "vhost-user"\nsocket = "vm3.sock"`; per-queue overrides as
+    /// `[[queue]]`), with `defaults` for what it does not say. Errors name `source` and a line
+    /// and column of `text`. The checks against other ports are `Config::check_port`
+    /// (`Config::parse_port` does both).
+    pub fn parse_one(source: &str, text: &str, defaults: &PortDefaults) -> Result<PortConfig, ConfigError> {
+        Ok(read_one(&Ctx { file: source, text }, defaults)?.config)
+    }
+
+    /// Whether `other` can be applied to a running port in place (only MTU, weights and port
+    /// security differ); otherwise a reload replaces the port.
+    pub fn same_endpoint(&self, other: &PortConfig) -> bool {
+        self.endpoint == other.endpoint
+    }
+
+    pub fn vhost_user(&self) -> Option<&VhostUserConfig> {
+        match &self.endpoint {
+            Endpoint::VhostUser(v) => Some(v),
+            Endpoint::Dpdk(_) => None,
+        }
+    }
+
+    pub fn dpdk(&self) -> Option<&DpdkPortConfig> {
+        match &self.endpoint {
+            Endpoint::Dpdk(d) => Some(d),
+            Endpoint::VhostUser(_) => None,
+        }
+    }
+
+    /// The port's `type` as the configuration file names it.
+    pub fn type_name(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::VhostUser(_) => "vhost-user",
+            Endpoint::Dpdk(_) => "dpdk",
+        }
+    }
+}
+
+/// A validated port and where the keys that may clash with other ports are in the text.
+pub(super) struct Located {
+    pub config: PortConfig,
+    pub name: Range<usize>,
+    pub socket: Option<Range<usize>>,
+    pub device: Option<Range<usize>>,
+}
+
+/// One port's keys, the whole of `cx.text`.
+pub(super) fn read_one(cx: &Ctx, defaults: &PortDefaults) -> Result<Located, ConfigError> {
+    validate(raw::read(cx)?, defaults, cx)
+}
+
+/// The port on its own: everything but what other ports and `poll_cores` decide.
+pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located, ConfigError> {
+    let name = p.name.get_ref();
+    if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(cx.err(Some(p.name.span()), "name: expected 1-32 characters of A-Z a-z 0-9 - _ ."));
+    }
+    let endpoint = endpoint::validate(&p, d, cx)?;
+    let mtu = cx.range(&p.mtu, "mtu", 68, 9216, 1500)?;
+    let weight_packets = cx.range(&p.weight_packets, "weight_packets", 1, 1 << 20, d.weight_packets)?;
+    let weight_bytes = cx.range(&p.weight_bytes, "weight_bytes", 64, 1 << 30, d.weight_bytes)?;
+    let allowed_macs = allowed_macs(&p, cx)?;
+    let mac_limit = cx.range(&p.mac_limit, "mac_limit", 1, 1 << 20, d.mac_limit)?;
+    let mem_mib = cx.range(&p.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, d.max_guest_memory_mib)?;
+    let regions = super::MAX_MEMORY_REGIONS;
+    let mem_regions = cx.range(&p.max_memory_regions, "max_memory_regions", 1, regions, d.max_memory_regions)?;
+    let mem_limits = MemLimits { max_bytes: (mem_mib as u64) << 20, max_regions: mem_regions as usize };
+    let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
+    let each = QueueConfig { weight_packets, weight_bytes, affinity };
+    let queue_cfg = queue::validate(&p, endpoint.rx_queues(), each, cx)?;
+    Ok(Located {
+        name: p.name.span(),
+        socket: p.socket.as_ref().map(|s| s.span()),
+        device: p.device.as_ref().map(|s| s.span()),
+        config: PortConfig {
+            name: name.clone(),
+            endpoint,
+            mtu,
+            weight_packets,
+            weight_bytes,
+            allowed_macs,
+            mac_limit,
+            mem_limits,
+            queue_cfg,
+        },
+    })
+}
+
+/// Port security: `allowed_macs`, each a MAC address.
+fn allowed_macs(p: &RawPort, cx: &Ctx) -> Result<Vec<MacAddr>, ConfigError> {
+    let mac = |m: &toml::Spanned<String>| {
+        m.get_ref().parse::<MacAddr>().map_err(|_| {
+            let found = m.get_ref();
+            cx.err(
+                Some(m.span()),
+                format!("allowed_macs: expected a MAC such as \"52:54:00:12:34:56\", found \"{found}\""),
+            )
+        })
+    };
+    p.allowed_macs.iter().map(mac).collect()
+}

@@ -1,0 +1,121 @@
+//! The raw layer: the file as serde reads it, before any value is checked. Every key that an
+//! error may point at is `Spanned`, so the section validators can name its line and column.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+
+use super::error::{ConfigError, Ctx};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub switch: Option<RawSwitch>,
+    #[serde(default)]
+    pub port: Vec<RawPort>,
+    #[serde(default)]
+    pub flows: Vec<Spanned<String>>,
+    pub dpdk: Option<RawDpdk>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDpdk {
+    pub eal_args: Option<Vec<String>>,
+    pub mbufs: Option<Spanned<u32>>,
+    pub nic_poll_interval_us: Option<Spanned<u32>>,
+}
+
+/// `poll_cores = [1, 2]` or `poll_cores = "auto"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCores {
+    List(Vec<usize>),
+    Word(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawQueue {
+    pub index: Spanned<u16>,
+    pub weight_packets: Option<Spanned<u32>>,
+    pub weight_bytes: Option<Spanned<u32>>,
+    pub affinity: Option<Spanned<usize>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSwitch {
+    pub poll_cores: Option<Spanned<RawCores>>,
+    pub poll_cores_per_node: Option<Spanned<u32>>,
+    pub rxq_assign: Option<Spanned<String>>,
+    pub rxq_isolate: Option<bool>,
+    pub auto_rebalance: Option<bool>,
+    pub rebalance_interval_s: Option<Spanned<u32>>,
+    pub rebalance_threshold_pct: Option<Spanned<u32>>,
+    pub rebalance_improvement_pct: Option<Spanned<u32>>,
+    pub control_socket: Option<String>,
+    pub control_socket_mode: Option<Spanned<String>>,
+    pub socket_mode: Option<Spanned<String>>,
+    pub socket_group: Option<Spanned<String>>,
+    pub socket_dir: Option<String>,
+    pub weight_packets: Option<Spanned<u32>>,
+    pub weight_bytes: Option<Spanned<u32>>,
+    pub burst: Option<Spanned<u32>>,
+    pub rx_retry_us: Option<Spanned<u32>>,
+    pub metrics_listen: Option<Spanned<String>>,
+    pub poll_mode: Option<Spanned<String>>,
+    pub idle_before_sleep_us: Option<Spanned<u32>>,
+    pub core_poll_mode: Option<Spanned<HashMap<String, String>>>,
+    pub mac_limit: Option<Spanned<u32>>,
+    pub max_guest_memory_mib: Option<Spanned<u32>>,
+    pub max_memory_regions: Option<Spanned<u32>>,
+    pub max_total_guest_memory_mib: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPort {
+    pub name: Spanned<String>,
+    #[serde(rename = "type")]
+    pub kind: Spanned<String>,
+    pub socket: Option<Spanned<String>>,
+    pub device: Option<Spanned<String>>,
+    pub rx_queues: Option<Spanned<u16>>,
+    pub tx_queues: Option<Spanned<u16>>,
+    pub rx_ring: Option<Spanned<u16>>,
+    pub tx_ring: Option<Spanned<u16>>,
+    #[serde(default)]
+    pub mode: Option<Spanned<String>>,
+    pub queues: Option<Spanned<u16>>,
+    pub mtu: Option<Spanned<u32>>,
+    pub weight_packets: Option<Spanned<u32>>,
+    pub weight_bytes: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub allowed_macs: Vec<Spanned<String>>,
+    pub mac_limit: Option<Spanned<u32>>,
+    pub max_guest_memory_mib: Option<Spanned<u32>>,
+    pub max_memory_regions: Option<Spanned<u32>>,
+    /// Checksum and segmentation offloads: offered to the guest (vhost-user), or used on the
+    /// device where it has them (dpdk). Default on.
+    pub offloads: Option<Spanned<bool>>,
+    /// Pin every queue of the port to this poll core.
+    pub affinity: Option<Spanned<usize>>,
+    /// Per-queue overrides: `[[port.queue]] index = 0, weight_packets = 64, affinity = 2`.
+    #[serde(default)]
+    pub queue: Vec<RawQueue>,
+}
+
+/// Reads `cx.text` as `T` (a whole file, or one port's keys); a TOML or schema error (syntax,
+/// unknown key, wrong type, missing key) is positioned where toml found it.
+pub(super) fn read<T: DeserializeOwned>(cx: &Ctx) -> Result<T, ConfigError> {
+    toml::from_str(cx.text).map_err(|e| {
+        let mut msg = e.message().trim().to_string();
+        if msg.starts_with("unknown field `flows`") {
+            msg.push_str(" (in TOML, top-level keys such as `flows` must come before the first [table])");
+        }
+        cx.err(e.span(), msg)
+    })
+}

@@ -131,7 +131,7 @@ impl<'a> Open<'a> {
 
     /// Writes frame `f`, shaped by `e`, to this port: as it is, or with the offloads it asked
     /// for done here if the port cannot take them.
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         if f.off.is_none() {
             // A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: DATA_VALID.

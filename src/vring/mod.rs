@@ -641,7 +641,7 @@ impl ActiveRing {
     /// Near the end of what the guest had made available when we last looked, the avail index
     /// is read again, so the first chains the guest added since are prefetched too instead of
     /// each missing in turn after `avail` finds the shadow empty.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_ahead(&mut self, ahead: Ahead) {
         let (desc_ahead, buf_ahead): (u16, u16) = match ahead {
             Ahead::Write(_) => (8, 4),

@@ -127,7 +127,14 @@ impl Request {
 
     /// The request line to send (without its newline).
     pub fn to_line(&self) -> String {
-        serde_json::json!({ "command": self.command(), "args": self.args() }).to_string()
+        /// The wire's request object (keys in the order pvswitchctl always sent them).
+        #[derive(Serialize)]
+        struct Line {
+            args: Vec<String>,
+            command: &'static str,
+        }
+        let line = Line { args: self.args(), command: self.command() };
+        serde_json::to_string(&line).expect("strings serialize")
     }
 }
 

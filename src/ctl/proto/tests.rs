@@ -32,6 +32,8 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         (req("reload", &[]), Request::Reload),
         (req("version", &[]), Request::Version),
     ];
+    let line = Request::Move { port: "vm1".into(), queue: 1, thread: 0 }.to_line();
+    assert_eq!(line, r#"{"args":["vm1:1","0"],"command":"move"}"#);
     for (parsed, want) in cases {
         assert_eq!(parsed.as_ref(), Ok(&want));
         assert_eq!(Request::parse(want.to_line().as_bytes()), Ok(want.clone()), "{}", want.to_line());

@@ -38,10 +38,10 @@ mkdir -p /dev/hugepages
 mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
 # One 1 GiB page for tests/hostile.rs's 1 GiB hugetlb truncation case (best effort: the kernel
 # may not find 1 GiB of contiguous memory once the host has run a while; the test then says it
-# did not run).
+# did not run, and scripts/test.sh fails on it).
 g1=/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages
 if [ -w "$g1" ] && [ "$(cat "$g1")" -lt 1 ]; then
   echo 1 > "$g1" 2>/dev/null || true
-  [ "$(cat "$g1")" -ge 1 ] || echo "note: no 1 GiB huge page could be reserved (the 1 GiB hugetlb test will not run)"
+  [ "$(cat "$g1")" -ge 1 ] || echo "note: no 1 GiB huge page could be reserved (the 1 GiB hugetlb test cannot run: scripts/test.sh will fail on it)"
 fi
 grep -E 'HugePages_(Total|Free)' /proc/meminfo

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Runs pvswitch's whole test suite: unit tests, and integration tests with real frontends
-# (DPDK testpmd virtio-user "VMs", QEMU Linux guests) against a real pvswitchd.
-# Needs root (hugepages, DPDK); installs what it needs first.
+# (DPDK testpmd virtio-user "VMs", QEMU Linux guests) against a real pvswitchd; and the build
+# without DPDK. Needs root (hugepages, DPDK, network namespaces); installs what it needs first.
+# Every test runs: one whose needs are not met fails here, where plain `cargo test` would skip
+# it (PVS_REQUIRE_ALL, tests/common/require.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/prepare.sh
-# Integration tests share two CPUs and the hugepage pool; each test binary serialises its
-# own tests, and cargo runs the binaries one after another.
+export PVS_REQUIRE_ALL=1
 # The profiling builds still compile (benchmarks build them; nothing here runs them).
 cargo check --release -p pvswitch --lib --features stage-profile,no-counters
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
-# One closing line for the whole suite (cargo prints one per test binary).
-awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+# Without DPDK (`--no-default-features`): the binaries build and the unit tests pass; the fuzz
+# targets only briefly (their code is the same in both builds). Before the suite, which leaves
+# the default binaries in target/release.
+cargo build --release -p pvswitch --no-default-features --bins || status=1
+PVS_FUZZ_SECS=1 cargo test --release -p pvswitch --no-default-features --lib -- "$@" 2>&1 | tee "$log" || status=$?
+# Integration tests share two CPUs and the hugepage pool; each test binary serialises its
+# own tests, and cargo runs the binaries one after another.
+cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee -a "$log" || status=$?
+# One closing line for the whole suite (cargo prints one per test binary); "0 skipped" here.
+bash scripts/test-summary.sh "$log" || status=1
 # Tests stop everything they start: any process still naming a test directory is a failure.
 if left=$(pgrep -af /tmp/pvs-test/); then
   echo "test.sh: processes the tests left running:"; echo "$left"

@@ -2,6 +2,7 @@
 //!
 //! All CPU numbers here are OS indices (what `taskset`, `/sys/devices/system/cpu/cpuN` and the
 //! configuration's `poll_cores` use), never hwloc logical indices.
+#![forbid(unsafe_code)]
 
 use hwlocality::Topology;
 use hwlocality::object::types::ObjectType;

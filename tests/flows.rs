@@ -53,8 +53,10 @@ fn flow_named<'a>(dump: &'a Value, text: &str) -> &'a Value {
 
 #[test]
 fn flows_steer_rewrite_drop_and_count_exactly() {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
-    check_prerequisites();
     let dir = test_dir("flows");
     let sw = Switch::start_config(
         dir.clone(),

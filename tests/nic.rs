@@ -10,6 +10,11 @@ use std::process::{Command, Stdio};
 use common::*;
 use serde_json::Value;
 
+/// The veth pair and namespace a test sets up.
+const NETNS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping")];
+/// A QEMU guest through a NIC port into a namespace: QEMU and the namespace's iperf3 server.
+const GUEST_NIC: &[Need] = &[Need::Qemu, Need::GuestImage, Need::Cmd("ethtool"), Need::Cmd("iperf3")];
+
 fn config(dir: &std::path::Path, vhost: &[&str], dpdk: &[(&str, &str)], flows: &[&str]) -> String {
     let mut c = String::new();
     if !flows.is_empty() {
@@ -62,6 +67,9 @@ fn ring_loopback_adaptive_polling() {
 
 /// `switch_extra` goes into [switch], `dpdk` into a [dpdk] section.
 fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
     let dir = test_dir(name);
     let text = config(
@@ -134,6 +142,9 @@ fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
 /// ports switch as before.
 #[test]
 fn failed_nic_leaves_vhost_ports_working() {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
     let dir = test_dir("nicfail");
     let text = config(&dir, &["a", "b"], &[("bad", "net_bogus0")], &[]);
@@ -243,6 +254,9 @@ impl Drop for Netns {
 /// namespace's interface, the switch's NIC port, DPDK and the VM's port agree.
 #[test]
 fn ping_through_af_packet_veth() {
+    if !require(&[TESTPMD, NETNS].concat()) {
+        return;
+    }
     let _g = serial();
     let ns = Netns::new("p");
     let dir = test_dir("nicveth");
@@ -292,6 +306,9 @@ fn ping_through_af_packet_veth() {
 /// scripts/build-guest.sh (PVS_GUEST_DIR overrides where it is looked for).
 #[test]
 fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
+    if !require(&[NETNS, GUEST_NIC].concat()) {
+        return;
+    }
     let _g = serial();
     let ns = Netns::new("q");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
@@ -314,6 +331,9 @@ fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
 /// with their TCP/UDP checksums verified by the device and reach the guest marked DATA_VALID.
 #[test]
 fn qemu_guest_iperf3_through_tap_with_device_offloads() {
+    if !require(&[NETNS, GUEST_NIC].concat()) {
+        return;
+    }
     let _g = serial();
     let ns = Netns::bare("t");
     let iface = ns.host_if.clone();
@@ -349,6 +369,9 @@ fn qemu_guest_iperf3_through_tap_with_device_offloads() {
 /// path's offset tests cover that part.)
 #[test]
 fn qemu_guest_iperf3_through_tap_with_a_rewritten_source_mac() {
+    if !require(&[NETNS, GUEST_NIC].concat()) {
+        return;
+    }
     let _g = serial();
     let ns = Netns::bare("m");
     let iface = ns.host_if.clone();

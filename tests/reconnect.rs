@@ -16,8 +16,10 @@ fn grows(sw: &Switch, port: &str, from: u64) -> u64 {
 
 #[test]
 fn vms_reconnect_while_others_keep_forwarding() {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
-    check_prerequisites();
     let sw = Switch::start(
         "reconnect",
         &[1],

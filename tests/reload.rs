@@ -126,8 +126,10 @@ fn bad_reload_is_rejected_and_changes_nothing() {
 /// every frame arrives, in order, and nothing is dropped.
 #[test]
 fn reload_under_traffic_loses_nothing() {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
-    check_prerequisites();
     let dir = test_dir("rl-traffic");
     let sw = Switch::start_config(dir.clone(), &base(&dir, &[], ""));
     let count: u32 = 300_000;

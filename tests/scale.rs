@@ -7,8 +7,10 @@ use common::*;
 
 #[test]
 fn sixty_four_ports_two_poll_threads() {
+    if !require(TESTPMD) {
+        return;
+    }
     let _g = serial();
-    check_prerequisites();
     let names: Vec<String> = (0..64).map(|i| format!("vm{i}")).collect();
     let specs: Vec<PortSpec> = names.iter().map(|n| PortSpec::server(n)).collect();
     let sw = Switch::start("scale", &[0, 1], &specs);

@@ -73,12 +73,16 @@ def run(a_vms, seconds):
     vms = {v["name"]: v for v in r["vms"]}
     by = vms["by1"]["rx_mpps"] + vms["by2"]["rx_mpps"]
     a1, a2 = vms.get("a1", {}), vms.get("a2", {})
-    return by, (a1.get("tx_mpps", 0.0), a2.get("rx_mpps", 0.0), a2.get("rx_gbps", 0.0))
+    # The switch's poll thread: the share of its time spent on iterations that moved frames
+    # (below 100%, the generator, not the switch, set the pace).
+    threads = (r.get("switch") or {}).get("threads") or [{}]
+    busy = threads[0].get("busy_pct", 0.0)
+    return by, (a1.get("tx_mpps", 0.0), a2.get("rx_mpps", 0.0), a2.get("rx_gbps", 0.0), busy)
 
 
 def med_of(got, kind, field):
     """The median over reps of field `field` (0 a1's Mpps sent, 1 a2's Mpps received, 2 a2's
-    Gbps) of run `kind` (0 attack, 1 honest)."""
+    Gbps, 3 the switch thread's busy %) of run `kind` (0 attack, 1 honest)."""
     return statistics.median(g[kind][field] for g in got)
 
 
@@ -107,15 +111,17 @@ def main():
             got.append((x_a, h_a))
             print(f"{name} rep {rep}: bystanders {x:.3f} Mpps under attack, {h:.3f} beside the honest "
                   f"neighbour, {alone:.3f} alone; a1 sent {x_a[0]:.3f} vs {h_a[0]:.3f} Mpps; "
-                  f"a2 received {x_a[1]:.3f} vs {h_a[1]:.3f} Mpps, {x_a[2]:.2f} vs {h_a[2]:.2f} Gbps",
+                  f"a2 received {x_a[1]:.3f} vs {h_a[1]:.3f} Mpps, {x_a[2]:.2f} vs {h_a[2]:.2f} Gbps; "
+                  f"switch busy {x_a[3]:.0f}% vs {h_a[3]:.0f}%",
                   flush=True)
         rows.append((name, ratios, alone_ratios, got))
     lines = [
         f"Bystander pair (64 B both ways) on the attacker's poll thread, {a.reps} reps of {a.seconds:g} s",
         "",
         "| attack | bystanders: attack / honest neighbour (median, min..max) | attack / alone "
-        "| a1 sends, attack vs honest (Mpps, median) | a2 receives, attack vs honest (Mpps; Gbps, median) |",
-        "|---|---|---|---|---|",
+        "| a1 sends, attack vs honest (Mpps, median) | a2 receives, attack vs honest (Mpps; Gbps, median) "
+        "| switch thread busy, attack vs honest (%, median) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, ratios, alone_ratios, got in rows:
         med = statistics.median(ratios)
@@ -124,7 +130,8 @@ def main():
             f"| {statistics.median(alone_ratios):.3f} "
             f"| {med_of(got, 0, 0):.3f} vs {med_of(got, 1, 0):.3f} "
             f"| {med_of(got, 0, 1):.3f} vs {med_of(got, 1, 1):.3f}; "
-            f"{med_of(got, 0, 2):.2f} vs {med_of(got, 1, 2):.2f} |"
+            f"{med_of(got, 0, 2):.2f} vs {med_of(got, 1, 2):.2f} "
+            f"| {med_of(got, 0, 3):.0f} vs {med_of(got, 1, 3):.0f} |"
         )
     emit("\n".join(lines), a.out)
 

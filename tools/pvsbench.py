@@ -20,6 +20,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PVSWITCHD = os.environ.get("PVS_BENCH_PVSWITCHD") or os.path.join(ROOT, "target", "release", "pvswitchd")
 PVSGEN = os.path.join(ROOT, "target", "release", "pvsgen")
+PVSWITCHCTL = os.path.join(ROOT, "target", "release", "pvswitchctl")
 LINEPROBE = os.path.join(ROOT, "target", "release", "lineprobe")
 # One-way cache-line transfer time between CPU 0 and CPU 1 (tools/pvsgen's lineprobe) above
 # which the host is running our two vCPUs far apart: the machine's "slow phase".
@@ -468,7 +469,8 @@ def alternating_pair(rep, measure_one):
 
 def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
     """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
-    --vm specs without socket=), returns the generator's JSON report."""
+    --vm specs without socket=), returns the generator's JSON report, with the switch's
+    `pvswitchctl stats` after the run under "switch" (where the poll threads' cycles went)."""
     d = tempfile.mkdtemp(prefix="pvs-fair-")
     stop = start_pvswitchd(d, write_config(d, ports, cores, switch_extra))
     try:
@@ -481,10 +483,20 @@ def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=()
             name = vm.split(",")[0].split("=")[1]
             cmd += ["--vm", f"{vm},socket={d}/{name}.sock"]
         cmd += list(gen_args)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-        if r.returncode != 0:
-            raise RuntimeError(f"pvsgen failed: {r.stderr[-2000:]}")
+        gen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The switch's stats over one second in the middle of the run (pvsgen starts its
+        # traffic once every VM is up, within a second or two).
+        ctl = [PVSWITCHCTL, "--control", os.path.join(d, "ctl.sock"), "--json", "stats"]
+        time.sleep(max(seconds / 2, 1.0) + 1.0)
+        subprocess.run(ctl + ["--clear"], capture_output=True, timeout=30)
+        time.sleep(1.0)
+        st = subprocess.run(ctl, capture_output=True, text=True, timeout=30)
+        _, err = gen.communicate(timeout=seconds + 120)
+        if gen.returncode != 0:
+            raise RuntimeError(f"pvsgen failed: {err[-2000:]}")
         with open(out) as f:
-            return json.load(f)
+            report = json.load(f)
+        report["switch"] = json.loads(st.stdout) if st.returncode == 0 else None
+        return report
     finally:
         stop()

@@ -8,6 +8,7 @@
 //! until one qualifies. So clients that connect and idle, however many, cannot lock out one
 //! that asks. A listener that runs out of file descriptors (EMFILE) pauses for `ACCEPT_PAUSE`,
 //! says so once, and resumes.
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

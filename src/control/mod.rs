@@ -11,7 +11,6 @@
 //! - [`os`]: the signalfd, epoll tokens, receiving fds.
 //! - [`sockpath`]: socket files bound, connected to and removed without following links.
 //! - [`service`]: the service manager's notify protocol (READY, STATUS, RELOADING, WATCHDOG).
-
 pub mod clients;
 pub mod metrics;
 pub mod os;

@@ -6,6 +6,7 @@
 //! or fails to send or to read, can make the control thread wait: a message that does not
 //! complete within `MSG_DEADLINE`, an impossible size, more fds than the request takes, or
 //! replies that pile up unread close that connection only.
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::Write;

@@ -6,12 +6,13 @@
 //! cache set, a second (`lookup_flows`) looks the keys up in the exact-match cache and then the
 //! classifier. The first pass picks its mode (NORMAL, by port, by key) once a burst and runs
 //! that mode's loop; the rare cases (a header asking for offloads, a drop) are out of line.
+#![forbid(unsafe_code)]
 
-use super::counters::{Drop, bump};
+use super::counters::{DropReason, bump};
 use super::frame::{FRONT, FRONT_MAX, Frame};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
-use super::{Env, Out, PENDING, REPEAT, UNCLASSIFIED};
+use super::{Env, FlowState, Out};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
 use crate::port::Port;
@@ -26,63 +27,62 @@ use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 /// burst is switched as of one moment), and each mode's loop is its own: one call a burst, not
 /// one a frame, and the rare cases (a header asking for an offload, a drop) out of the loops.
 #[inline]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn classify_burst(
-    env: &Env,
-    emc: &Emc,
-    recent: &mut Recent,
-    in_port: &Port,
-    policy: &PortPolicy,
-    frames: &mut [Frame],
-    hdr_len: u32,
-    sender: &Negotiated,
-) {
-    let admit =
-        Admit { in_port, hdr_len, sender, offloads: hdr_len > 0 && sender.any(), max_frame: in_port.max_frame() };
+pub(super) fn classify_burst(env: &Env, emc: &Emc, recent: &mut Recent, sender: &Sender, frames: &mut [Frame]) {
+    let (in_port, policy) = (sender.in_port.id, sender.policy);
     if env.flows.is_normal() {
         for f in frames {
-            if admit.frame(env, f) {
-                classify_normal(env, recent, in_port.id, policy, f);
+            if sender.admit(env, f) {
+                classify_normal(env, recent, in_port, policy, f);
             }
         }
-    } else if let Some(i) = env.flows.port_flow(in_port.id) {
+    } else if let Some(i) = env.flows.port_flow(in_port) {
         for f in frames {
-            if admit.frame(env, f) {
-                classify_port_flow(env, recent, in_port.id, policy, f, i);
+            if sender.admit(env, f) {
+                classify_port_flow(env, recent, in_port, policy, f, i);
             }
         }
     } else {
         let (scope, depth) = (env.flows.scope(), env.flows.depth());
         for f in frames {
-            if admit.frame(env, f) {
-                extract_key(emc, recent, in_port.id, policy, f, scope, depth);
+            if sender.admit(env, f) {
+                extract_key(emc, recent, sender, f, scope, depth);
             }
         }
     }
 }
 
-/// What every frame of a burst is checked against before it is classified.
-struct Admit<'a> {
+/// The port a visit's frames come from, and what each of its frames is checked against before
+/// it is classified. Read once a visit.
+pub(super) struct Sender<'a> {
     in_port: &'a Port,
+    /// Its port security.
+    policy: &'a PortPolicy,
+    /// Its virtio-net header's length (0 for a NIC).
     hdr_len: u32,
-    sender: &'a Negotiated,
-    /// The sender negotiated an offload, so its header is read.
+    /// The offloads it negotiated.
+    negotiated: &'a Negotiated,
+    /// It negotiated an offload, so its header is read.
     offloads: bool,
     max_frame: u32,
 }
 
-impl Admit<'_> {
+impl<'a> Sender<'a> {
+    pub fn new(in_port: &'a Port, policy: &'a PortPolicy, hdr_len: u32, negotiated: &'a Negotiated) -> Sender<'a> {
+        let offloads = hdr_len > 0 && negotiated.any();
+        Sender { in_port, policy, hdr_len, negotiated, offloads, max_frame: in_port.max_frame() }
+    }
+
     /// Resets `f`'s classification and checks it: long enough for an Ethernet header, within
     /// the MTU, and (from a sender that negotiated offloads) with a header that asks only for
     /// what was negotiated. False if it is dropped (`f.out` says why).
     #[inline(always)]
-    fn frame(&self, env: &Env, f: &mut Frame) -> bool {
+    fn admit(&self, env: &Env, f: &mut Frame) -> bool {
         f.place(self.hdr_len);
         f.out = Out::Nowhere;
-        f.flow = UNCLASSIFIED;
+        f.flow = FlowState::Unmatched;
         f.off = Offload::NONE;
         if f.len < 14 {
-            f.out = Out::Drop(Drop::Runt);
+            f.out = Out::Drop(DropReason::Runt);
             return false;
         }
         // Every decision from here on reads the switch's copy of the frame's front, and every
@@ -99,16 +99,16 @@ impl Admit<'_> {
         }
         f.take_front(FRONT);
         if f.len > self.max_frame {
-            f.out = Out::Drop(Drop::Mtu);
+            f.out = Out::Drop(DropReason::Mtu);
             return false;
         }
         true
     }
 
-    /// [`Admit::frame`]'s checks of a frame whose sender negotiated offloads.
+    /// [`Sender::admit`]'s checks of a frame whose sender negotiated offloads.
     #[inline(never)]
     fn offloaded(&self, env: &Env, f: &mut Frame) -> bool {
-        match offload(f, self.sender) {
+        match offload(f, self.negotiated) {
             Ok(o) => f.off = o,
             Err(e) => {
                 f.out = Out::Drop(e.into());
@@ -124,7 +124,7 @@ impl Admit<'_> {
             None => f.len > self.max_frame,
         };
         if too_big {
-            f.out = Out::Drop(Drop::Mtu);
+            f.out = Out::Drop(DropReason::Mtu);
             return false;
         }
         true
@@ -135,13 +135,13 @@ impl Admit<'_> {
 #[inline(always)]
 fn classify_normal(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame) {
     let Some(addrs) = f.front_at::<12>(0) else {
-        f.out = Out::Drop(Drop::Runt);
+        f.out = Out::Drop(DropReason::Runt);
         return;
     };
     f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
         normal_in_burst(env, recent, in_port, &addrs)
     } else {
-        Out::Drop(Drop::PortSecurity)
+        Out::Drop(DropReason::PortSecurity)
     };
 }
 
@@ -152,20 +152,20 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
     if let Some(out) = recent.port_out
         && policy.allows_any()
     {
-        f.flow = i;
+        f.flow = FlowState::Hit(i);
         f.out = out;
         return;
     }
     // The two addresses are all that is read (for port security, and NORMAL).
     let Some(addrs) = f.front_at::<12>(0) else {
-        f.out = Out::Drop(Drop::Runt);
+        f.out = Out::Drop(DropReason::Runt);
         return;
     };
     if !policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
-        f.out = Out::Drop(Drop::PortSecurity);
+        f.out = Out::Drop(DropReason::PortSecurity);
         return;
     }
-    f.flow = i;
+    f.flow = FlowState::Hit(i);
     f.out = match recent.port_out {
         Some(out) => out,
         None => {
@@ -182,38 +182,30 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
 /// Any other table: the frame's key, extracted to the table's depth and under its scope, and
 /// its cache set prefetched, for [`lookup_flows`].
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn extract_key(
-    emc: &Emc,
-    recent: &mut Recent,
-    in_port: u16,
-    policy: &PortPolicy,
-    f: &mut Frame,
-    scope: &FlowKey,
-    depth: Depth,
-) {
+fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, scope: &FlowKey, depth: Depth) {
+    let (in_port, policy) = (sender.in_port.id, sender.policy);
     // Only as much of the frame as the table's fields need.
     let front = f.front();
     let head = &front[..if depth == Depth::L2 { 18 } else { 64 }.min(front.len())];
     // At least the 14-byte header: shorter frames were dropped as runts. The source is read
     // here only for port security.
     if !policy.allows_any() && !head.at::<6>(6).is_some_and(|src| policy.allows(&MacAddr(src))) {
-        f.out = Out::Drop(Drop::PortSecurity);
+        f.out = Out::Drop(DropReason::PortSecurity);
         return;
     }
     let key = FlowKey::extract_under(in_port, head, scope, depth);
     // A repeat of the previous pending frame's key (under the table's scope, the common case
-    // in a burst) takes that frame's flow (`REPEAT`); any other key's cache entry starts
+    // in a burst) takes that frame's flow (`Repeat`); any other key's cache entry starts
     // loading now, while the rest of the burst is read, for `lookup_flows`.
     if recent.key == Some(key) {
-        f.flow = REPEAT;
+        f.flow = FlowState::Repeat;
         return;
     }
     f.hash = key.hash();
     emc.prefetch(f.hash);
     recent.key = Some(key);
     f.key = key;
-    f.flow = PENDING;
+    f.flow = FlowState::Pending;
 }
 
 /// The second pass over a burst with a flow table: each frame [`classify_burst`] left pending
@@ -225,14 +217,14 @@ pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_por
     let mut last = NO_MATCH;
     for f in frames {
         let i = match f.flow {
-            PENDING => {
+            FlowState::Pending => {
                 last = env.flows.classify_masked(emc, &f.key, f.hash);
                 last
             }
-            REPEAT => last,
-            _ => continue,
+            FlowState::Repeat => last,
+            FlowState::Unmatched | FlowState::Hit(_) => continue,
         };
-        f.flow = i;
+        f.flow = FlowState::Hit(i);
         f.out = verdict(env, recent, in_port, f, i);
     }
 }
@@ -241,19 +233,19 @@ pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_por
 #[inline(always)]
 fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> Out {
     if i == NO_MATCH {
-        return Out::Drop(Drop::NoMatch);
+        return Out::Drop(DropReason::NoMatch);
     }
     match env.flows.verdict(i) {
         Verdict::Normal => match f.front_at::<12>(0) {
             Some(addrs) => normal_in_burst(env, recent, in_port, &addrs),
-            None => Out::Drop(Drop::Runt),
+            None => Out::Drop(DropReason::Runt),
         },
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
         Verdict::Output(p) if p == in_port => Out::Nowhere,
         Verdict::Output(p) => Out::Port(p),
         Verdict::InPort => Out::Port(in_port),
         Verdict::Flood => Out::Flood,
-        Verdict::Drop => Out::Drop(Drop::FlowDrop),
+        Verdict::Drop => Out::Drop(DropReason::FlowDrop),
         Verdict::Actions => Out::Actions(i),
     }
 }

@@ -2,23 +2,24 @@
 //! which updates it with a plain load + store (no locked instruction); the control plane reads
 //! them with relaxed loads and never stops the data path. Each thread's counters live in their
 //! own allocation, aligned to cache lines, so no two writers share a line.
+#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::counter::counters;
 pub use crate::counter::{Counter, Total, bump, cycles, cycles_per_sec};
 
-/// The drop reasons, declared once: the `Drop` enum, the counters by reason and their names.
+/// The drop reasons, declared once: the `DropReason` enum, the counters by reason and their names.
 macro_rules! drop_reasons {
     ($( $(#[doc = $doc:literal])+ $variant:ident = $name:literal, )*) => {
         /// Why a frame was dropped.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[repr(u8)]
-        pub enum Drop {
+        pub enum DropReason {
             $( $(#[doc = $doc])+ $variant, )*
         }
 
-        /// Every drop reason: (name, help), in `Drop` order.
+        /// Every drop reason: (name, help), in `DropReason` order.
         pub const DROP_REASONS: &[(&str, &str)] = &[ $( ($name, concat!($($doc),+)) ),* ];
     };
 }
@@ -58,15 +59,15 @@ drop_reasons! {
     OffloadNotNegotiated = "offload_not_negotiated",
 }
 
-impl From<crate::wire::gso::OffloadError> for Drop {
-    fn from(e: crate::wire::gso::OffloadError) -> Drop {
+impl From<crate::wire::gso::OffloadError> for DropReason {
+    fn from(e: crate::wire::gso::OffloadError) -> DropReason {
         use crate::wire::gso::OffloadError as E;
         match e {
-            E::CsumOutOfFrame => Drop::OffloadCsum,
-            E::GsoType => Drop::OffloadGsoType,
-            E::GsoSizeTooSmall => Drop::OffloadGsoSize,
-            E::GsoHeaders => Drop::OffloadHeaders,
-            E::NotNegotiated => Drop::OffloadNotNegotiated,
+            E::CsumOutOfFrame => DropReason::OffloadCsum,
+            E::GsoType => DropReason::OffloadGsoType,
+            E::GsoSizeTooSmall => DropReason::OffloadGsoSize,
+            E::GsoHeaders => DropReason::OffloadHeaders,
+            E::NotNegotiated => DropReason::OffloadNotNegotiated,
         }
     }
 }
@@ -84,7 +85,7 @@ pub struct DropTotals(pub [u64; NDROPS]);
 
 impl DropCounters {
     #[inline]
-    pub fn count(&self, why: Drop, n: u64) {
+    pub fn count(&self, why: DropReason, n: u64) {
         bump(&self.0[why as usize], n);
     }
 }
@@ -109,7 +110,7 @@ impl Total for DropTotals {
 }
 
 impl DropTotals {
-    pub fn get(&self, why: Drop) -> u64 {
+    pub fn get(&self, why: DropReason) -> u64 {
         self.0[why as usize]
     }
 }
@@ -172,7 +173,7 @@ counters! {
 
 impl PortCounters {
     #[inline]
-    pub fn drop(&self, why: Drop, n: u64) {
+    pub fn drop(&self, why: DropReason, n: u64) {
         self.drops.count(why, n);
     }
 }

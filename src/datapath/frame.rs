@@ -12,7 +12,7 @@
 //! stage can read a frame's bytes except through [`Frame::read_at`], [`Frame::copy_to`] and
 //! [`Frame::sum`], which take the front from the copy.
 
-use super::Out;
+use super::{FlowState, Out};
 use crate::flow::FlowKey;
 use crate::mem::Segs;
 use crate::wire::checksum::Sum;
@@ -24,12 +24,14 @@ pub const FRONT: usize = 64;
 /// The front of a frame asking for offloads: its headers, up to TSO's longest.
 pub const FRONT_MAX: usize = gso::MAX_HDR.next_multiple_of(16);
 
-/// One frame of a burst, from the source it was taken from to its destinations.
-pub(super) struct Frame {
+/// One frame of a burst, from the source it was taken from to its destinations. Its sender's
+/// buffers are borrowed for `'m` from what they came from (a guest's ring under its lock, a
+/// NIC's burst): a frame cannot outlive them.
+pub(super) struct Frame<'m> {
     /// Its descriptor chain's head (a guest's), or its index in the NIC burst.
     pub head: u16,
     /// The sender's buffers: only this module reads them (see the module's comment).
-    segs: Segs,
+    segs: Segs<'m>,
     /// Offset of the Ethernet frame in `segs` (the sender's virtio-net header length).
     pub data_off: u32,
     /// Ethernet frame length.
@@ -42,11 +44,10 @@ pub(super) struct Frame {
     /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
     pub valid: bool,
     pub out: Out,
-    /// The flow it hit (or NO_MATCH), counted once the frame is consumed; UNCLASSIFIED when
-    /// there is no flow table, PENDING or REPEAT between classify's two passes.
-    pub flow: u32,
+    /// Where it stands with the flow table (the flow it hit is counted once it is consumed).
+    pub flow: FlowState,
     /// From classify's first pass for its second: the frame's flow key under the table's
-    /// scope, and the key's hash (set only for a PENDING frame).
+    /// scope, and the key's hash (set only for a `Pending` frame).
     pub key: FlowKey,
     pub hash: u64,
     /// The switch's copy of the frame's first `front_len` bytes.
@@ -57,8 +58,8 @@ pub(super) struct Frame {
 #[repr(C, align(64))]
 struct Front([u8; FRONT_MAX]);
 
-impl Default for Frame {
-    fn default() -> Frame {
+impl Default for Frame<'_> {
+    fn default() -> Self {
         Frame {
             head: 0,
             segs: Segs::default(),
@@ -68,7 +69,7 @@ impl Default for Frame {
             off: Offload::NONE,
             valid: false,
             out: Out::Nowhere,
-            flow: super::UNCLASSIFIED,
+            flow: FlowState::Unmatched,
             key: FlowKey::default(),
             hash: 0,
             front: Front([0; FRONT_MAX]),
@@ -76,10 +77,41 @@ impl Default for Frame {
     }
 }
 
-impl Frame {
+/// A poll thread's frames, reused from visit to visit: lent to each visit for as long as it
+/// borrows its source, emptied first, and unreadable between loans.
+#[derive(Default)]
+pub(super) struct Frames(Vec<Frame<'static>>);
+
+impl Frames {
+    pub fn new(n: usize) -> Frames {
+        Frames((0..n).map(|_| Frame::default()).collect())
+    }
+
+    /// Lends the first `n` frames (at most all) for `'m`, their sender's buffers forgotten.
+    #[inline]
+    pub fn lend<'m>(&'m mut self, n: usize) -> &'m mut [Frame<'m>] {
+        let n = n.min(self.0.len());
+        for f in &mut self.0[..n] {
+            f.segs.clear();
+        }
+        let v: &'m mut [Frame<'static>] = &mut self.0[..n];
+        // SAFETY: `Frame<'static>` and `Frame<'m>` differ only in the lifetime of their `Segs`'
+        // PhantomData, so they have one layout. Every frame's segments were emptied above: no
+        // pointer from an earlier loan survives into this one. The frames are reachable only
+        // through `lend`, so what is stored during this loan (valid for `'m`) is never read
+        // after it.
+        // The cast changes only a lifetime, which clippy does not see.
+        #[allow(clippy::unnecessary_cast)]
+        unsafe {
+            &mut *(v as *mut [Frame<'static>] as *mut [Frame<'m>])
+        }
+    }
+}
+
+impl<'m> Frame<'m> {
     /// Where port rx puts the sender's buffers (a popped chain, or a NIC's mbuf).
     #[inline(always)]
-    pub fn source_mut(&mut self) -> &mut Segs {
+    pub fn source_mut(&mut self) -> &mut Segs<'m> {
         &mut self.segs
     }
 
@@ -127,7 +159,7 @@ impl Frame {
     /// Copies `n` bytes of the frame from offset `off` into `dst` at `dst_off`: those in the
     /// front from the switch's copy, the rest from the sender's buffers. Returns bytes copied.
     #[inline(always)]
-    pub fn copy_to(&self, dst: &Segs, dst_off: u32, off: u32, n: u32) -> u32 {
+    pub fn copy_to(&self, dst: &Segs<'_>, dst_off: u32, off: u32, n: u32) -> u32 {
         let mut done = 0;
         if off < self.front_len {
             let k = (self.front_len - off).min(n);
@@ -178,3 +210,26 @@ impl Frame {
         s
     }
 }
+
+/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, a
+/// segment's headers, or nothing) followed by at most `take` bytes of the sender's frame from
+/// byte `skip` on, with `patch` (an offset in what is written, and a 16-bit value: a checksum
+/// completed here) stored over them.
+#[derive(Clone, Copy)]
+pub(super) struct Shape<'a> {
+    pub prefix: &'a [u8],
+    pub skip: u32,
+    pub take: u32,
+    pub patch: Option<(u32, u16)>,
+}
+
+impl Shape<'_> {
+    /// Bytes of the sender's frame `f` this shape sends.
+    #[inline]
+    pub fn body_len(&self, f: &Frame<'_>) -> u32 {
+        (f.len - self.skip).min(self.take)
+    }
+}
+
+/// The frame as it came.
+pub(super) const AS_IS: Shape = Shape { prefix: &[], skip: 0, take: u32::MAX, patch: None };

@@ -12,6 +12,7 @@
 //! (edge-triggered, so it need not be drained), replaced whenever its ring restarts (the ring's
 //! `epoch` changes). The control thread wakes a sleeping thread when one of its rings changes
 //! (a vhost-user request) or a plan is posted, so a newly started ring is never missed.
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -3,19 +3,20 @@
 //! and completes on the source what delivery consumed. The same loop serves both kinds of
 //! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
 //! destination is full: backpressure) and a NIC receive queue (they cannot).
+#![forbid(unsafe_code)]
 
-use super::classify::{Recent, classify_burst, lookup_flows};
-use super::counters::{Drop, bump, cycles};
+use super::classify::{Recent, Sender, classify_burst, lookup_flows};
+use super::counters::{DropReason, bump, cycles};
+use super::frame::Frame;
 use super::nic_io::NicRx;
-use super::output::{RxScratch, deliver};
+use super::output::{Delivery, deliver};
 use super::plan::RxqSpec;
 use super::sched::{Deficit, Quantum};
 use super::stages::Stages;
-use super::{Env, Frame, Out, UNCLASSIFIED, ring_broke};
-use crate::flow::Emc;
+use super::{Env, FlowState, Out, Work, ring_broke};
 use crate::port::nic::NicPort;
 use crate::port::{Port, PortKind};
-use crate::vring::{ActiveRing, Ahead, RingError, Vring};
+use crate::vring::{Ahead, RingError, RingLoan, Vring};
 use crate::wire::gso::Negotiated;
 
 /// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
@@ -41,22 +42,27 @@ impl Rxq {
     }
 }
 
-/// Where a visit's frames come from.
-trait Source {
+/// Where a visit's frames come from, borrowed for `'a` (a guest's ring through its lock guard).
+trait Source<'a> {
     /// Whether frames delivery cannot place yet may stay in the source (backpressure).
     const CAN_WAIT: bool;
     /// Bytes in front of each frame (the sender's virtio-net header; 0 for a NIC).
     fn hdr_len(&self) -> u32;
     /// The offloads its frames may ask for (a guest's CSUM/HOST_TSO; none for a NIC).
     fn offloads(&self) -> Negotiated;
-    /// Takes up to `max` frames into `frames` (their `segs` and `head`); returns how many, and
-    /// the error that broke the source after them, if one did.
-    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>);
+    /// How many frames (at most `max`) the next `take` will find; an error if the source broke.
+    fn ready(&mut self, max: usize) -> Result<usize, RingError>;
+    /// Takes as many frames as `frames` holds (`ready` said they are there) into `frames`
+    /// (their `segs` and `head`); returns how many, and the error that broke the source after
+    /// them, if one did.
+    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
+    where
+        'a: 's;
     /// Puts back the last `n` frames taken: delivery could not place them yet.
     fn give_back(&mut self, n: usize);
     /// Completes the frames delivery consumed (`frames` is every frame taken, in order); an
-    /// interrupt the guest asked for is owed in `rx.irqs`.
-    fn complete(&mut self, frames: &[Frame], consumed: usize, rx: &mut RxScratch);
+    /// interrupt the guest asked for is owed in `dv.irqs`.
+    fn complete(&mut self, frames: &[Frame<'_>], consumed: usize, dv: &mut Delivery);
     /// Descriptors walked since the last call.
     fn walked(&mut self) -> u32;
     /// The source broke with `e`; it is not visited again until reset.
@@ -67,13 +73,13 @@ trait Source {
 struct GuestTx<'a> {
     port: &'a Port,
     vq_index: usize,
-    ring: &'a mut ActiveRing,
+    ring: RingLoan<'a>,
     broken: &'a mut Option<RingError>,
     hdr_len: u32,
     offloads: Negotiated,
 }
 
-impl Source for GuestTx<'_> {
+impl<'a> Source<'a> for GuestTx<'a> {
     const CAN_WAIT: bool = true;
 
     fn hdr_len(&self) -> u32 {
@@ -85,14 +91,18 @@ impl Source for GuestTx<'_> {
     }
 
     #[inline]
-    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
-        let n = match self.ring.avail() {
-            Ok(n) => (n as usize).min(max),
-            Err(e) => return (0, Some(e)),
-        };
+    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
+        Ok((self.ring.avail()? as usize).min(max))
+    }
+
+    #[inline]
+    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
+    where
+        'a: 's,
+    {
         // A header that is never read (no offloads negotiated) is not fetched either.
         let ahead = Ahead::Read(if self.offloads.any() { 0 } else { self.hdr_len });
-        for (got, f) in frames[..n].iter_mut().enumerate() {
+        for (got, f) in frames.iter_mut().enumerate() {
             self.ring.prefetch_ahead(ahead);
             match self.ring.pop(f.source_mut(), false) {
                 Ok(head) => f.head = head,
@@ -100,7 +110,7 @@ impl Source for GuestTx<'_> {
             }
             f.valid = false;
         }
-        (n, None)
+        (frames.len(), None)
     }
 
     fn give_back(&mut self, n: usize) {
@@ -108,7 +118,7 @@ impl Source for GuestTx<'_> {
     }
 
     #[inline]
-    fn complete(&mut self, frames: &[Frame], consumed: usize, rx: &mut RxScratch) {
+    fn complete(&mut self, frames: &[Frame<'_>], consumed: usize, dv: &mut Delivery) {
         for f in &frames[..consumed] {
             self.ring.push_used(f.head, 0);
         }
@@ -118,7 +128,7 @@ impl Source for GuestTx<'_> {
             if call.is_stuck() {
                 ring_broke(self.port, self.vq_index, self.broken, RingError::CallBlocked);
             } else {
-                rx.irqs.owe(call);
+                dv.irqs.owe(call);
             }
         }
     }
@@ -140,7 +150,7 @@ struct NicQueue<'a> {
     rx: &'a mut NicRx,
 }
 
-impl Source for NicQueue<'_> {
+impl<'a> Source<'a> for NicQueue<'a> {
     const CAN_WAIT: bool = false;
 
     fn hdr_len(&self) -> u32 {
@@ -152,13 +162,20 @@ impl Source for NicQueue<'_> {
     }
 
     #[inline]
-    fn take(&mut self, frames: &mut [Frame], max: usize) -> (usize, Option<RingError>) {
-        let got = self.rx.receive(self.nic, self.queue, max.min(frames.len())).unwrap_or(0);
-        for (i, f) in frames[..got].iter_mut().enumerate() {
+    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
+        Ok(self.rx.receive(self.nic, self.queue, max).unwrap_or(0))
+    }
+
+    #[inline]
+    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
+    where
+        'a: 's,
+    {
+        for (i, f) in frames.iter_mut().enumerate() {
             f.valid = self.rx.source(i, f.source_mut());
             f.head = i as u16;
         }
-        (got, None)
+        (frames.len(), None)
     }
 
     fn give_back(&mut self, _: usize) {
@@ -166,7 +183,7 @@ impl Source for NicQueue<'_> {
     }
 
     #[inline]
-    fn complete(&mut self, _: &[Frame], _: usize, _: &mut RxScratch) {
+    fn complete(&mut self, _: &[Frame<'_>], _: usize, _: &mut Delivery) {
         self.rx.clear();
     }
 
@@ -186,31 +203,16 @@ thread_local! {
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
-pub(super) fn visit(
-    env: &Env,
-    emc: &mut Emc,
-    frames: &mut [Frame],
-    rx: &mut RxScratch,
-    nic_rx: &mut NicRx,
-    rxq: &mut Rxq,
-) -> u32 {
+pub(super) fn visit(env: &Env, work: &mut Work, nic_rx: &mut NicRx, rxq: &mut Rxq) -> u32 {
     let Rxq { spec, state } = rxq;
     env.src_q.set(spec.qpair);
-    let got = visit_queue(env, emc, frames, rx, nic_rx, spec, state);
+    let got = visit_queue(env, work, nic_rx, spec, state);
     // Every ring lock is released: now the interrupts owed can go out.
-    rx.irqs.send(&env.cx.stats);
+    work.delivery.irqs.send(&env.cx.stats);
     got
 }
 
-fn visit_queue(
-    env: &Env,
-    emc: &mut Emc,
-    frames: &mut [Frame],
-    rx: &mut RxScratch,
-    nic_rx: &mut NicRx,
-    spec: &RxqSpec,
-    state: &mut RxqState,
-) -> u32 {
+fn visit_queue(env: &Env, work: &mut Work, nic_rx: &mut NicRx, spec: &RxqSpec, state: &mut RxqState) -> u32 {
     let port = &*spec.port;
     match &port.kind {
         PortKind::VhostUser(queues) => {
@@ -223,19 +225,12 @@ fn visit_queue(
             let (hdr_len, offloads) = (*hdr_len, *offloads);
             let (Some(ring), None) = (active.as_mut(), *broken) else { return 0 };
             let vq_index = 2 * spec.qpair + 1;
-            visit_source(
-                env,
-                emc,
-                frames,
-                rx,
-                spec,
-                state,
-                &mut GuestTx { port, vq_index, ring, broken, hdr_len, offloads },
-            )
+            let ring = ring.lend();
+            visit_source(env, work, spec, state, &mut GuestTx { port, vq_index, ring, broken, hdr_len, offloads })
         }
         PortKind::Nic(nic) => {
             let queue = spec.qpair;
-            visit_source(env, emc, frames, rx, spec, state, &mut NicQueue { nic, queue, rx: nic_rx })
+            visit_source(env, work, spec, state, &mut NicQueue { nic, queue, rx: nic_rx })
         }
         PortKind::Failed => 0,
     }
@@ -243,22 +238,21 @@ fn visit_queue(
 
 /// The visit loop, for either kind of source.
 #[inline]
-fn visit_source<S: Source>(
+fn visit_source<'a, S: Source<'a>>(
     env: &Env,
-    emc: &mut Emc,
-    frames: &mut [Frame],
-    rx: &mut RxScratch,
+    work: &mut Work,
     spec: &RxqSpec,
     state: &mut RxqState,
     src: &mut S,
 ) -> u32 {
     let cx = env.cx;
+    let Work { frames, emc, delivery: dv } = work;
     let RxqState { blocked_since, deficit } = state;
     let port = &*spec.port;
     let pc = &cx.stats.ports[port.id as usize];
-    let policy = &env.ports.policy[port.id as usize];
     let hdr_len = src.hdr_len();
-    let sender = src.offloads();
+    let negotiated = src.offloads();
+    let sender = Sender::new(port, &env.ports.policy[port.id as usize], hdr_len, &negotiated);
     let t0 = cycles();
     // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
     let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
@@ -268,14 +262,24 @@ fn visit_source<S: Source>(
         let max = cx.burst.min(budget.burst_limit()) as usize;
         let mut stages = Stages::default();
         stages.mark(0);
-        let (got, err) = src.take(frames, max);
+        let ready = match src.ready(max) {
+            Ok(n) => n,
+            Err(e) => {
+                src.broke(e);
+                pc.drop(DropReason::Malformed, 1);
+                break;
+            }
+        };
+        if ready == 0 {
+            empty = total == 0;
+            break;
+        }
+        let frames = frames.lend(ready);
+        let (got, err) = src.take(frames);
         if got == 0 {
-            match err {
-                Some(e) => {
-                    src.broke(e);
-                    pc.drop(Drop::Malformed, 1);
-                }
-                None => empty = total == 0,
+            if let Some(e) = err {
+                src.broke(e);
+                pc.drop(DropReason::Malformed, 1);
             }
             break;
         }
@@ -284,7 +288,7 @@ fn visit_source<S: Source>(
         }
         stages.mark(1);
         recent.new_burst();
-        classify_burst(env, emc, &mut recent, port, policy, &mut frames[..got], hdr_len, &sender);
+        classify_burst(env, emc, &mut recent, &sender, &mut frames[..got]);
         stages.mark(2);
         if !env.flows.is_normal() {
             lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);
@@ -292,9 +296,9 @@ fn visit_source<S: Source>(
         stages.mark(3);
         #[cfg(test)]
         BETWEEN_STAGES.with_borrow_mut(|f| f.as_mut().map(|f| f()));
-        rx.dropped_full = false;
-        rx.segment_room = budget.burst_limit();
-        let consumed = deliver(env, &frames[..got], rx, port.id, blocked_since, S::CAN_WAIT);
+        dv.dropped_full = false;
+        dv.segment_room = budget.burst_limit();
+        let consumed = deliver(env, &frames[..got], dv, port.id, blocked_since, S::CAN_WAIT);
         stages.mark(4);
         if consumed < got {
             // Backpressure: the rest stays in the source for the next visit.
@@ -306,43 +310,43 @@ fn visit_source<S: Source>(
         bump(&pc.rx_packets, consumed as u64);
         bump(&pc.rx_bytes, bytes);
         // Flow counters once per run of frames that hit the same flow.
-        let mut run = (UNCLASSIFIED, 0u64, 0u64);
+        let mut run = (FlowState::Unmatched, 0u64, 0u64);
         for f in &frames[..consumed] {
             if let Out::Drop(why) = f.out {
                 pc.drop(why, 1);
             }
             if f.flow != run.0 {
-                if run.0 != UNCLASSIFIED {
-                    env.flows.count(cx.index, run.0, run.1, run.2);
+                if let FlowState::Hit(i) = run.0 {
+                    env.flows.count(cx.index, i, run.1, run.2);
                 }
                 run = (f.flow, 0, 0);
             }
             run.1 += 1;
             run.2 += f.len as u64;
         }
-        if run.0 != UNCLASSIFIED {
-            env.flows.count(cx.index, run.0, run.1, run.2);
+        if let FlowState::Hit(i) = run.0 {
+            env.flows.count(cx.index, i, run.1, run.2);
         }
-        src.complete(frames, consumed, rx);
+        src.complete(frames, consumed, dv);
         stages.mark(5);
         stages.done(S::CAN_WAIT, got); // the sources that can wait are the guests
         // The budget charges work, not frames alone: a frame's first three descriptors (its
         // chain and the receive buffer) are part of its cost, more count one in three.
         // Segments made in software count as the frames they are.
-        let walked = src.walked() + std::mem::take(&mut rx.walked);
-        let segments = std::mem::take(&mut rx.extra_segments);
+        let walked = src.walked() + std::mem::take(&mut dv.walked);
+        let segments = std::mem::take(&mut dv.extra_segments);
         budget.charge((consumed as u32).max(walked / 3) + segments, bytes);
         total += consumed as u32;
         total_bytes += bytes;
         if let Some(e) = err {
             src.broke(e);
-            pc.drop(Drop::Malformed, 1);
+            pc.drop(DropReason::Malformed, 1);
             break;
         }
         if blocked_since.is_some() {
             break;
         }
-        if rx.dropped_full && !S::CAN_WAIT {
+        if dv.dropped_full && !S::CAN_WAIT {
             // A guest is not keeping up with a NIC: rather than spend the rest of the budget
             // dropping toward it, let the other queues (its own among them) have the thread.
             break;

@@ -20,6 +20,7 @@
 //!
 //! A guest may still claim another guest's MAC (the entry moves to its port): port security
 //! (`allowed_macs`) is what stops that, and is required for untrusted guests.
+#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 

@@ -37,16 +37,16 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
-use self::counters::{Drop, ThreadStats, bump, cycles};
-use self::frame::Frame;
+use self::counters::{DropReason, ThreadStats, bump, cycles};
+use self::frame::Frames;
 use self::idle::Sleeper;
 use self::input::{Rxq, visit};
 use self::mac_table::MacTable;
 use self::nic_io::NicRx;
-use self::output::RxScratch;
+use self::output::Delivery;
 use self::plan::{Mailbox, Plan, PortTable};
 use crate::flow::Emc;
-use crate::flow::table::{FlowTable, NO_MATCH};
+use crate::flow::table::FlowTable;
 use crate::port::Port;
 use crate::vring::RingError;
 
@@ -82,18 +82,35 @@ enum Out {
     /// Goes nowhere, and that is no drop (its destination is the port it came from).
     Nowhere,
     /// Dropped, counted for this reason once the frame is consumed.
-    Drop(Drop),
+    Drop(DropReason),
     Port(u16),
     Flood,
     /// Run flow `.0`'s action list.
     Actions(u32),
 }
 
-const UNCLASSIFIED: u32 = NO_MATCH - 1;
-const PENDING: u32 = NO_MATCH - 2;
-/// Between classify's two passes: the frame's key is the previous pending frame's (not stored
-/// again), so it takes that frame's flow.
-const REPEAT: u32 = NO_MATCH - 3;
+/// What a poll thread reuses from burst to burst, lent to each visit: the burst's frames, the
+/// exact-match cache in front of the flow table's classifier, and delivery's state.
+struct Work {
+    frames: Frames,
+    emc: Box<Emc>,
+    delivery: Delivery,
+}
+
+/// Where a frame stands with the flow table, from classify's first pass to its counting.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FlowState {
+    /// No flow decides it: there is no flow table (NORMAL), or it was dropped before a
+    /// lookup. Nothing is counted on a flow.
+    Unmatched,
+    /// Between classify's two passes: its key (`Frame::key`, `Frame::hash`) waits for the lookup.
+    Pending,
+    /// Between classify's two passes: its key is the previous pending frame's (not stored
+    /// again), so it takes that frame's flow.
+    Repeat,
+    /// It hit the table's flow `.0`, or none (`NO_MATCH`, counted as a miss).
+    Hit(u32),
+}
 
 /// Logs a queue's first error and stops it (`broken`), until the guest resets it.
 pub(super) fn ring_broke(port: &Port, vq: usize, broken: &mut Option<RingError>, e: RingError) {
@@ -109,12 +126,9 @@ pub struct PollThread {
     /// Generation of `plan` (see `Mailbox`).
     generation: u64,
     rxqs: Vec<Rxq>,
-    frames: Vec<Frame>,
-    rx: RxScratch,
+    work: Work,
     /// Mbufs received from a NIC queue while they are switched.
     nic_rx: NicRx,
-    /// Exact-match cache in front of the flow table's classifier.
-    emc: Box<Emc>,
     /// Present in adaptive polling mode.
     sleeper: Option<Sleeper>,
 }
@@ -127,10 +141,8 @@ impl PollThread {
             plan: Box::new(Plan { ports: Default::default(), flows: Default::default(), rxqs: Vec::new() }),
             generation: 0,
             rxqs: Vec::new(),
-            frames: (0..burst).map(|_| Frame::default()).collect(),
-            rx: RxScratch::default(),
+            work: Work { frames: Frames::new(burst), emc: Box::new(Emc::default()), delivery: Delivery::default() },
             nic_rx: NicRx::default(),
-            emc: Box::new(Emc::default()),
             sleeper: None,
         };
         if let Some(us) = t.cx.sleep_after_us {
@@ -158,12 +170,9 @@ impl PollThread {
                 }
             })
             .collect();
-        self.rx.stalled.clear();
-        self.rx.stalled.resize(plan.ports.by_id.len(), false);
-        self.rx.too_small.clear();
-        self.rx.too_small.resize(plan.ports.by_id.len(), None);
+        self.work.delivery.new_plan(plan.ports.by_id.len());
         if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
-            self.emc.clear();
+            self.work.emc.clear();
         }
         if let Some(s) = self.sleeper.as_mut() {
             s.reset();
@@ -182,10 +191,11 @@ impl PollThread {
         let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
         let mut got = 0;
         for rxq in self.rxqs.iter_mut() {
-            got += visit(&env, &mut self.emc, &mut self.frames, &mut self.rx, &mut self.nic_rx, rxq);
+            got += visit(&env, &mut self.work, &mut self.nic_rx, rxq);
         }
-        if !self.rx.nic_tx.is_empty() {
-            self.rx.nic_tx.flush(env.ports, self.cx.index, &self.cx.stats);
+        let nic_tx = &mut self.work.delivery.nic_tx;
+        if !nic_tx.is_empty() {
+            nic_tx.flush(env.ports, self.cx.index, &self.cx.stats);
         }
         got
     }

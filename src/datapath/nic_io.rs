@@ -3,6 +3,19 @@
 //! flushed with one `tx_burst` when full, at the end of each delivery and of each loop
 //! iteration. Without the cargo feature `dpdk` both are empty and no NIC port exists.
 
+use super::counters::PortCounters;
+use crate::port::nic::NicPort;
+
+/// A NIC port frames are written to, from one poll thread: its id, the port, the thread's index
+/// and the thread's counters for the port.
+#[derive(Clone, Copy)]
+pub struct NicDest<'a> {
+    pub id: u16,
+    pub nic: &'a NicPort,
+    pub thread: usize,
+    pub pc: &'a PortCounters,
+}
+
 #[cfg(feature = "dpdk")]
 pub use imp::*;
 #[cfg(not(feature = "dpdk"))]
@@ -10,9 +23,10 @@ pub use stub::*;
 
 #[cfg(feature = "dpdk")]
 mod imp {
-    use super::super::counters::{Drop, PortCounters, ThreadStats, bump};
-    use super::super::frame::Frame;
+    use super::super::counters::{DropReason, PortCounters, ThreadStats, bump};
+    use super::super::frame::{Frame, Shape};
     use super::super::plan::PortTable;
+    use super::NicDest;
     use crate::mem::Segs;
     use crate::port::dpdk::{self, MbufBurst};
     use crate::port::nic::NicPort;
@@ -82,29 +96,18 @@ mod imp {
     }
 
     impl TxBatches {
-        /// Copies a frame (`prefix`, then `len` bytes of frame `src` from `off`, then `patch`'s value
-        /// stored at its offset: a checksum completed) into a new mbuf and queues it for NIC
-        /// port `id`; a full batch is sent at once.
+        /// Copies frame `src` as shape `e` has it into a new mbuf and queues it for the NIC
+        /// port `to`; a full batch is sent at once.
         #[inline]
-        #[allow(clippy::too_many_arguments)]
-        pub(in crate::datapath) fn write(
-            &mut self,
-            id: u16,
-            nic: &NicPort,
-            thread: usize,
-            pc: &PortCounters,
-            src: &Frame,
-            off: u32,
-            len: u32,
-            prefix: &[u8],
-            patch: Option<(u32, u16)>,
-        ) -> Result<u32, Drop> {
-            let total = prefix.len() + len as usize;
+        pub(in crate::datapath) fn write(&mut self, to: &NicDest, src: &Frame, e: Shape) -> Result<u32, DropReason> {
+            let NicDest { id, nic, thread, pc } = *to;
+            let (prefix, off, patch) = (e.prefix, e.skip, e.patch);
+            let total = prefix.len() + e.body_len(src) as usize;
             let batch = self.batch(id);
-            let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(Drop::NicTxFull) };
+            let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(DropReason::NicTxFull) };
             let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
                 let _ = batch.spare.push(m);
-                return Err(Drop::Mtu);
+                return Err(DropReason::Mtu);
             };
             room[..prefix.len()].copy_from_slice(prefix);
             src.read_at(off, &mut room[prefix.len()..]);
@@ -119,31 +122,27 @@ mod imp {
 
         /// Copies a frame as `write` does, whole, into a chain of mbufs as long as it needs,
         /// and asks the device to finish it as `job` says (segment it, compute its checksums).
-        #[allow(clippy::too_many_arguments)]
         pub(in crate::datapath) fn write_for_device(
             &mut self,
-            id: u16,
-            nic: &NicPort,
-            thread: usize,
-            pc: &PortCounters,
+            to: &NicDest,
             src: &Frame,
-            off: u32,
-            len: u32,
-            prefix: &[u8],
+            e: Shape,
             job: &DeviceJob,
-        ) -> Result<u32, Drop> {
-            let total = prefix.len() + len as usize;
+        ) -> Result<u32, DropReason> {
+            let NicDest { id, nic, thread, pc } = *to;
+            let (prefix, off) = (e.prefix, e.skip);
+            let total = prefix.len() + e.body_len(src) as usize;
             let batch = self.batch(id);
             let mut head: Option<dpdk::Mbuf> = None;
             let (mut done, mut segs) = (0usize, 0u16);
             while done < total {
                 // Dropping `head` on the way out frees the chain built so far.
                 if segs == nic.max_segs() {
-                    return Err(Drop::NicRefused);
+                    return Err(DropReason::NicRefused);
                 }
-                let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(Drop::NicTxFull) };
+                let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(DropReason::NicTxFull) };
                 let n = m.tailroom().min(total - done).min(u16::MAX as usize);
-                let Some(room) = m.append(n as u16) else { return Err(Drop::NicTxFull) };
+                let Some(room) = m.append(n as u16) else { return Err(DropReason::NicTxFull) };
                 // The prefix's part of this segment, then the sender's bytes.
                 let p = prefix.get(done..).unwrap_or(&[]);
                 let from_prefix = p.len().min(n);
@@ -156,10 +155,10 @@ mod imp {
                 segs += 1;
                 match head.as_mut() {
                     None => head = Some(m),
-                    Some(h) => h.chain(m).map_err(|_| Drop::NicRefused)?,
+                    Some(h) => h.chain(m).map_err(|_| DropReason::NicRefused)?,
                 }
             }
-            let Some(mut m) = head else { return Err(Drop::Runt) };
+            let Some(mut m) = head else { return Err(DropReason::Runt) };
             let first = m.data_mut();
             for (at, v) in job.fields {
                 if let Some(field) = first.get_mut(at as usize..at as usize + 2) {
@@ -216,7 +215,7 @@ mod imp {
                 match ports.get(id).and_then(|p| p.nic()) {
                     Some(nic) => flush_one(b, offloaded, nic, thread, pc),
                     None => {
-                        pc.drop(Drop::PortDown, b.len() as u64);
+                        pc.drop(DropReason::PortDown, b.len() as u64);
                         b.clear();
                         *offloaded = false;
                     }
@@ -244,7 +243,7 @@ mod imp {
         let bytes: u64 = b.iter().map(|m| m.pkt_len() as u64).sum();
         let (sent, (refused, refused_bytes)) = nic.send(thread, b, std::mem::take(offloaded));
         if refused > 0 {
-            pc.drop(Drop::NicRefused, refused as u64);
+            pc.drop(DropReason::NicRefused, refused as u64);
         }
         let n = b.len() + sent;
         let left = b.iter().map(|m| m.pkt_len() as u64).sum::<u64>() + refused_bytes;
@@ -253,17 +252,17 @@ mod imp {
         bump(&pc.tx_packets, sent as u64);
         bump(&pc.tx_bytes, bytes - left);
         if sent < n {
-            pc.drop(Drop::NicTxFull, (n - sent) as u64);
+            pc.drop(DropReason::NicTxFull, (n - sent) as u64);
         }
     }
 }
 
 #[cfg(not(feature = "dpdk"))]
 mod stub {
-    use super::super::counters::{Drop, PortCounters, ThreadStats};
-    use super::super::frame::Frame;
-    use super::super::frame::Frame;
+    use super::super::counters::{DropReason, ThreadStats};
+    use super::super::frame::{Frame, Shape};
     use super::super::plan::PortTable;
+    use super::NicDest;
     use crate::mem::Segs;
     use crate::port::nic::NicPort;
 
@@ -288,35 +287,17 @@ mod stub {
     }
 
     impl TxBatches {
-        #[allow(clippy::too_many_arguments)]
-        pub(in crate::datapath) fn write(
-            &mut self,
-            _: u16,
-            nic: &NicPort,
-            _: usize,
-            _: &PortCounters,
-            _: &Frame,
-            _: u32,
-            _: u32,
-            _: &[u8],
-            _: Option<(u32, u16)>,
-        ) -> Result<u32, Drop> {
-            match *nic {}
+        pub(in crate::datapath) fn write(&mut self, to: &NicDest, _: &Frame, _: Shape) -> Result<u32, DropReason> {
+            match *to.nic {}
         }
-        #[allow(clippy::too_many_arguments)]
         pub(in crate::datapath) fn write_for_device(
             &mut self,
-            _: u16,
-            nic: &NicPort,
-            _: usize,
-            _: &PortCounters,
+            to: &NicDest,
             _: &Frame,
-            _: u32,
-            _: u32,
-            _: &[u8],
+            _: Shape,
             _: &crate::wire::gso::DeviceJob,
-        ) -> Result<u32, Drop> {
-            match *nic {}
+        ) -> Result<u32, DropReason> {
+            match *to.nic {}
         }
         pub fn is_empty(&self) -> bool {
             true

@@ -3,6 +3,7 @@
 //! for the checksum's value or for each segment's headers, and copies the payload itself, from
 //! the sender's buffers straight into the receiver's, as for any frame. The wire formats are
 //! `wire::gso`'s; here they meet a frame in guest memory.
+#![forbid(unsafe_code)]
 
 use super::frame::Frame;
 use crate::wire::gso::{self, DeviceJob, MAX_HDR, Tso};
@@ -103,7 +104,7 @@ impl Segments {
 /// as classify checked it, sent with `prefix` in place of its first `skip` bytes. Returns the
 /// software checksum (field offset, value) and each segment (its headers, the offset and
 /// length of its payload in the sender's frame, its TCP header's offset), or None where the
-/// data path drops the frame (`Drop::OffloadHeaders`).
+/// data path drops the frame (`DropReason::OffloadHeaders`).
 #[cfg(test)]
 #[allow(clippy::type_complexity)]
 pub(crate) fn for_fuzzing(

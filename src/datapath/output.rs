@@ -3,20 +3,21 @@
 //! it; a full destination holds the rest of the burst back in the sender's ring (backpressure,
 //! bounded by `retry_cycles`); flow action lists run on a rewritten header; `write_frame` copies
 //! each frame once into the guest's receive buffers.
+#![forbid(unsafe_code)]
 
 use super::classify::normal;
 use std::sync::Arc;
 
-use super::counters::{Drop, PortCounters, ThreadStats, bump, cycles};
-use super::frame::Frame;
-use super::nic_io::TxBatches;
+use super::counters::{DropReason, PortCounters, ThreadStats, bump, cycles};
+use super::frame::{AS_IS, Frame, Shape};
+use super::nic_io::{NicDest, TxBatches};
 use super::offload::{self, Segments};
 use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
-use crate::mem::Segs;
+use crate::mem::SegsSlot;
 use crate::port::{Port, PortKind};
 use crate::vring::call::Signal;
-use crate::vring::{ActiveRing, Ahead, CallFd, RingError, Vring, VringGuard};
+use crate::vring::{ActiveRing, Ahead, CallFd, RingError, RingLoan, Vring, VringGuard};
 use crate::wire::gso::Negotiated;
 use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 
@@ -47,12 +48,15 @@ impl Interrupts {
     }
 }
 
-/// Receive-side scratch of a poll thread: segments of the buffers being filled, and per-port
-/// delivery state.
+/// What delivery keeps from frame to frame and burst to burst on a poll thread: the segments
+/// of the receive buffers being filled, what it knows of each destination (stalled, buffers
+/// too small), the frames waiting for NIC ports, the interrupts owed, and the work a burst's
+/// delivery did for the visit budget to charge.
 #[derive(Default)]
-pub(super) struct RxScratch {
-    first: Segs,
-    more: Segs,
+pub(super) struct Delivery {
+    /// Segments of the receive buffer being filled (a frame's first, and any further one).
+    first: SegsSlot,
+    more: SegsSlot,
     /// Ports whose guest let a frame time out on a full ring: dropped toward without waiting
     /// until they have room again.
     pub stalled: Vec<bool>,
@@ -77,6 +81,16 @@ pub(super) struct RxScratch {
     /// segmentation has produced that many, the burst's later TSO frames wait in the sender's
     /// ring for its next visit.
     pub segment_room: u32,
+}
+
+impl Delivery {
+    /// Forgets what it knew of the destinations: a new plan, with `ports` port ids.
+    pub fn new_plan(&mut self, ports: usize) {
+        self.stalled.clear();
+        self.stalled.resize(ports, false);
+        self.too_small.clear();
+        self.too_small.resize(ports, None);
+    }
 }
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -118,34 +132,38 @@ impl<'a> Open<'a> {
     /// Writes frame `f`, shaped by `e`, to this port: as it is, or with the offloads it asked
     /// for done here if the port cannot take them.
     #[inline]
-    fn write(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+    fn write(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         if f.off.is_none() {
             // A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: DATA_VALID.
             const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
             let valid = f.valid && self.guard.as_ref().is_some_and(|g| g.offloads.csum);
-            self.write_one(f, e, if valid { &VALID } else { &VirtioNetHdr::PLAIN }, None, rx)?;
+            self.write_one(f, e, if valid { &VALID } else { &VirtioNetHdr::PLAIN }, dv)?;
             if valid {
                 bump(&self.cx.stats.ports[self.port.id as usize].data_valid, 1);
             }
             return Ok(());
         }
-        self.write_offloaded(f, e, rx)
+        self.write_offloaded(f, e, dv)
     }
 
     /// A frame with a partial checksum or TSO: whole to a guest that negotiated the same
     /// offloads (the header carried through, its offsets following a rewritten Ethernet
     /// header), else completed or segmented for this port alone.
     #[cold]
-    fn write_offloaded(&mut self, f: &Frame, e: Shape, rx: &mut RxScratch) -> Result<(), Drop> {
+    fn write_offloaded(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
         let pc = &self.cx.stats.ports[self.port.id as usize];
         match (&self.guard, self.port.nic()) {
-            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), None, rx).map(|_| ()),
+            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), dv).map(|_| ()),
             (None, Some(nic)) if nic.takes().takes(&off) && nic.segments_fit(&off) => {
                 // A NIC with the offloads: handed whole, for the device to finish.
                 if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
-                    let len = e.body_len(f);
-                    rx.nic_tx.write_for_device(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, &job)?;
+                    dv.nic_tx.write_for_device(
+                        &NicDest { id: self.port.id, nic, thread: self.cx.index, pc },
+                        f,
+                        e,
+                        &job,
+                    )?;
                     bump(&pc.hw_offloaded, 1);
                     return Ok(());
                 }
@@ -155,23 +173,23 @@ impl<'a> Open<'a> {
         let takes = self.guard.as_ref().map_or(Negotiated::default(), |g| g.offloads);
         if f.off.tso.is_none() {
             // A checksum only: its value from the sender's bytes, stored as the frame is copied.
-            let (field, v) = offload::checksum(f).ok_or(Drop::OffloadHeaders)?;
+            let (field, v) = offload::checksum(f).ok_or(DropReason::OffloadHeaders)?;
             bump(&pc.sw_checksums, 1);
             let field = (field as i32 + e.prefix.len() as i32 - e.skip as i32) as u32;
-            return self.write_one(f, e, &VirtioNetHdr::PLAIN, Some((field, v)), rx).map(|_| ());
+            return self.write_one(f, Shape { patch: Some((field, v)), ..e }, &VirtioNetHdr::PLAIN, dv).map(|_| ());
         }
-        let mut segs = Segments::new(f, e.prefix, e.skip).ok_or(Drop::OffloadHeaders)?;
+        let mut segs = Segments::new(f, e.prefix, e.skip).ok_or(DropReason::OffloadHeaders)?;
         // Each segment takes at least one receive buffer: more segments than the ring has
         // entries can never be placed, however long the sender waits.
         if self.ring_size().is_some_and(|n| segs.count > n as u32) {
-            return Err(Drop::RxBufferTooSmall);
+            return Err(DropReason::RxBufferTooSmall);
         }
         // Room for every segment first, so backpressure retries the frame whole.
         if !self.has_room(segs.count) {
-            return Err(Drop::RxRingFull);
+            return Err(DropReason::RxRingFull);
         }
         bump(&pc.sw_segmented, 1);
-        rx.extra_segments += segs.count - 1;
+        dv.extra_segments += segs.count - 1;
         // A guest with GUEST_CSUM completes each segment's checksum itself.
         let partial = self.guard.is_some() && takes.csum;
         let (packets, bytes, mut bufs) = (self.packets, self.bytes, 0u16);
@@ -186,8 +204,8 @@ impl<'a> Open<'a> {
             } else {
                 VirtioNetHdr::PLAIN
             };
-            let shape = Shape { prefix: &s.hdrs[..s.hdr_len as usize], skip: s.skip, take: s.len };
-            match self.write_one(f, shape, &vh, None, rx) {
+            let shape = Shape { prefix: &s.hdrs[..s.hdr_len as usize], skip: s.skip, take: s.len, patch: None };
+            match self.write_one(f, shape, &vh, dv) {
                 Ok(n) => bufs += n,
                 Err(why) => {
                     // A guest gets every segment or none: what was written is taken back
@@ -205,6 +223,12 @@ impl<'a> Open<'a> {
         Ok(())
     }
 
+    /// Where frames for this NIC port go (PortDown if it is not a NIC).
+    fn nic_dest(&self) -> Result<NicDest<'a>, DropReason> {
+        let nic = self.port.nic().ok_or(DropReason::PortDown)?;
+        Ok(NicDest { id: self.port.id, nic, thread: self.cx.index, pc: &self.cx.stats.ports[self.port.id as usize] })
+    }
+
     /// The guest RX queue's ring, if it runs (None for a NIC).
     fn ring(&mut self) -> Option<&mut ActiveRing> {
         let Vring { active, broken, .. } = &mut **self.guard.as_mut()?;
@@ -216,76 +240,65 @@ impl<'a> Open<'a> {
         self.ring().map(|r| r.size())
     }
 
-    /// Writes one frame: `e`'s bytes after virtio-net header `vh`, with `patch` (an offset in
-    /// the written frame and a 16-bit value) stored over them. Returns the receive buffers it
-    /// took (0 for a NIC).
+    /// Writes one frame: `e`'s bytes after virtio-net header `vh`. Returns the receive buffers
+    /// it took (0 for a NIC).
     #[inline]
-    fn write_one(
-        &mut self,
-        f: &Frame,
-        e: Shape,
-        vh: &VirtioNetHdr,
-        patch: Option<(u32, u16)>,
-        rx: &mut RxScratch,
-    ) -> Result<u16, Drop> {
+    fn write_one(&mut self, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Delivery) -> Result<u16, DropReason> {
         let Some(guard) = self.guard.as_mut() else {
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
-            let nic = self.port.nic().ok_or(Drop::PortDown)?;
-            let pc = &self.cx.stats.ports[self.port.id as usize];
-            let len = e.body_len(f);
-            return rx.nic_tx.write(self.port.id, nic, self.cx.index, pc, f, e.skip, len, e.prefix, patch).map(|_| 0);
+            return dv.nic_tx.write(&self.nic_dest()?, f, e).map(|_| 0);
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
-        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(Drop::PortDown) };
+        let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(DropReason::PortDown) };
         let len = e.body_len(f) + e.prefix.len() as u32;
-        let small = &mut rx.too_small[self.port.id as usize];
+        let small = &mut dv.too_small[self.port.id as usize];
         if let Some((idx, short)) = *small {
             // Buffers found too small for a frame this long: not walked again until the
             // guest makes more available.
             if ring.avail_index() != Some(idx) {
                 *small = None;
             } else if len >= short {
-                return Err(Drop::RxBufferTooSmall);
+                return Err(DropReason::RxBufferTooSmall);
             }
         }
         let walked = ring.walked();
-        match write_frame(ring, *hdr_len, *mrg_rxbuf, f, e, vh, patch, rx) {
+        match write_frame(RxRing { ring: ring.lend(), hdr_len: *hdr_len, mrg: *mrg_rxbuf }, f, e, vh, dv) {
             Ok(bufs) => {
                 self.packets += 1;
                 self.bytes += len as u64;
                 Ok(bufs)
             }
-            Err(WriteError::Drop(Drop::RxBufferTooSmall)) => {
+            Err(WriteError::Drop(DropReason::RxBufferTooSmall)) => {
                 // The walk was the receiver's doing: not charged to the sender's budget.
                 ring.forget_walked(ring.walked() - walked);
-                rx.too_small[self.port.id as usize] = ring.avail_index().map(|idx| (idx, len));
-                Err(Drop::RxBufferTooSmall)
+                dv.too_small[self.port.id as usize] = ring.avail_index().map(|idx| (idx, len));
+                Err(DropReason::RxBufferTooSmall)
             }
             Err(WriteError::Drop(why)) => Err(why),
             Err(WriteError::Ring(e)) => {
                 ring_broke(self.port, self.vq_index, broken, e);
-                Err(Drop::Malformed)
+                Err(DropReason::Malformed)
             }
         }
     }
 
     /// Publishes what was written with one used-index store; owes the guest an interrupt if it
     /// asked for one (sent once no ring is locked).
-    fn close(mut self, pc: &PortCounters, rx: &mut RxScratch) {
+    fn close(mut self, pc: &PortCounters, dv: &mut Delivery) {
         let Some(guard) = self.guard.as_mut() else { return };
         bump(&pc.tx_batches, (self.packets > 0) as u64);
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
         let Vring { active, broken, .. } = &mut **guard;
         if let Some(ring) = active.as_mut() {
-            rx.walked += ring.take_walked();
+            dv.walked += ring.take_walked();
             if ring.publish()
                 && let Some(call) = ring.call()
             {
                 if call.is_stuck() {
                     ring_broke(self.port, self.vq_index, broken, RingError::CallBlocked);
                 } else {
-                    rx.irqs.owe(call);
+                    dv.irqs.owe(call);
                 }
             }
         }
@@ -302,14 +315,14 @@ impl<'a> Open<'a> {
 pub(super) fn deliver(
     env: &Env,
     frames: &[Frame],
-    rx: &mut RxScratch,
+    dv: &mut Delivery,
     in_port: u16,
     blocked_since: &mut Option<u64>,
     wait: bool,
 ) -> usize {
-    let n = deliver_in_order(env, frames, rx, in_port, blocked_since, wait);
-    if !rx.nic_tx.is_empty() {
-        rx.nic_tx.flush(env.ports, env.cx.index, &env.cx.stats);
+    let n = deliver_in_order(env, frames, dv, in_port, blocked_since, wait);
+    if !dv.nic_tx.is_empty() {
+        dv.nic_tx.flush(env.ports, env.cx.index, &env.cx.stats);
     }
     n
 }
@@ -317,7 +330,7 @@ pub(super) fn deliver(
 fn deliver_in_order(
     env: &Env,
     frames: &[Frame],
-    rx: &mut RxScratch,
+    dv: &mut Delivery,
     in_port: u16,
     blocked_since: &mut Option<u64>,
     wait: bool,
@@ -333,50 +346,50 @@ fn deliver_in_order(
         // Segmenting in software may turn one frame into hundreds: once a burst has produced
         // as many as the visit's budget has room for, its later TSO frames wait in the
         // sender's ring for its next visit (the first frame of a burst always goes).
-        if wait && i > 0 && f.off.tso.is_some() && i as u32 + rx.extra_segments >= rx.segment_room {
-            o_close(open, env, rx);
+        if wait && i > 0 && f.off.tso.is_some() && i as u32 + dv.extra_segments >= dv.segment_room {
+            o_close(open, env, dv);
             // Not a wait for a full receiver: the frames before went out.
             *blocked_since = None;
             return i;
         }
         match f.out {
             Out::Nowhere | Out::Drop(_) => {}
-            Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(Drop::RxRingFull, 1),
+            Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(DropReason::RxRingFull, 1),
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
-                    o_close(open.take(), env, rx);
+                    o_close(open.take(), env, dv);
                     open = Open::new(env, p);
                 }
                 let pc = &cx.stats.ports[p as usize];
                 let Some(o) = open.as_mut() else {
-                    pc.drop(Drop::PortDown, 1);
+                    pc.drop(DropReason::PortDown, 1);
                     i += 1;
                     continue;
                 };
-                if rx.stalled[p as usize] {
+                if dv.stalled[p as usize] {
                     // A destination that let a frame time out is dropped toward, without
                     // touching its ring, until it has room for a whole burst again: one free
                     // buffer at a time must not re-arm a wait for every sender.
                     if !o.has_room(cx.burst) {
-                        pc.drop(Drop::RxRingFull, 1);
-                        rx.dropped_full = true;
+                        pc.drop(DropReason::RxRingFull, 1);
+                        dv.dropped_full = true;
                         i += 1;
                         continue;
                     }
-                    rx.stalled[p as usize] = false;
+                    dv.stalled[p as usize] = false;
                 }
-                match o.write(f, AS_IS, rx) {
+                match o.write(f, AS_IS, dv) {
                     Ok(()) => {}
-                    Err(Drop::RxRingFull) if wait => {
-                        if keep_waiting(cx, rx, p, blocked_since) {
-                            o_close(open, env, rx);
+                    Err(DropReason::RxRingFull) if wait => {
+                        if keep_waiting(cx, dv, p, blocked_since) {
+                            o_close(open, env, dv);
                             return i;
                         }
-                        pc.drop(Drop::RxRingFull, 1);
+                        pc.drop(DropReason::RxRingFull, 1);
                     }
                     Err(why) => {
-                        if why == Drop::RxRingFull {
-                            rx.dropped_full = true;
+                        if why == DropReason::RxRingFull {
+                            dv.dropped_full = true;
                             full = Some(p);
                         }
                         pc.drop(why, 1)
@@ -384,20 +397,20 @@ fn deliver_in_order(
                 }
             }
             Out::Actions(fi) => {
-                o_close(open.take(), env, rx);
+                o_close(open.take(), env, dv);
                 // Backpressure as for a single output, checked before any copy goes out so a
                 // retried frame is never sent twice: wait while a port it names is full.
                 if wait
                     && let Some(p) = full_output(env, fi, in_port)
-                    && !rx.stalled[p as usize]
-                    && keep_waiting(cx, rx, p, blocked_since)
+                    && !dv.stalled[p as usize]
+                    && keep_waiting(cx, dv, p, blocked_since)
                 {
                     return i;
                 }
-                run_actions(env, f, fi, in_port, rx);
+                run_actions(env, f, fi, in_port, dv);
             }
             Out::Flood => {
-                o_close(open.take(), env, rx);
+                o_close(open.take(), env, dv);
                 // A run of consecutive flooded frames goes to each port as one batch. Best
                 // effort, as broadcast is: a full or absent port misses the frame.
                 // A TSO frame goes alone, so the segment bound above sees each.
@@ -409,11 +422,11 @@ fn deliver_in_order(
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
                         for f in &frames[i..i + run] {
-                            if let Err(why) = o.write(f, AS_IS, rx) {
+                            if let Err(why) = o.write(f, AS_IS, dv) {
                                 pc.drop(why, 1);
                             }
                         }
-                        o.close(pc, rx);
+                        o.close(pc, dv);
                     }
                 }
                 i += run;
@@ -422,7 +435,7 @@ fn deliver_in_order(
         }
         i += 1;
     }
-    o_close(open, env, rx);
+    o_close(open, env, dv);
     *blocked_since = None;
     frames.len()
 }
@@ -430,13 +443,13 @@ fn deliver_in_order(
 /// Whether a frame whose destination `p` is full should wait (stay in the sender's ring) or,
 /// having waited `retry_cycles` already, be dropped toward `p`, which is then marked stalled:
 /// frames to it drop without waiting until it takes one again.
-fn keep_waiting(cx: &Ctx, rx: &mut RxScratch, p: u16, blocked_since: &mut Option<u64>) -> bool {
+fn keep_waiting(cx: &Ctx, dv: &mut Delivery, p: u16, blocked_since: &mut Option<u64>) -> bool {
     let now = cycles();
     let since = *blocked_since.get_or_insert(now);
     if now.wrapping_sub(since) < cx.retry_cycles {
         return true;
     }
-    rx.stalled[p as usize] = true;
+    dv.stalled[p as usize] = true;
     *blocked_since = None;
     false
 }
@@ -460,7 +473,7 @@ fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
 
 /// Runs a flow's action list on one frame: each output sends the frame as the header
 /// rewrites before it left it. Best effort, like flooding: a full or absent port misses it.
-fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) {
+fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
     const MAX: usize = ethernet::MAX_EMIT_LEN + 2;
     let mut raw = [0u8; MAX];
     let n = f.read_at(0, &mut raw);
@@ -468,21 +481,21 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) 
     execute(env.flows.actions(fi), &hdr, |emit, h| {
         let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
         let len = h.emit(&mut buf);
-        let shape = Shape { prefix: &buf[..len], skip: covered as u32, take: u32::MAX };
+        let shape = Shape { prefix: &buf[..len], skip: covered as u32, take: u32::MAX, patch: None };
         match emit {
-            Emit::Port(p) if p != in_port => send_one(env, p, f, shape, rx, true),
+            Emit::Port(p) if p != in_port => send_one(env, p, f, shape, dv, true),
             Emit::Port(_) => {}
-            Emit::InPort => send_one(env, in_port, f, shape, rx, true),
+            Emit::InPort => send_one(env, in_port, f, shape, dv, true),
             Emit::Flood | Emit::All => {
                 for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
-                    send_one(env, dp.id, f, shape, rx, false);
+                    send_one(env, dp.id, f, shape, dv, false);
                 }
             }
             Emit::Normal => match normal(env, in_port, &h.dst, &h.src) {
-                Out::Port(p) => send_one(env, p, f, shape, rx, true),
+                Out::Port(p) => send_one(env, p, f, shape, dv, true),
                 Out::Flood => {
                     for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
-                        send_one(env, dp.id, f, shape, rx, false);
+                        send_one(env, dp.id, f, shape, dv, false);
                     }
                 }
                 _ => {}
@@ -493,29 +506,29 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, rx: &mut RxScratch) 
 
 /// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an
 /// explicit output, not a flood, which reaches whoever is up).
-fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, rx: &mut RxScratch, named: bool) {
+fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery, named: bool) {
     let pc = &env.cx.stats.ports[p as usize];
     match Open::new(env, p) {
         Some(mut o) => {
-            if let Err(why) = o.write(f, shape, rx) {
+            if let Err(why) = o.write(f, shape, dv) {
                 pc.drop(why, 1);
             }
-            o.close(pc, rx);
+            o.close(pc, dv);
         }
-        None if named => pc.drop(Drop::PortDown, 1),
+        None if named => pc.drop(DropReason::PortDown, 1),
         None => {}
     }
 }
 
-fn o_close(open: Option<Open>, env: &Env, rx: &mut RxScratch) {
+fn o_close(open: Option<Open>, env: &Env, dv: &mut Delivery) {
     if let Some(o) = open {
         let pc = &env.cx.stats.ports[o.port.id as usize];
-        o.close(pc, rx);
+        o.close(pc, dv);
     }
 }
 
 enum WriteError {
-    Drop(Drop),
+    Drop(DropReason),
     Ring(RingError),
 }
 
@@ -525,73 +538,55 @@ impl From<RingError> for WriteError {
     }
 }
 
-/// A frame as it leaves the switch: `prefix` (rewritten Ethernet addresses and VLAN tags, a
-/// segment's headers, or nothing) followed by at most `take` bytes of the sender's frame from
-/// byte `skip` on.
-#[derive(Clone, Copy)]
-struct Shape<'a> {
-    prefix: &'a [u8],
-    skip: u32,
-    take: u32,
-}
-
-impl Shape<'_> {
-    /// Bytes of the sender's frame `f` this shape sends.
-    #[inline]
-    fn body_len(&self, f: &Frame) -> u32 {
-        (f.len - self.skip).min(self.take)
-    }
-}
-
-const AS_IS: Shape = Shape { prefix: &[], skip: 0, take: u32::MAX };
-
 /// Most receive buffers one frame may take (MRG_RXBUF): a 64 KiB frame in 256-byte buffers.
 pub const MAX_FRAME_BUFS: usize = 256;
 /// Most receive descriptors walked for one frame, over all its buffers.
 pub const MAX_FRAME_DESCS: u32 = 1024;
 
+/// A guest receive ring, open for writing, and how its guest takes frames.
+struct RxRing<'a> {
+    ring: RingLoan<'a>,
+    /// The virtio-net header's length.
+    hdr_len: u32,
+    /// MRG_RXBUF: a frame may span several buffers.
+    mrg: bool,
+}
+
 /// Copies one frame into the guest's receive buffers: the virtio-net header (`vh`, with
 /// num_buffers), then the frame, spread over several buffers when MRG_RXBUF allows (num_buffers
-/// says how many); `patch` (frame offset, value) is stored over the copy, in the first buffer.
-/// Returns the buffers it took.
+/// says how many); the shape's `patch` (frame offset, value) is stored over the copy, in the
+/// first buffer. Returns the buffers it took.
 #[inline]
-#[allow(clippy::too_many_arguments)]
-fn write_frame(
-    ring: &mut ActiveRing,
-    hdr_len: u32,
-    mrg: bool,
-    f: &Frame,
-    e: Shape,
-    vh: &VirtioNetHdr,
-    patch: Option<(u32, u16)>,
-    rx: &mut RxScratch,
-) -> Result<u16, WriteError> {
+fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Delivery) -> Result<u16, WriteError> {
+    let RxRing { mut ring, hdr_len, mrg } = dst;
+    let patch = e.patch;
     let pre = e.prefix.len() as u32;
     let (body_off, body_len) = (e.skip, e.body_len(f));
     let need = hdr_len + pre + body_len;
     if ring.avail()? == 0 {
-        return Err(WriteError::Drop(Drop::RxRingFull));
+        return Err(WriteError::Drop(DropReason::RxRingFull));
     }
     ring.prefetch_ahead(Ahead::Write(hdr_len));
-    let head = ring.pop(&mut rx.first, true)?;
-    let first_room = rx.first.len();
+    let first = dv.first.lend();
+    let head = ring.pop(first, true)?;
+    let first_room = first.len();
     if first_room < hdr_len + pre || (!mrg && first_room < need) {
         ring.push_used(head, 0);
-        return Err(WriteError::Drop(Drop::RxBufferTooSmall));
+        return Err(WriteError::Drop(DropReason::RxBufferTooSmall));
     }
     if pre > 0 {
-        rx.first.write_at(hdr_len, e.prefix);
+        first.write_at(hdr_len, e.prefix);
     }
     let mut copied = (first_room - hdr_len - pre).min(body_len);
     if let Some((at, _)) = patch
         && at + 2 > pre + copied
     {
         ring.push_used(head, 0);
-        return Err(WriteError::Drop(Drop::RxBufferTooSmall));
+        return Err(WriteError::Drop(DropReason::RxBufferTooSmall));
     }
-    f.copy_to(&rx.first, hdr_len + pre, body_off, copied);
+    f.copy_to(first, hdr_len + pre, body_off, copied);
     if let Some((at, v)) = patch {
-        rx.first.write_at(hdr_len + at, &v.to_be_bytes());
+        first.write_at(hdr_len + at, &v.to_be_bytes());
     }
     ring.push_used(head, hdr_len + pre + copied);
     let mut nbufs: u16 = 1;
@@ -604,11 +599,16 @@ fn write_frame(
         if room == 0 || too_small {
             ring.unpop(nbufs);
             ring.unpush(nbufs);
-            return Err(WriteError::Drop(if too_small { Drop::RxBufferTooSmall } else { Drop::RxRingFull }));
+            return Err(WriteError::Drop(if too_small {
+                DropReason::RxBufferTooSmall
+            } else {
+                DropReason::RxRingFull
+            }));
         }
-        let h = ring.pop(&mut rx.more, true)?;
-        let c = rx.more.len().min(body_len - copied);
-        f.copy_to(&rx.more, 0, body_off + copied, c);
+        let more = dv.more.lend();
+        let h = ring.pop(more, true)?;
+        let c = more.len().min(body_len - copied);
+        f.copy_to(more, 0, body_off + copied, c);
         ring.push_used(h, c);
         copied += c;
         nbufs += 1;
@@ -616,7 +616,7 @@ fn write_frame(
     let hdr = VirtioNetHdr { num_buffers: nbufs, ..*vh }.to_bytes();
     // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
     // frame too); not writing it then keeps the guest's cached copy of that line valid.
-    let stored = rx.first.update_at(0, &hdr[..hdr_len as usize]);
+    let stored = first.update_at(0, &hdr[..hdr_len as usize]);
     ring.header_written(stored);
     Ok(nbufs)
 }

@@ -7,6 +7,7 @@
 //! it holds no ring, and acknowledges it. Nothing in the data path ever waits for the control
 //! thread: checking the mailbox is one relaxed load per loop iteration, and the mailbox's mutex
 //! is only shared by the control thread and that one poll thread, and only taken on a change.
+#![forbid(unsafe_code)]
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -176,8 +177,13 @@ impl Mailbox {
         if self.posted.load(Ordering::Relaxed) == have {
             return None;
         }
+        // The generation is read under the slot's lock, where `post` stores a plan and counts
+        // it together: read before, it could name an older plan than the one taken (a post in
+        // between), and the thread would acknowledge the wrong one and look for a plan on
+        // every iteration until the next post.
+        let mut slot = self.slot.lock().unwrap();
         let generation = self.posted.load(Ordering::Acquire);
-        let plan = self.slot.lock().unwrap().take()?;
+        let plan = slot.take()?;
         Some((generation, plan))
     }
 
@@ -202,5 +208,53 @@ impl Mailbox {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::{Mailbox, Plan, PortTable};
+
+    /// The generation a thread takes a plan with is that plan's, however posts and checks
+    /// interleave: else it acknowledges an older plan than it adopted (the control thread then
+    /// waits for the newer one in vain) and looks for a plan on every iteration.
+    #[test]
+    fn a_plan_is_taken_with_its_own_generation() {
+        let mb = Arc::new(Mailbox::default());
+        let done = Arc::new(AtomicBool::new(false));
+        let checker = {
+            let (mb, done) = (mb.clone(), done.clone());
+            std::thread::spawn(move || {
+                let (mut have, mut taken) = (0, Vec::new());
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    if let Some((g, plan)) = mb.check(have) {
+                        taken.push((g, Arc::as_ptr(&plan.ports) as usize));
+                        have = g;
+                    } else if finished {
+                        return (have, taken);
+                    }
+                }
+            })
+        };
+        // Every table stays alive to the end, so no two plans share an address.
+        let (mut posted, mut keep) = (HashMap::new(), Vec::new());
+        for _ in 0..200_000 {
+            let ports = Arc::new(PortTable::default());
+            posted.insert(
+                mb.post(Plan { ports: ports.clone(), flows: Default::default(), rxqs: Vec::new() }),
+                Arc::as_ptr(&ports) as usize,
+            );
+            keep.push(ports);
+        }
+        done.store(true, Ordering::Release);
+        let (have, taken) = checker.join().unwrap();
+        let wrong = taken.iter().filter(|(g, at)| posted[g] != *at).count();
+        assert_eq!(wrong, 0, "{wrong} of {} plans taken under another plan's generation", taken.len());
+        assert!(!mb.pending(have), "the thread ended at generation {have}, behind what was posted");
     }
 }

@@ -38,6 +38,7 @@
 //! therefore set by whichever dimension runs out first for it: with equal-size frames and
 //! packet-limited visits, shares are proportional to the packet quanta; with byte-limited
 //! visits, to the byte quanta. See the tests for both, and for mixed frame sizes.
+#![forbid(unsafe_code)]
 
 /// A queue's weights: the credit one visit adds in each dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! call here compiles to nothing, so normal builds pay nothing. With it, each poll thread adds
 //! up its own cycles (thread-local, no sharing) and logs one line per source kind every
 //! `REPORT_FRAMES` frames (BENCHMARKS.md's stage tables come from these lines).
+#![forbid(unsafe_code)]
 
 /// The stages, in the order a burst goes through them.
 #[cfg_attr(not(feature = "stage-profile"), allow(dead_code))]

@@ -21,6 +21,7 @@
 //! matching flows of equal priority, the one that comes first in the flow list wins (OVS
 //! leaves this case undefined). [`Classifier`], [`Linear`] and hence the EMC all follow this
 //! rule, so a table behaves the same whatever lookup path a frame takes.
+#![forbid(unsafe_code)]
 
 mod action;
 mod classifier;

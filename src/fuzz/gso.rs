@@ -64,7 +64,8 @@ fn run(input: &[u8]) -> u64 {
     let mut segs = Segs::default();
     let mut at = 0;
     for &cut in cuts.iter().chain(std::iter::once(&total)) {
-        segs.push(buf[at..].as_mut_ptr(), (cut - at) as u32).unwrap();
+        // SAFETY: inside `buf`, which lives until the end of this function, after `segs`.
+        unsafe { segs.push(buf[at..].as_mut_ptr(), (cut - at) as u32) }.unwrap();
         at = cut;
     }
     let (prefix, skip) = match (c[0] >> 4) & 3 {
@@ -139,10 +140,11 @@ fn run(input: &[u8]) -> u64 {
     bit(&[5, t.v6 as u64, count.min(4) as u64, (c[0] >> 4) as u64 & 7])
 }
 
-fn clone(s: &Segs) -> Segs {
+fn clone<'m>(s: &Segs<'m>) -> Segs<'m> {
     let mut c = Segs::default();
     for &(p, n) in s.pieces() {
-        c.push(p, n).unwrap();
+        // SAFETY: the pieces of `s`, valid for 'm as they are in `s`.
+        unsafe { c.push(p, n) }.unwrap();
     }
     c
 }

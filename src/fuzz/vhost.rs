@@ -90,6 +90,7 @@ fn check_rings(port: &Port, b: &PortBackend) {
         let ready = g.is_ready();
         assert!(!ready || st.vrings[i].running, "ring {i} runs but the backend thinks it stopped");
         if let Some(r) = g.active.as_mut() {
+            let mut r = r.lend();
             let mut segs = Segs::default();
             let writable = i % 2 == 0;
             for _ in 0..4 {

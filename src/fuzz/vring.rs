@@ -116,7 +116,7 @@ fn run(input: &[u8]) -> u64 {
     };
     let mut ring = Vring::default();
     ring.start(addrs, base, event_idx, (None, None), mem.clone());
-    let r = ring.active.as_mut().unwrap();
+    let mut r = ring.active.as_mut().unwrap().lend();
     let again_too = input[0] & 8 != 0;
     let mut segs = Segs::default();
     let mut again = Segs::default();

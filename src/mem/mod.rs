@@ -14,4 +14,4 @@ pub mod guest;
 pub mod segs;
 
 pub use guest::{GuestMem, MAX_REGIONS, MemError, MemLimits, RegionDesc};
-pub use segs::{Segs, SegsFull};
+pub use segs::{Segs, SegsFull, SegsSlot};

@@ -1,7 +1,17 @@
 //! The segments of one descriptor chain as host pointers, and the copies between them: the one
 //! copy a frame takes from a sender's buffer into a receiver's. Like the ring walk, this is the
 //! data path's `unsafe` over guest memory; see DESIGN.md.
+//!
+//! **Why the pointers are valid.** A `Segs<'m>` borrows, for `'m`, the memory its pointers lie
+//! in: segments are made by a ring's walk (`vring::RingLoan::pop`), which lends them for as long
+//! as it borrows the running ring, and so the lock guard the ring is reached through; the ring
+//! keeps its guest memory mapped (`Arc<GuestMem>`) and nothing can stop or replace it while it
+//! is borrowed. The compiler then rejects any use of a chain's segments after its ring's lock
+//! is released. The one other source is [`Segs::set_host`] (a NIC's mbuf), whose caller
+//! promises the same. Storage reused between borrows is a [`SegsSlot`], which holds no
+//! pointer anyone can read between two loans.
 
+use std::marker::PhantomData;
 use std::ptr;
 
 /// Most buffer segments one chain may have after translation. Linux needs at most
@@ -12,21 +22,56 @@ pub const MAX_SEGS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegsFull;
 
-/// Buffer segments of one descriptor chain, translated to host pointers. Valid only while the
-/// lock of the ring they came from is held (the ring's `GuestMem` keeps them mapped).
-pub struct Segs {
+/// Buffer segments of one descriptor chain, translated to host pointers into memory borrowed
+/// for `'m` (see the module's comment).
+pub struct Segs<'m> {
     ptrs: [(*mut u8, u32); MAX_SEGS],
     n: usize,
     total: u32,
+    mem: PhantomData<&'m [u8]>,
 }
 
-impl Default for Segs {
+impl Default for Segs<'_> {
     fn default() -> Self {
-        Segs { ptrs: [(ptr::null_mut(), 0); MAX_SEGS], n: 0, total: 0 }
+        Segs { ptrs: [(ptr::null_mut(), 0); MAX_SEGS], n: 0, total: 0, mem: PhantomData }
     }
 }
 
-impl Segs {
+/// Segments' storage, reused from one borrow of memory to the next (a poll thread's receive
+/// buffers, its burst's frames): between loans it holds no pointer anyone can read.
+#[derive(Default)]
+#[repr(transparent)]
+pub struct SegsSlot(Segs<'static>);
+
+impl SegsSlot {
+    /// Empties the slot and lends it as segments for `'m`.
+    #[inline(always)]
+    pub fn lend<'m>(&'m mut self) -> &'m mut Segs<'m> {
+        self.0.clear();
+        // SAFETY: `Segs<'static>` and `Segs<'m>` differ only in the lifetime of a
+        // `PhantomData`, so they have one layout. The segments are empty: no pointer from an
+        // earlier loan survives into this one, and the slot cannot be read except through
+        // `lend`, so pointers stored during this loan (valid for `'m`) are never read after it.
+        unsafe { Segs::relend(&mut self.0) }
+    }
+}
+
+impl<'m> Segs<'m> {
+    /// These segments, as segments of a shorter or longer borrow.
+    ///
+    /// # Safety
+    /// Every pointer they hold must stay valid for `'n` (empty segments hold none), and the
+    /// caller must not read through `self` after `'n` what was stored during it.
+    #[inline(always)]
+    pub(crate) unsafe fn relend<'n>(&mut self) -> &mut Segs<'n> {
+        // SAFETY: the same type but for a PhantomData's lifetime; the caller upholds validity.
+        // The cast changes only a lifetime, which clippy does not see.
+        #[allow(clippy::unnecessary_cast)]
+        unsafe {
+            &mut *(self as *mut Segs<'m> as *mut Segs<'n>)
+        }
+    }
+
     pub fn len(&self) -> u32 {
         self.total
     }
@@ -47,14 +92,22 @@ impl Segs {
     }
 
     /// Makes these segments the one buffer `[p, p + len)` (the walk's fast path).
+    ///
+    /// # Safety
+    /// `p` must point at `len` bytes of memory valid for `'m`, readable, and writable if the
+    /// segments are written through.
     #[inline(always)]
-    pub(crate) fn set_one(&mut self, p: *mut u8, len: u32) {
+    pub(crate) unsafe fn set_one(&mut self, p: *mut u8, len: u32) {
         self.ptrs[0] = (p, len);
         self.n = 1;
         self.total = len;
     }
 
-    pub(crate) fn push(&mut self, p: *mut u8, len: u32) -> Result<(), SegsFull> {
+    /// Appends the buffer `[p, p + len)`.
+    ///
+    /// # Safety
+    /// As for [`Segs::set_one`].
+    pub(crate) unsafe fn push(&mut self, p: *mut u8, len: u32) -> Result<(), SegsFull> {
         if self.n == MAX_SEGS {
             return Err(SegsFull);
         }
@@ -91,9 +144,9 @@ impl Segs {
     ///
     /// # Safety
     /// `p` must point at `len` readable bytes that stay valid, and are not written by anyone
-    /// else, for as long as these segments are used (until the next `set_host` or `pop` into
-    /// them). The segments must not be written through (`write_at`, or as `copy_from`'s
-    /// destination): the memory may be read-only to us.
+    /// else, for `'m` or for as long as these segments are used, whichever ends first (until
+    /// the next `set_host` or `pop` into them). The segments must not be written through
+    /// (`write_at`, or as `copy_from`'s destination): the memory may be read-only to us.
     pub unsafe fn set_host(&mut self, p: *const u8, len: u32) {
         self.ptrs[0] = (p as *mut u8, len);
         self.n = 1;
@@ -123,8 +176,7 @@ impl Segs {
     #[inline(always)]
     pub fn read_array<const N: usize>(&self, off: u32) -> Option<[u8; N]> {
         if let Some(p) = self.contiguous(off, N) {
-            // SAFETY: N bytes inside one segment (type invariant: mapped while the ring
-            // lock is held); an unaligned read into a local.
+            // SAFETY: N bytes inside one segment (the type's invariant: valid for 'm); an unaligned read into a local.
             return Some(unsafe { ptr::read_unaligned(p as *const [u8; N]) });
         }
         let mut out = [0u8; N];
@@ -148,7 +200,7 @@ impl Segs {
     #[inline(never)]
     fn read_spans(&self, off: u32, out: &mut [u8]) -> usize {
         let dst = out.as_mut_ptr();
-        // SAFETY: each piece lies in mapped guest memory while the ring lock is held (type
+        // SAFETY: each piece lies in memory valid for 'm (the type's
         // invariant) and within its segment; `out` is our own buffer, `done + n <= out.len()`.
         self.spans(off, out.len(), |p, done, n| unsafe { copy_bytes(p, dst.add(done), n) })
     }
@@ -199,8 +251,8 @@ impl Segs {
             && let Some(p) = self.contiguous(off, src.len())
         {
             let mut cur = [0u8; MAX];
-            // SAFETY: src.len() bytes inside one segment (type invariant: mapped while
-            // the ring lock is held), copied into a local; then, if they differ, the other way.
+            // SAFETY: src.len() bytes inside one segment (the type's invariant: valid
+            // for 'm), copied into a local; then, if they differ, the other way.
             unsafe {
                 copy_bytes(p, cur.as_mut_ptr(), src.len());
                 if same_bytes(&cur, src) {
@@ -217,7 +269,7 @@ impl Segs {
     /// Copies `len` bytes from `src` (starting at `src_off`) into these segments (starting at
     /// `dst_off`): the one copy a frame takes from one guest to another. Returns bytes copied.
     #[inline(always)]
-    pub fn copy_from(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
+    pub fn copy_from(&self, dst_off: u32, src: &Segs<'_>, src_off: u32, len: u32) -> u32 {
         if let (Some(d), Some(s)) = (self.contiguous(dst_off, len as usize), src.contiguous(src_off, len as usize)) {
             // SAFETY: as in `copy_spans`, for one piece inside one segment of each.
             unsafe { copy_bytes(s, d, len as usize) };
@@ -228,7 +280,7 @@ impl Segs {
 
     /// [`Segs::copy_from`] across segments.
     #[inline(never)]
-    fn copy_spans(&self, dst_off: u32, src: &Segs, src_off: u32, len: u32) -> u32 {
+    fn copy_spans(&self, dst_off: u32, src: &Segs<'_>, src_off: u32, len: u32) -> u32 {
         let (mut di, mut doff) = self.locate(dst_off);
         let (mut si, mut soff) = src.locate(src_off);
         let mut left = len;
@@ -236,8 +288,8 @@ impl Segs {
             let (dp, dl) = self.ptrs[di];
             let (sp, sl) = src.ptrs[si];
             let n = (dl - doff).min(sl - soff).min(left);
-            // SAFETY: both ranges lie in mapped guest memory while both ring locks are held
-            // (type invariant); they may belong to the same guest but to different buffers,
+            // SAFETY: both ranges lie in memory valid while both segments' borrows last
+            // (the type's invariant); they may belong to the same guest but to different buffers,
             // and a guest that aliases its own buffers only corrupts its own data.
             unsafe { copy_bytes(sp.add(soff as usize), dp.add(doff as usize), n as usize) };
             left -= n;
@@ -377,7 +429,8 @@ mod tests {
         };
         assert_ne!(page, libc::MAP_FAILED);
         let mut ro = Segs::default();
-        ro.set_one(page as *mut u8, 4096);
+        // SAFETY: the page is mapped until the munmap below, after the last use of `ro`.
+        unsafe { ro.set_one(page as *mut u8, 4096) };
         for n in [1, 7, 8, 10, 12, 16] {
             assert!(!ro.update_at(100, &[0u8; 16][..n]), "{n} equal bytes: nothing stored");
         }
@@ -386,7 +439,8 @@ mod tests {
 
         let mut buf = [0u8; 64];
         let mut rw = Segs::default();
-        rw.set_one(buf.as_mut_ptr(), 64);
+        // SAFETY: `buf` outlives `rw`; the test reads `buf` only between uses of `rw`.
+        unsafe { rw.set_one(buf.as_mut_ptr(), 64) };
         let mut hdr = [0u8; 12];
         hdr[10] = 1;
         assert!(rw.update_at(20, &hdr[..12]), "bytes that differ are stored");
@@ -400,7 +454,9 @@ mod tests {
     /// Segments over `buf` cut at `cuts` (ascending offsets), with the pieces laid out in
     /// `buf` in reverse order, so a read that crossed a cut without the walk would read the
     /// wrong bytes.
-    fn segs_over(buf: &mut [u8], cuts: &[usize], total: usize) -> (Segs, Vec<usize>) {
+    /// The segments point into `buf` without borrowing it (the test reads and writes `buf`
+    /// between their uses): it must outlive them.
+    fn segs_over(buf: &mut [u8], cuts: &[usize], total: usize) -> (Segs<'static>, Vec<usize>) {
         let mut bounds = vec![0];
         bounds.extend_from_slice(cuts);
         bounds.push(total);
@@ -422,7 +478,8 @@ mod tests {
             base += len + 3;
         }
         for &(b, len) in ptrs.iter().rev() {
-            segs.push(buf[b..].as_mut_ptr(), len as u32).unwrap();
+            // SAFETY: inside `buf`, which the caller keeps alive while it uses the segments.
+            unsafe { segs.push(buf[b..].as_mut_ptr(), len as u32) }.unwrap();
         }
         (segs, at)
     }
@@ -473,7 +530,8 @@ mod tests {
                 }
                 let mut flat = [0u8; 64];
                 let mut dst = Segs::default();
-                dst.set_one(flat.as_mut_ptr(), 64);
+                // SAFETY: `flat` outlives `dst`.
+                unsafe { dst.set_one(flat.as_mut_ptr(), 64) };
                 assert_eq!(dst.copy_from(0, &w, off, 8), 8);
                 let mut want = [0u8; 8];
                 for (k, b) in want.iter_mut().enumerate() {

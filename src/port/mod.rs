@@ -7,7 +7,6 @@
 //!   which starts, stops and remaps the port's virtqueues.
 //! - [`nic`]: DPDK ports (NICs and vdevs): EAL start-up, mbuf pools, `NicPort`.
 //! - [`dpdk`] (cargo feature `dpdk`): the safe wrapper over DPDK's C API.
-
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod nic;

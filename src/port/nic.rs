@@ -11,6 +11,7 @@
 //!
 //! Without the cargo feature `dpdk` the same names exist but no `NicPort` can be built (the
 //! type is empty), so the data path compiles unchanged and the NIC arms are unreachable.
+#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 

@@ -10,6 +10,7 @@
 //! - [`rebalance`]: moving receive queues between threads (`rebalance`, `move`, automatic).
 //! - [`placement`]: the pure function that decides which thread polls which queue.
 //! - [`samples`]: once-a-second samples of the counters, for rates and loads.
+#![forbid(unsafe_code)]
 
 pub mod placement;
 pub mod rebalance;

@@ -120,6 +120,80 @@ pub struct ActiveRing {
     mem_ptr: *const GuestMem,
 }
 
+/// A running ring borrowed for `'g`, from the lock guard it was reached through: the chains it
+/// pops lend their segments for (at most) `'g`, so the compiler rejects a use of them after the
+/// lock is released. It reads as the ring (`Deref`) and forwards the ring's other operations,
+/// but never hands out `&mut ActiveRing`: swapping the ring out from under the segments (and
+/// with it the memory they point into) is impossible.
+pub struct RingLoan<'g>(&'g mut ActiveRing);
+
+impl<'g> RingLoan<'g> {
+    /// Takes the next available chain into `segs` (all device-readable if `!writable`, all
+    /// device-writable if `writable`) and returns its head. Call only when `avail() > 0`.
+    #[inline(always)]
+    pub fn pop<'s>(&mut self, segs: &mut Segs<'s>, writable: bool) -> Result<u16, RingError>
+    where
+        'g: 's,
+    {
+        self.0.pop(segs, writable)
+    }
+
+    /// See [`ActiveRing::avail`].
+    #[inline(always)]
+    pub fn avail(&mut self) -> Result<u16, RingError> {
+        self.0.avail()
+    }
+
+    /// See [`ActiveRing::prefetch_ahead`].
+    #[inline(always)]
+    pub fn prefetch_ahead(&mut self, ahead: Ahead) {
+        self.0.prefetch_ahead(ahead)
+    }
+
+    /// See [`ActiveRing::push_used`].
+    #[inline(always)]
+    pub fn push_used(&mut self, head: u16, len: u32) {
+        self.0.push_used(head, len)
+    }
+
+    /// See [`ActiveRing::unpop`].
+    #[inline(always)]
+    pub fn unpop(&mut self, k: u16) {
+        self.0.unpop(k)
+    }
+
+    /// See [`ActiveRing::unpush`].
+    #[inline(always)]
+    pub fn unpush(&mut self, k: u16) {
+        self.0.unpush(k)
+    }
+
+    /// See [`ActiveRing::publish`].
+    #[inline(always)]
+    pub fn publish(&mut self) -> bool {
+        self.0.publish()
+    }
+
+    /// See [`ActiveRing::header_written`].
+    #[inline(always)]
+    pub fn header_written(&mut self, stored: bool) {
+        self.0.header_written(stored)
+    }
+
+    /// See [`ActiveRing::take_walked`].
+    #[inline(always)]
+    pub fn take_walked(&mut self) -> u32 {
+        self.0.take_walked()
+    }
+}
+
+impl std::ops::Deref for RingLoan<'_> {
+    type Target = ActiveRing;
+    fn deref(&self) -> &ActiveRing {
+        self.0
+    }
+}
+
 /// The state under a `VringLock`.
 #[derive(Default)]
 pub struct Vring {
@@ -425,11 +499,17 @@ impl ActiveRing {
         })
     }
 
-    /// Takes the next available chain into `segs` (all device-readable if `!writable`, all
-    /// device-writable if `writable`) and returns its head. Call only when `avail() > 0`.
+    /// Lends the ring for popping chains: their segments borrow it (and so the lock guard it
+    /// was reached through) for as long as they are used.
+    #[inline(always)]
+    pub fn lend(&mut self) -> RingLoan<'_> {
+        RingLoan(self)
+    }
+
+    /// Takes the next available chain into `segs` (see [`RingLoan::pop`]); the caller ties
+    /// `segs` to a borrow of this ring.
     #[inline]
-    pub fn pop(&mut self, segs: &mut Segs, writable: bool) -> Result<u16, RingError> {
-        segs.clear();
+    fn pop(&mut self, segs: &mut Segs<'_>, writable: bool) -> Result<u16, RingError> {
         let slot = (self.last_avail & (self.size - 1)) as usize;
         // SAFETY: ring[slot] is inside the validated avail ring (offset 4 + 2*slot).
         let head = self.read_u16(unsafe { self.avail.add(4 + 2 * slot) });
@@ -446,7 +526,7 @@ impl ActiveRing {
     /// fit one buffer), and if so its buffer, in `segs`. Anything else takes the general walk,
     /// which reads the descriptor again and checks everything.
     #[inline(always)]
-    fn take_simple(&self, head: u16, segs: &mut Segs, writable: bool) -> bool {
+    fn take_simple(&self, head: u16, segs: &mut Segs<'_>, writable: bool) -> bool {
         if head >= self.size {
             return false;
         }
@@ -462,11 +542,14 @@ impl ActiveRing {
             return false; // the general walk reports it
         }
         let Some(p) = mem.translate(addr, len as u64) else { return false };
-        segs.set_one(p, len);
+        // SAFETY: `translate` checked `[addr, addr + len)` lies in one mapped region of this
+        // ring's memory, which stays mapped while the ring is borrowed; `pop`'s callers tie
+        // `segs` to such a borrow (`RingLoan::pop`).
+        unsafe { segs.set_one(p, len) };
         true
     }
 
-    fn walk(&mut self, head: u16, segs: &mut Segs, writable: bool) -> Result<(), RingError> {
+    fn walk(&mut self, head: u16, segs: &mut Segs<'_>, writable: bool) -> Result<(), RingError> {
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
         let mut table = self.desc;
@@ -481,6 +564,8 @@ impl ActiveRing {
             self.walked += 1;
             return Ok(());
         }
+        // The fast path sets the segments whole; the walk appends to them.
+        segs.clear();
         loop {
             if idx >= table_len {
                 return Err(RingError::NextOutOfRange);
@@ -516,7 +601,8 @@ impl ActiveRing {
             let mut left = len as u64;
             while left > 0 {
                 let (p, n) = mem.translate_prefix(a, left).ok_or(RingError::BadAddress)?;
-                segs.push(p, n as u32).map_err(|_| RingError::TooManySegments)?;
+                // SAFETY: as in `take_simple`: `n` bytes at `p` lie in a mapped region.
+                unsafe { segs.push(p, n as u32) }.map_err(|_| RingError::TooManySegments)?;
                 a += n;
                 left -= n;
             }

@@ -9,6 +9,7 @@
 //! - [`checksum`]: the Internet checksum, in pieces.
 //! - [`virtio_net`]: the virtio-net header, its length by features, and feature bit names.
 //! - [`gso`]: offloads in software: a partial checksum completed, a TSO frame segmented.
+#![forbid(unsafe_code)]
 
 pub mod arp;
 pub mod checksum;

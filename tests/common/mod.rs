@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod require;
 pub mod vms;
+
+pub use require::*;
 
 /// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time.
 pub fn serial() -> MutexGuard<'static, ()> {
@@ -75,8 +78,15 @@ pub struct Switch {
     pub ctl: PathBuf,
 }
 
+/// A fresh directory for a test's files, `/tmp/pvs-test/<name>-<pid>` (scripts/test.sh looks
+/// for processes left running there); another user's under `/tmp/pvs-test-<uid>/`, as the
+/// first belongs to root once scripts/test.sh ran.
 pub fn test_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(format!("/tmp/pvs-test/{name}-{}", std::process::id()));
+    let base = match euid() {
+        0 => "/tmp/pvs-test".to_string(),
+        uid => format!("/tmp/pvs-test-{uid}"),
+    };
+    let d = PathBuf::from(format!("{base}/{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -244,25 +254,10 @@ pub struct Testpmd {
     nports: usize,
 }
 
-pub fn check_prerequisites() {
-    assert!(
-        Path::new("/usr/bin/dpdk-testpmd").exists(),
-        "dpdk-testpmd missing: run scripts/install-deps.sh (as root) first"
-    );
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let free: u64 = meminfo
-        .lines()
-        .find(|l| l.starts_with("HugePages_Free"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    assert!(free >= 256, "need 256 free 2 MiB hugepages, have {free}: run scripts/install-deps.sh");
-}
-
 impl Testpmd {
     /// `vdevs` are full `--vdev` values. testpmd runs its main and forwarding lcores on CPU 0.
+    /// The test must have checked `require(TESTPMD)` first.
     pub fn spawn(prefix: &str, vdevs: &[String], extra: &[&str]) -> Testpmd {
-        check_prerequisites();
         remove_hugepage_files(prefix);
         // Unbuffered stdout, so command output comes before the next prompt.
         let mut cmd = Command::new("stdbuf");

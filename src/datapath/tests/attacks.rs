@@ -6,7 +6,7 @@
 use pvsgen::frontend::{Desc, F_INDIRECT, F_NEXT, F_WRITE, HDR_LEN, Layout, write_descs};
 
 use super::*;
-use crate::datapath::counters::Drop;
+use crate::datapath::counters::DropReason;
 use crate::datapath::output::MAX_FRAME_BUFS;
 use crate::vring::{MAX_CHAIN_DESCS, RingError};
 use crate::wire::virtio_net::feature;
@@ -65,8 +65,8 @@ fn zero_length_receive_buffers_stop_only_that_queue() {
     assert_eq!(broken(&b, 1, 0), Some(RingError::EmptyBuffer));
     assert_eq!(b.vms[2].recv(), to_vm2, "vm2 lost frames to vm1's attack");
     assert_eq!(b.vms[0].guest.tx_pending(), 0);
-    assert_eq!(b.drops(1, Drop::Malformed), 1);
-    assert_eq!(b.drops(1, Drop::PortDown), 49, "frames after the queue stopped are counted port_down");
+    assert_eq!(b.drops(1, DropReason::Malformed), 1);
+    assert_eq!(b.drops(1, DropReason::PortDown), 49, "frames after the queue stopped are counted port_down");
     // vm1's own TX queue still works, and the bystanders forward.
     forwards(&mut b, 1, 2, 50);
     forwards(&mut b, 2, 0, 200);
@@ -168,7 +168,7 @@ fn long_chains_are_charged_for_their_descriptors() {
         "chains of {per_frame} descriptors: {attacker} frames ({attacker_work} units) in {steps} visits of 256"
     );
     assert!(attacker_work >= share / 2, "the attacker got less than its share: {attacker} frames");
-    assert_eq!(b.drops(2, Drop::RxRingFull), 0);
+    assert_eq!(b.drops(2, DropReason::RxRingFull), 0);
 }
 
 /// With MRG_RXBUF a frame may take at most `MAX_FRAME_BUFS` receive buffers: a guest posting
@@ -192,7 +192,7 @@ fn a_frame_takes_a_bounded_number_of_receive_buffers() {
         b.vms[0].guest.send(f);
     }
     b.settle(10);
-    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 1);
+    assert_eq!(b.drops(1, DropReason::RxBufferTooSmall), 1);
     assert_eq!(b.vms[1].recv(), vec![fits], "vm1 should get the frame that fits in 256 buffers");
     assert_eq!(b.vms[2].recv(), vec![bystander]);
     assert_eq!(broken(&b, 1, 0), None, "small buffers are no ring error");
@@ -215,7 +215,7 @@ fn a_stalled_receiver_posting_one_buffer_at_a_time_holds_up_nobody() {
         b.vms[0].guest.send_all(&fs);
         b.settle(10);
     }
-    assert_eq!(b.drops(1, Drop::RxRingFull), 300 - 256);
+    assert_eq!(b.drops(1, DropReason::RxRingFull), 300 - 256);
     // From now on a full receiver that is not stalled holds its senders back for good.
     b.threads[0].cx.retry_cycles = u64::MAX;
     // vm1 takes its frames without posting new buffers, then posts just one.
@@ -232,7 +232,7 @@ fn a_stalled_receiver_posting_one_buffer_at_a_time_holds_up_nobody() {
     b.settle(10);
     assert_eq!(b.vms[2].recv(), for_vm2, "a receiver posting one buffer held up vm0's frames to vm2");
     assert_eq!(b.vms[0].guest.tx_pending(), 0);
-    assert_eq!(b.drops(1, Drop::RxRingFull), 300 - 256 + 2);
+    assert_eq!(b.drops(1, DropReason::RxRingFull), 300 - 256 + 2);
     // With room for a burst, vm1 receives again.
     b.vms[1].guest.post_rx_buffers(63, 2048);
     let f = frame(mac(1), mac(0), 64, 2000);
@@ -305,7 +305,7 @@ fn a_receiver_with_buffers_too_small_costs_its_senders_one_walk() {
     b.vms[0].guest.send_all(&burst);
     b.step();
     assert_eq!(b.vms[0].guest.tx_pending(), 0, "the sender was charged for the receiver's walks");
-    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 32);
+    assert_eq!(b.drops(1, DropReason::RxBufferTooSmall), 32);
     assert_eq!(b.vms[2].recv(), to_vm2);
     assert!(b.vms[1].recv().is_empty());
     // Shorter frames, which its buffers can hold, are still tried, and arrive; one as long as
@@ -313,7 +313,7 @@ fn a_receiver_with_buffers_too_small_costs_its_senders_one_walk() {
     let short = frame(mac(1), mac(0), 200, 100);
     b.vms[0].guest.send_all(&[short.clone(), frame(mac(1), mac(0), 9000, 101)]);
     b.settle(10);
-    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 33);
+    assert_eq!(b.drops(1, DropReason::RxBufferTooSmall), 33);
     assert_eq!(b.vms[1].recv(), vec![short]);
     forwards(&mut b, 2, 0, 100);
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::datapath::counters::Drop;
+use crate::datapath::counters::DropReason;
 use crate::flow::table::FlowTable;
 
 /// Installs `flows` (ports named vm0, vm1, ...) on thread 0, taken at its next step.
@@ -64,7 +64,7 @@ fn in_port_flows_send_each_burst_where_its_port_says_and_normal_still_decides_by
     assert_eq!(got2, want2);
     assert_eq!(b.vms[3].recv(), want3, "vm3 gets vm1's floods only");
     assert!(b.vms[1].recv().is_empty());
-    assert_eq!(b.drops(3, Drop::FlowDrop), 1);
+    assert_eq!(b.drops(3, DropReason::FlowDrop), 1);
     assert_eq!(b.flows.totals(0), (20, 20 * 64));
     assert_eq!(b.flows.totals(1).0, 21);
 }
@@ -94,8 +94,8 @@ fn a_deeper_table_classifies_every_frame_of_a_burst_by_its_own_key() {
     assert_eq!(b.vms[1].recv(), to(1));
     assert_eq!(b.vms[2].recv(), to(2));
     assert!(b.vms[0].recv().is_empty());
-    assert_eq!(b.drops(0, Drop::FlowDrop), 3);
-    assert_eq!(b.drops(1, Drop::FlowDrop), 1);
+    assert_eq!(b.drops(0, DropReason::FlowDrop), 3);
+    assert_eq!(b.drops(1, DropReason::FlowDrop), 1);
     let per_flow: Vec<u64> = (0..4).map(|i| b.flows.totals(i).0).collect();
     assert_eq!(per_flow, [6, 5, 1, 3]);
 }
@@ -143,7 +143,7 @@ fn malformed_headers_under_a_deep_table_drop_only_their_own_frames() {
     let t = b.totals(2);
     assert_eq!(t.rx_packets, 4 * hostile.len() as u64, "every hostile frame taken and completed");
     assert_eq!(b.vms[2].guest.tx_pending(), 0);
-    assert_eq!(b.drops(2, Drop::FlowDrop) + b.drops(2, Drop::Runt), 4 * hostile.len() as u64);
+    assert_eq!(b.drops(2, DropReason::FlowDrop) + b.drops(2, DropReason::Runt), 4 * hostile.len() as u64);
 }
 
 /// Port security holds for every frame of a burst, whichever way the table answers: NORMAL,
@@ -174,7 +174,7 @@ fn port_security_checks_every_frame_of_a_burst_in_every_table_mode() {
         let want: Vec<Vec<u8>> = burst.iter().step_by(2).cloned().collect();
         let got = b.vms[1].recv();
         assert!(got == want, "table {t}: {} frames arrived, the {} genuine ones wanted", got.len(), want.len());
-        assert_eq!(b.drops(0, Drop::PortSecurity), 10, "table {t}");
+        assert_eq!(b.drops(0, DropReason::PortSecurity), 10, "table {t}");
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use pvsgen::frontend::{Guest, HDR_LEN, Layout};
 
-use crate::datapath::counters::{Drop, PortTotals, RxqStats, ThreadStats};
+use crate::datapath::counters::{DropReason, PortTotals, RxqStats, ThreadStats};
 use crate::datapath::mac_table::MacTable;
 use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
 use crate::datapath::{Ctx, PollThread};
@@ -283,7 +283,7 @@ impl Bench {
         t
     }
 
-    pub fn drops(&self, i: usize, why: Drop) -> u64 {
+    pub fn drops(&self, i: usize, why: DropReason) -> u64 {
         self.totals(i).drops.get(why)
     }
 

@@ -7,7 +7,7 @@
 use pvsgen::frontend::{Desc, F_NEXT, Layout, SCRATCH};
 
 use super::*;
-use crate::datapath::counters::Drop;
+use crate::datapath::counters::DropReason;
 use crate::wire::checksum::Sum;
 use crate::wire::gso::l4_checksum_ok;
 use crate::wire::virtio_net::{feature, flags, gso};
@@ -233,13 +233,13 @@ fn malformed_offload_headers_are_dropped_per_reason() {
     let f = tcp_frame(1, 0, &payload(3000, 7));
     let len = f.len() as u16;
     let cases = [
-        (VirtioNetHdr { csum_start: len - 10, ..CSUM }, Drop::OffloadCsum),
-        (VirtioNetHdr { gso_size: 0, ..tso(1448) }, Drop::OffloadGsoSize),
-        (VirtioNetHdr { hdr_len: len + 1, ..tso(1448) }, Drop::OffloadHeaders),
-        (VirtioNetHdr { gso_type: gso::UDP, ..tso(1448) }, Drop::OffloadGsoType),
-        (VirtioNetHdr { gso_type: gso::TCPV6, ..tso(1448) }, Drop::OffloadHeaders),
+        (VirtioNetHdr { csum_start: len - 10, ..CSUM }, DropReason::OffloadCsum),
+        (VirtioNetHdr { gso_size: 0, ..tso(1448) }, DropReason::OffloadGsoSize),
+        (VirtioNetHdr { hdr_len: len + 1, ..tso(1448) }, DropReason::OffloadHeaders),
+        (VirtioNetHdr { gso_type: gso::UDP, ..tso(1448) }, DropReason::OffloadGsoType),
+        (VirtioNetHdr { gso_type: gso::TCPV6, ..tso(1448) }, DropReason::OffloadHeaders),
         // MSS past the MTU (9000 here): the segments would not fit.
-        (tso(9500), Drop::Mtu),
+        (tso(9500), DropReason::Mtu),
     ];
     for (h, why) in cases {
         let before = b.drops(0, why);
@@ -273,18 +273,18 @@ fn offload_headers_a_port_did_not_negotiate() {
     let f = tcp_frame(1, 0, &payload(20000, 8));
     send_with(&mut b, 0, &tso(1448), &f);
     b.settle(20);
-    assert_eq!(b.drops(0, Drop::Mtu), 1, "the TSO header ignored: a plain 20000-byte frame");
+    assert_eq!(b.drops(0, DropReason::Mtu), 1, "the TSO header ignored: a plain 20000-byte frame");
     send_with(&mut b, 0, &CSUM, &f[..1000]);
     b.settle(20);
     assert!(b.vms[1].recv() == [&f[..1000]], "the NEEDS_CSUM header ignored: the frame as sent");
     send_with(&mut b, 0, &VirtioNetHdr::PLAIN, &f);
     b.settle(20);
-    assert_eq!(b.drops(0, Drop::Mtu), 2);
-    assert_eq!(b.drops(0, Drop::OffloadNotNegotiated), 0);
+    assert_eq!(b.drops(0, DropReason::Mtu), 2);
+    assert_eq!(b.drops(0, DropReason::OffloadNotNegotiated), 0);
     // CSUM alone: it may not use TSO, so its TSO header is refused.
     send_with(&mut b, 2, &tso(1448), &f);
     b.settle(20);
-    assert_eq!(b.drops(2, Drop::OffloadNotNegotiated), 1);
+    assert_eq!(b.drops(2, DropReason::OffloadNotNegotiated), 1);
     assert!(b.vms[1].recv().is_empty());
     // Both senders' queues go on: their next plain frames arrive.
     let (from0, from2) = (tcp_frame(1, 0, &payload(100, 3)), tcp_frame(1, 2, &payload(100, 4)));
@@ -304,7 +304,7 @@ fn a_tso_frame_with_more_segments_than_the_ring_is_dropped_whole() {
     send_with(&mut b, 0, &tso(88), &f); // 682 segments, for a ring of 256
     b.settle(50);
     assert_eq!(b.vms[1].recv().len(), 0, "segments of a frame that cannot fit were delivered");
-    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 1);
+    assert_eq!(b.drops(1, DropReason::RxBufferTooSmall), 1);
     assert_eq!(b.vms[0].guest.tx_pending(), 0);
     // The receiver and the sender go on.
     let g = tcp_frame(1, 0, &payload(3000, 8));
@@ -340,7 +340,7 @@ fn a_tso_frame_that_runs_out_of_room_midway_arrives_whole_or_not_at_all() {
     b.settle(50);
     let got = b.vms[1].recv();
     assert_eq!(got.len(), 0, "{} segments of a frame that did not fit were delivered", got.len());
-    assert_eq!(b.drops(1, Drop::RxRingFull), 1);
+    assert_eq!(b.drops(1, DropReason::RxRingFull), 1);
     // One that fits (20 segments, 120 buffers) arrives whole, once.
     let g = tcp_frame(1, 0, &payload(20 * 1448, 10));
     send_with(&mut b, 0, &tso(1448), &g);

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::*;
-use crate::datapath::counters::Drop as Why;
+use crate::datapath::counters::DropReason as Why;
 use crate::datapath::input::BETWEEN_STAGES;
 use crate::datapath::plan::PortPolicy;
 use crate::flow::table::FlowTable;
@@ -37,7 +37,7 @@ impl Rewriter {
         } as usize;
         assert_ne!(base as *mut libc::c_void, libc::MAP_FAILED);
         struct Map(usize, usize);
-        impl std::ops::Drop for Map {
+        impl Drop for Map {
             fn drop(&mut self) {
                 // SAFETY: the mapping made above, no longer used.
                 unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
@@ -57,7 +57,7 @@ impl Rewriter {
     }
 }
 
-impl std::ops::Drop for Rewriter {
+impl Drop for Rewriter {
     fn drop(&mut self) {
         BETWEEN_STAGES.set(None);
     }

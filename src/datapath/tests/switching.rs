@@ -4,7 +4,7 @@
 use pvsgen::frontend::{Desc, F_INDIRECT, F_NEXT, HDR_LEN};
 
 use super::*;
-use crate::datapath::counters::Drop;
+use crate::datapath::counters::DropReason;
 use crate::wire::virtio_net::feature;
 
 #[test]
@@ -101,7 +101,7 @@ fn mergeable_receive_buffers_carry_a_frame_larger_than_one() {
     b.vms[0].guest.send(&sent[0]);
     b.settle(10);
     assert!(b.vms[1].recv().is_empty());
-    assert_eq!(b.drops(1, Drop::RxBufferTooSmall), 1);
+    assert_eq!(b.drops(1, DropReason::RxBufferTooSmall), 1);
 }
 
 /// VM 0 sends VM 1 `n` frames, at most 100 in flight, stepping the switch in between.
@@ -125,7 +125,7 @@ fn a_full_receiver_holds_frames_in_the_sender_until_it_has_room() {
     // vm1 has 256 receive buffers: 20 of 276 frames must wait in vm0's ring.
     let sent = send_steps(&mut b, 276);
     assert_eq!(b.vms[0].guest.tx_pending(), 20, "frames for a full receiver left the sender's ring");
-    assert_eq!(b.drops(1, Drop::RxRingFull), 0);
+    assert_eq!(b.drops(1, DropReason::RxRingFull), 0);
     let mut got = b.vms[1].recv();
     b.settle(10);
     got.extend(b.vms[1].recv());
@@ -139,7 +139,7 @@ fn a_receiver_that_stays_full_is_dropped_toward_after_the_retry_time() {
     b.announce(1);
     send_steps(&mut b, 266);
     assert_eq!(b.vms[0].guest.tx_pending(), 0, "the sender was held back past the retry time");
-    assert_eq!(b.drops(1, Drop::RxRingFull), 10);
+    assert_eq!(b.drops(1, DropReason::RxRingFull), 10);
     assert_eq!(b.vms[1].recv().len(), 256);
 }
 
@@ -197,7 +197,7 @@ fn a_broken_ring_stops_only_its_queue() {
     b.settle(10);
     let q = b.vms[0].port.queues().unwrap().guest_tx(0);
     assert_eq!(q.lock().broken, Some(crate::vring::RingError::BadAddress));
-    assert_eq!(b.drops(0, Drop::Malformed), 1);
+    assert_eq!(b.drops(0, DropReason::Malformed), 1);
     // vm1 still reaches vm2.
     let f = frame(mac(2), mac(1), 200, 3);
     b.vms[1].guest.send(&f);

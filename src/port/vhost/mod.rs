@@ -5,6 +5,7 @@
 //!
 //! One `PortBackend` lives for one connection; a reconnect gets a fresh one, so no state from
 //! an earlier VM survives into the next.
+#![forbid(unsafe_code)]
 
 pub mod msg;
 

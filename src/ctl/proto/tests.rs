@@ -261,7 +261,7 @@ fn the_wire_keeps_its_shapes() {
     assert_eq!(serde_json::to_value(samples::rxq()).unwrap()["packets"], 10);
     // Drops read leniently: a reason missing is 0, an unknown one ignored.
     let d: Drops = serde_json::from_str(r#"{"runt": 4, "no_such_reason": 1}"#).unwrap();
-    assert_eq!(d.get(crate::datapath::counters::Drop::Runt), 4);
+    assert_eq!(d.get(crate::datapath::counters::DropReason::Runt), 4);
     assert_eq!(d.0.iter().sum::<u64>(), 4);
 }
 

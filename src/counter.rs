@@ -16,7 +16,8 @@ pub fn bump(c: &AtomicU64, n: u64) {
 
 /// The counters of one kind of thing, declared once: the macro makes the struct of atomics the
 /// data path bumps (one writer each), the struct of totals the control plane reads
-/// (`Serialize`d field by field: these names are the JSON and Prometheus names), and the list of
+/// (`Serialize`d and `Deserialize`d field by field: these names are the JSON and Prometheus
+/// names, and the control protocol's `ctl::proto` reads them back), and the list of
 /// field names with their help text (for Prometheus and the documentation check).
 macro_rules! counters {
     ($(#[$m:meta])* pub struct $name:ident => $total:ident {
@@ -29,7 +30,7 @@ macro_rules! counters {
         }
 
         /// Totals of the counters, as the control plane reads them.
-        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
         pub struct $total {
             $( pub $field: <$ty as $crate::counter::Counter>::Total, )*
         }
@@ -64,7 +65,7 @@ pub(crate) use counters;
 
 /// A counter as its writer holds it, and what reading it gives.
 pub trait Counter: Default {
-    type Total: Total + Default + std::fmt::Debug + PartialEq + Eq + serde::Serialize;
+    type Total: Total + Default + std::fmt::Debug + PartialEq + Eq + serde::Serialize + serde::de::DeserializeOwned;
     fn read(&self) -> Self::Total;
     fn reset(&self);
 }

@@ -7,6 +7,7 @@ use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+use pvswitch::ctl::proto;
 use pvswitch::datapath::counters::{DROP_REASONS, LoopCounters, PortCounters, RxqStats};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -36,6 +37,11 @@ fn keys(v: &Value, out: &mut BTreeSet<String>) {
         Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
         _ => {}
     }
+}
+
+/// `v` read into its type in `ctl::proto`.
+fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}\n{v:#}"))
 }
 
 /// `output`'s keys and README's list for `command` are the same set (keys under `skip`, maps
@@ -121,6 +127,17 @@ fn json_output_matches_its_documentation() {
     same_fields("flows", &ctl(&["flows"]), &[]);
     assert!(ctl(&["fdb"]).is_array());
     assert!(ctl(&["version"]).get("version").is_some());
+    // And each reads back into its type in ctl::proto (what pvswitchctl's human output does).
+    let ports: Vec<proto::PortInfo> = typed(&ports);
+    assert_eq!(ports[1].queues.len(), 4);
+    let stats: proto::StatsReply = typed(&stats);
+    assert!(stats.threads[0].last_interval.is_some());
+    let rxq = ctl(&["rxq"]);
+    let rxq: Vec<proto::RxqInfo> = typed(&rxq);
+    assert_eq!(rxq.len(), 3);
+    let flows = ctl(&["flows"]);
+    let flows: proto::FlowsReply = typed(&flows);
+    assert_eq!(flows.flows[0].priority, 1);
 }
 
 fn http(addr: &str, req: &str) -> String {

@@ -199,7 +199,7 @@ impl Control {
             Some(Err(e)) => ctl::error_reply(&e),
             Some(Ok(req)) => {
                 // The service manager sees a reload from pvswitchctl (ExecReload) as from SIGHUP.
-                let reload = ctl::command(&req).as_deref() == Some("reload");
+                let reload = ctl::is_reload(&req);
                 if reload {
                     self.service.reloading();
                 }

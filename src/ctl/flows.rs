@@ -2,32 +2,35 @@
 //! dump-flows`) and `trace` (which flow a described frame hits and where it would go, as
 //! `ofproto/trace`). Both read the table the poll threads use; neither touches the data path.
 
-use serde_json::{Value, json};
-
+use super::proto::{FlowInfo, FlowsReply, TraceReply};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
 use crate::switch::Switch;
 use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
 
-pub fn flows(c: &Switch) -> Value {
+pub fn flows(c: &Switch) -> FlowsReply {
     let name = |id: u16| c.port_name(id);
     let t = &c.flows;
     let age = t.age_secs();
-    let mut out = Vec::new();
-    for (i, e) in t.entries().iter().enumerate() {
-        let (packets, bytes) = t.totals(i);
-        out.push(json!({
-            "priority": e.flow.priority,
-            "match": e.flow.m.to_ovs_string(&name),
-            "actions": e.flow.actions.iter().map(|a| a.to_ovs_string(&name)).collect::<Vec<_>>(),
-            "flow": e.flow.to_ovs_string(&name),
-            "n_packets": packets,
-            "n_bytes": bytes,
-            "duration_secs": age,
-        }));
-    }
-    let (mp, mb) = t.missed();
-    json!({ "normal_only": t.is_normal(), "flows": out, "missed_packets": mp, "missed_bytes": mb })
+    let flows = t
+        .entries()
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let (n_packets, n_bytes) = t.totals(i);
+            FlowInfo {
+                priority: e.flow.priority,
+                matches: e.flow.m.to_ovs_string(&name),
+                actions: e.flow.actions.iter().map(|a| a.to_ovs_string(&name)).collect(),
+                flow: e.flow.to_ovs_string(&name),
+                n_packets,
+                n_bytes,
+                duration_secs: age,
+            }
+        })
+        .collect();
+    let (missed_packets, missed_bytes) = t.missed();
+    FlowsReply { normal_only: t.is_normal(), missed_packets, missed_bytes, flows }
 }
 
 /// Where a NORMAL action sends a frame to `dst` from `in_port`, by the learned MACs.
@@ -73,11 +76,7 @@ fn describe_header(h: &EthernetRepr, orig: &EthernetRepr) -> String {
 }
 
 /// `trace in_port=vm1,dl_dst=...,tcp,tp_dst=80`: the fields not given are zero.
-pub fn trace(c: &Switch, args: &[String]) -> Result<Value, String> {
-    let spec = args.join(",");
-    if spec.is_empty() {
-        return Err("trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip".into());
-    }
+pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
     let ids = |n: &str| c.port_by_name(n).map(|p| p.id());
     let f = parse_flow(&format!("{spec},actions=drop"), &ids).map_err(|e| format!("trace: {}", e.message))?;
     if f.m.mask.get(Field::InPort) == 0 {
@@ -92,11 +91,11 @@ pub fn trace(c: &Switch, args: &[String]) -> Result<Value, String> {
     let src = key.dl_src();
     if !pc.cfg.allowed_macs.is_empty() && !pc.cfg.allowed_macs.contains(&src) {
         steps.push(format!("port security: {} may not send from {}: drop", pc.name(), src));
-        return Ok(json!({ "flow": Value::Null, "outputs": [], "steps": steps }));
+        return Ok(TraceReply { flow: None, outputs: Vec::new(), steps });
     }
     let t = &c.flows;
     let mut outputs: Vec<String> = Vec::new();
-    let mut flow_text = Value::Null;
+    let mut flow_text = None;
     let dst = key.dl_dst();
     let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, dst: &MacAddr, extra: &str| {
         let (why, ports) = normal_outputs(c, in_port, dst);
@@ -114,7 +113,7 @@ pub fn trace(c: &Switch, args: &[String]) -> Result<Value, String> {
             let e = &t.entries()[i as usize];
             let text = e.flow.to_ovs_string(&name);
             steps.push(format!("flow: {text}"));
-            flow_text = json!(text);
+            flow_text = Some(text);
             match e.verdict {
                 Verdict::Drop => steps.push("actions drop the frame".into()),
                 _ => {
@@ -143,5 +142,5 @@ pub fn trace(c: &Switch, args: &[String]) -> Result<Value, String> {
     } else {
         format!("result: output to {}", outputs.join(", "))
     });
-    Ok(json!({ "flow": flow_text, "outputs": outputs, "steps": steps }))
+    Ok(TraceReply { flow: flow_text, outputs, steps })
 }

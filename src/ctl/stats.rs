@@ -1,5 +1,5 @@
 //! Where the cycles and frames went: `stats` (per poll thread, like OVS's pmd-perf-show),
-//! `rxq` (per receive queue, like pmd-rxq-show), and the Prometheus text exposition.
+//! `rxq` (per receive queue, like pmd-rxq-show), as `proto` types, and the Prometheus text exposition.
 //! Everything here reads counters the poll threads write (relaxed loads, no locks, no pause of
 //! the data path); rates come from the once-a-second samples (`switch::samples`). Counter names
 //! and help texts come from their declarations in `datapath::counters`.
@@ -7,9 +7,10 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::datapath::counters::{LoopCounters, PortCounters, RxqStats, ThreadStats, cycles_per_sec};
+use super::proto::{PollMode, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups};
+use crate::datapath::counters::{self, LoopCounters, PortCounters, RxqStats, cycles_per_sec};
 use crate::switch::Switch;
 use crate::switch::samples::{ThreadTotals, pct};
 
@@ -21,84 +22,79 @@ fn queue_names(c: &Switch, i: usize) -> Vec<String> {
     c.threads[i].queues.iter().map(|&(p, q)| format!("{}:{q}", c.port_name(p))).collect()
 }
 
-/// Control wake-up latencies as [{"below_us": 2^i, "count": n}] (the last bucket is open).
-fn wake_hist(th: &ThreadStats) -> Value {
+/// Control wake-up latencies by bucket: below 2^i microseconds (the last bucket is open).
+fn wake_hist(th: &counters::ThreadStats) -> Vec<WakeBucket> {
     let n = th.wake_latency_us.len();
-    Value::Array(
-        th.wake_latency_us
-            .iter()
-            .enumerate()
-            .map(|(i, c)| json!({ "below_us": if i + 1 < n { json!(1u64 << i) } else { Value::Null }, "count": c.load(Relaxed) }))
-            .collect(),
-    )
+    th.wake_latency_us
+        .iter()
+        .enumerate()
+        .map(|(i, c)| WakeBucket { below_us: (i + 1 < n).then_some(1u64 << i), count: c.load(Relaxed) })
+        .collect()
 }
 
-pub fn stats(c: &Switch) -> Value {
+pub fn stats(c: &Switch) -> StatsReply {
     let hz = cycles_per_sec();
-    let mut out = Vec::new();
-    let interval = c.samples.interval();
-    for (i, slot) in c.threads.iter().enumerate().filter(|(_, t)| t.live) {
-        let th = &slot.stats;
-        let now = ThreadTotals::read(th);
-        let t = match c.samples.base(i) {
-            Some(b) => now.since(b),
-            None => now,
-        };
-        let (p, l) = (&t.ports, &t.loops);
-        let last = interval.as_ref().and_then(|iv| {
-            let d = iv.thread(i)?;
-            let dt = iv.seconds;
-            Some(json!({
-                "seconds": dt,
-                "rx_pps": d.ports.rx_packets as f64 / dt,
-                "tx_pps": d.ports.tx_packets as f64 / dt,
-                "rx_bps": d.ports.rx_bytes as f64 * 8.0 / dt,
-                "busy_pct": pct(d.busy(), d.polled()),
-                "cycles_per_packet": ratio(d.busy(), d.ports.rx_packets),
-            }))
-        });
-        out.push(json!({
-            "thread": i,
-            "core": th.core,
-            "numa_node": th.numa_node,
-            "queues": queue_names(c, i),
-            "iterations": l.iterations,
-            "busy_cycles": l.busy_cycles,
-            "idle_cycles": l.idle_cycles,
-            "busy_pct": pct(t.busy(), t.polled()),
-            "rx_packets": p.rx_packets,
-            "rx_bytes": p.rx_bytes,
-            "tx_packets": p.tx_packets,
-            "tx_bytes": p.tx_bytes,
-            "cycles_per_packet": ratio(t.busy(), p.rx_packets),
-            "avg_rx_burst": ratio(p.rx_packets, p.rx_bursts),
-            "avg_tx_batch": ratio(p.tx_packets, p.tx_batches),
-            "interrupts": p.interrupts,
-            "drops": p.drops,
-            "last_interval": last,
-            "poll_mode": if c.cfg.sleep_after_us(th.core).is_some() { "adaptive" } else { "busy" },
-            "sleeps": l.sleeps,
-            "sleeping": th.sleeping.load(Relaxed) == 1,
-            "asleep_secs": l.asleep_cycles as f64 / hz as f64,
-            "wakeups": {
-                "kick": l.wakeups_kick,
-                "control": l.wakeups_control,
-                "timeout": l.wakeups_timeout,
-            },
-            "wake_latency_us": wake_hist(th),
-        }));
+    let threads = c.threads.iter().enumerate().filter(|(_, t)| t.live).map(|(i, _)| thread(c, i, hz)).collect();
+    StatsReply {
+        uptime_secs: c.started.elapsed().as_secs(),
+        tsc_hz: hz,
+        cleared_secs_ago: c.samples.cleared_at().map(|t| t.elapsed().as_secs_f64()),
+        threads,
     }
-    json!({
-        "uptime_secs": c.started.elapsed().as_secs(),
-        "tsc_hz": hz,
-        "cleared_secs_ago": c.samples.cleared_at().map(|t| t.elapsed().as_secs_f64()),
-        "threads": out,
-    })
+}
+
+/// Poll thread `i`: totals since start or since `stats --clear`, and the last interval's rates.
+fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
+    let th = &c.threads[i].stats;
+    let now = ThreadTotals::read(th);
+    let t = match c.samples.base(i) {
+        Some(b) => now.since(b),
+        None => now,
+    };
+    let (p, l) = (&t.ports, &t.loops);
+    let last_interval = c.samples.interval().and_then(|iv| {
+        let d = iv.thread(i)?;
+        let dt = iv.seconds;
+        Some(ThreadInterval {
+            seconds: dt,
+            rx_pps: d.ports.rx_packets as f64 / dt,
+            tx_pps: d.ports.tx_packets as f64 / dt,
+            rx_bps: d.ports.rx_bytes as f64 * 8.0 / dt,
+            busy_pct: pct(d.busy(), d.polled()),
+            cycles_per_packet: ratio(d.busy(), d.ports.rx_packets),
+        })
+    });
+    ThreadStats {
+        thread: i,
+        core: th.core,
+        numa_node: th.numa_node,
+        queues: queue_names(c, i),
+        poll_mode: if c.cfg.sleep_after_us(th.core).is_some() { PollMode::Adaptive } else { PollMode::Busy },
+        iterations: l.iterations,
+        busy_cycles: l.busy_cycles,
+        idle_cycles: l.idle_cycles,
+        busy_pct: pct(t.busy(), t.polled()),
+        rx_packets: p.rx_packets,
+        rx_bytes: p.rx_bytes,
+        tx_packets: p.tx_packets,
+        tx_bytes: p.tx_bytes,
+        cycles_per_packet: ratio(t.busy(), p.rx_packets),
+        avg_rx_burst: ratio(p.rx_packets, p.rx_bursts),
+        avg_tx_batch: ratio(p.tx_packets, p.tx_batches),
+        interrupts: p.interrupts,
+        drops: p.drops,
+        sleeps: l.sleeps,
+        sleeping: th.sleeping.load(Relaxed) == 1,
+        asleep_secs: l.asleep_cycles as f64 / hz as f64,
+        wakeups: Wakeups { kick: l.wakeups_kick, control: l.wakeups_control, timeout: l.wakeups_timeout },
+        wake_latency_us: wake_hist(th),
+        last_interval,
+    }
 }
 
 /// Each receive queue: its thread and its share of that thread's busy cycles, over the last
 /// interval and since start.
-pub fn rxq(c: &Switch) -> Value {
+pub fn rxq(c: &Switch) -> Vec<RxqInfo> {
     let mut out = Vec::new();
     let interval = c.samples.interval();
     for (t, slot) in c.threads.iter().enumerate() {
@@ -107,35 +103,27 @@ pub fn rxq(c: &Switch) -> Value {
         for &(pid, q) in &slot.queues {
             let (Some(ps), Some(s)) = (c.port(pid as usize), c.rxq_stats.get(&(pid, q))) else { continue };
             let s = s.read();
-            let last = interval.as_ref().and_then(|iv| {
+            let last_interval = interval.as_ref().and_then(|iv| {
                 let (packets, cycles) = iv.rxq((pid, q))?;
-                Some(json!({
-                    "seconds": iv.seconds,
-                    "pps": packets as f64 / iv.seconds,
-                    "busy_share_pct": pct(cycles, busy_last.unwrap_or(0)),
-                }))
+                Some(RxqInterval {
+                    seconds: iv.seconds,
+                    pps: packets as f64 / iv.seconds,
+                    busy_share_pct: pct(cycles, busy_last.unwrap_or(0)),
+                })
             });
-            let mut v = json!({
-                "port": ps.name(),
-                "queue": q,
-                "thread": t,
-                "core": slot.core(),
-                "numa_node": ps.numa_node(),
-                "busy_share_pct": pct(s.cycles, busy_total),
-                "last_interval": last,
+            out.push(RxqInfo {
+                port: ps.name().to_string(),
+                queue: q,
+                thread: t,
+                core: slot.core(),
+                numa_node: ps.numa_node(),
+                busy_share_pct: pct(s.cycles, busy_total),
+                last_interval,
+                counters: s,
             });
-            merge(&mut v, &s);
-            out.push(v);
         }
     }
-    Value::Array(out)
-}
-
-/// Adds the fields of `totals` (a counters' totals struct) to the JSON object `v`.
-pub fn merge(v: &mut Value, totals: &impl serde::Serialize) {
-    if let (Some(o), Ok(Value::Object(t))) = (v.as_object_mut(), serde_json::to_value(totals)) {
-        o.extend(t);
-    }
+    out
 }
 
 fn esc(s: &str) -> String {
@@ -177,7 +165,7 @@ pub fn metrics(c: &Switch) -> String {
             let tt = ThreadTotals::read(&t.stats);
             let mut v = serde_json::to_value(tt.loops).unwrap_or_default();
             for (k, n) in [("rx_packets", tt.ports.rx_packets), ("tx_packets", tt.ports.tx_packets)] {
-                v[k] = json!(n);
+                v[k] = Value::from(n);
             }
             (format!("thread=\"{i}\",core=\"{}\"", t.core()), v)
         })

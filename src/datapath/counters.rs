@@ -78,7 +78,8 @@ pub const NDROPS: usize = DROP_REASONS.len();
 #[derive(Default)]
 pub struct DropCounters([AtomicU64; NDROPS]);
 
-/// Frames dropped, by reason, as read; serialized as `{"reason": count, ...}`.
+/// Frames dropped, by reason, as read; serialized as `{"reason": count, ...}` (read back
+/// leniently: a reason missing is 0, one this build does not know is ignored).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct DropTotals(pub [u64; NDROPS]);
 
@@ -122,6 +123,13 @@ impl serde::Serialize for DropTotals {
             m.serialize_entry(name, &n)?;
         }
         m.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DropTotals {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let by_name = std::collections::BTreeMap::<String, u64>::deserialize(d)?;
+        Ok(DropTotals(std::array::from_fn(|i| by_name.get(DROP_REASONS[i].0).copied().unwrap_or(0))))
     }
 }
 

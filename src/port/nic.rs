@@ -13,12 +13,58 @@
 //! type is empty), so the data path compiles unchanged and the NIC arms are unreachable.
 #![forbid(unsafe_code)]
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::Config;
 
 #[cfg(feature = "dpdk")]
 pub use imp::*;
 #[cfg(not(feature = "dpdk"))]
 pub use stub::*;
+
+/// What `pvswitchctl ports` shows of a NIC (a port's `dpdk` object): driver, queues, NUMA node
+/// (`socket_id`) and DPDK's own counters. Part of the control protocol (`ctl::proto`), here
+/// because `NicPort::info` builds it; it exists without the `dpdk` feature too, for pvswitchctl.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NicInfo {
+    pub device: String,
+    pub ethdev: String,
+    pub port_id: u16,
+    pub driver: String,
+    pub rx_queues: u16,
+    pub tx_queues: u16,
+    pub rx_ring: u16,
+    pub tx_ring: u16,
+    pub socket_id: Option<u32>,
+    pub mtu: Option<u16>,
+    pub offloads: NicOffloads,
+    pub mac: Option<String>,
+    pub notes: Vec<String>,
+    pub mbufs_free: u32,
+    pub stats: Option<NicStats>,
+}
+
+/// The device offloads a NIC port uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicOffloads {
+    pub tx_checksum: bool,
+    pub tx_tso4: bool,
+    pub tx_tso6: bool,
+    pub rx_checksum: bool,
+}
+
+/// DPDK's counters of a NIC port (`rte_eth_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
 
 /// Whether the configuration has a dpdk port.
 pub fn wanted(cfg: &Config) -> bool {
@@ -29,8 +75,7 @@ pub fn wanted(cfg: &Config) -> bool {
 mod imp {
     use std::sync::Mutex;
 
-    use serde_json::{Value, json};
-
+    use super::{NicInfo, NicOffloads, NicStats};
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
     use crate::port::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
     use crate::wire::gso::Negotiated;
@@ -259,47 +304,46 @@ mod imp {
 
         /// What `pvswitchctl ports` shows of the device: driver, queues, NUMA node, and
         /// DPDK's own counters.
-        pub fn info(&self) -> Value {
-            let st = self.eth.stats().ok();
-            json!({
-                "device": self.device,
-                "ethdev": self.eth.name(),
-                "port_id": self.eth.port_id(),
-                "driver": self.eth.driver(),
-                "rx_queues": self.eth.rx_queues(),
-                "tx_queues": self.eth.tx_queues(),
-                "rx_ring": self.eth.ring_sizes().0,
-                "tx_ring": self.eth.ring_sizes().1,
-                "socket_id": self.eth.socket_id(),
-                "mtu": self.eth.mtu(),
-                "offloads": {
-                    "tx_checksum": self.takes.csum,
-                    "tx_tso4": self.takes.tso4,
-                    "tx_tso6": self.takes.tso6,
-                    "rx_checksum": self.verifies_checksums(),
+        pub fn info(&self) -> NicInfo {
+            let (rx_ring, tx_ring) = self.eth.ring_sizes();
+            NicInfo {
+                device: self.device.clone(),
+                ethdev: self.eth.name().to_string(),
+                port_id: self.eth.port_id(),
+                driver: self.eth.driver().to_string(),
+                rx_queues: self.eth.rx_queues(),
+                tx_queues: self.eth.tx_queues(),
+                rx_ring,
+                tx_ring,
+                socket_id: self.eth.socket_id(),
+                mtu: self.eth.mtu(),
+                offloads: NicOffloads {
+                    tx_checksum: self.takes.csum,
+                    tx_tso4: self.takes.tso4,
+                    tx_tso6: self.takes.tso6,
+                    rx_checksum: self.verifies_checksums(),
                 },
-                "mac": self.eth.mac_addr().ok().map(|m| m.to_string()),
-                "notes": self.eth.notes(),
-                "mbufs_free": self.pool.available(),
-                "stats": st.map(|s| json!({
-                    "ipackets": s.ipackets,
-                    "opackets": s.opackets,
-                    "ibytes": s.ibytes,
-                    "obytes": s.obytes,
-                    "imissed": s.imissed,
-                    "ierrors": s.ierrors,
-                    "oerrors": s.oerrors,
-                    "rx_nombuf": s.rx_nombuf,
-                })),
-            })
+                mac: self.eth.mac_addr().ok().map(|m| m.to_string()),
+                notes: self.eth.notes().to_vec(),
+                mbufs_free: self.pool.available(),
+                stats: self.eth.stats().ok().map(|s| NicStats {
+                    ipackets: s.ipackets,
+                    opackets: s.opackets,
+                    ibytes: s.ibytes,
+                    obytes: s.obytes,
+                    imissed: s.imissed,
+                    ierrors: s.ierrors,
+                    oerrors: s.oerrors,
+                    rx_nombuf: s.rx_nombuf,
+                }),
+            }
         }
     }
 }
 
 #[cfg(not(feature = "dpdk"))]
 mod stub {
-    use serde_json::Value;
-
+    use super::NicInfo;
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
 
     pub fn init(_cfg: &Config, _control_cpus: &[usize]) -> Result<(), String> {
@@ -321,7 +365,7 @@ mod stub {
         pub fn socket_id(&self) -> Option<u32> {
             match *self {}
         }
-        pub fn info(&self) -> Value {
+        pub fn info(&self) -> NicInfo {
             match *self {}
         }
         pub fn takes(&self) -> crate::wire::gso::Negotiated {

@@ -12,11 +12,35 @@
 use std::time::Instant;
 
 use log::{info, warn};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use super::placement::{self, Placement, QueueId, QueueInfo, ThreadInfo};
 use super::{Switch, ThreadSlot};
 use crate::config::RxqAssign;
+
+/// What `rebalance` did (the control protocol's reply, `ctl::proto`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rebalanced {
+    /// The placement policy used.
+    pub policy: String,
+    /// Each queue moved, as "PORT:QUEUE thread FROM -> TO".
+    pub moved: Vec<String>,
+    pub took_us: u64,
+    /// The spread of load between threads before and after (`placement::spread`).
+    pub spread_before: f64,
+    pub spread_after: f64,
+    pub warnings: Vec<String>,
+}
+
+/// What `move` did (the control protocol's reply, `ctl::proto`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    /// False when the queue already was on that thread.
+    pub moved: bool,
+    pub from: usize,
+    pub to: usize,
+    pub took_us: u64,
+}
 
 impl Switch {
     /// The running poll threads' slot indices and what placement needs to know of them.
@@ -75,7 +99,7 @@ impl Switch {
 
     /// Applies a new assignment with two plan swaps (see the module docs). Returns the queues
     /// that moved and how long the move took.
-    fn apply(&mut self, target: Vec<Vec<QueueId>>) -> (Vec<(QueueId, usize, usize)>, u128) {
+    fn apply(&mut self, target: Vec<Vec<QueueId>>) -> (Vec<(QueueId, usize, usize)>, u64) {
         let t0 = Instant::now();
         let mut moves = Vec::new();
         for (to, qs) in target.iter().enumerate() {
@@ -99,7 +123,7 @@ impl Switch {
             t.queues = qs;
         }
         self.publish();
-        (moves, t0.elapsed().as_micros())
+        (moves, t0.elapsed().as_micros() as u64)
     }
 
     fn queue_name(&self, id: QueueId) -> String {
@@ -107,11 +131,8 @@ impl Switch {
     }
 
     /// `rebalance [POLICY]`: recomputes placement and moves queues to match it.
-    pub fn rebalance(&mut self, policy: Option<&str>) -> Result<Value, String> {
-        let policy: RxqAssign = match policy {
-            Some(p) => p.parse()?,
-            None => self.cfg.rxq_assign,
-        };
+    pub fn rebalance(&mut self, policy: Option<RxqAssign>) -> Rebalanced {
+        let policy = policy.unwrap_or(self.cfg.rxq_assign);
         let queues = self.queue_infos();
         let name = |id: QueueId| self.queue_name(id);
         let (slots, infos) = self.thread_infos();
@@ -128,24 +149,19 @@ impl Switch {
         if !moved.is_empty() {
             info!("rebalance ({policy}): {} in {took_us} us", moved.join(", "));
         }
-        Ok(json!({
-            "policy": policy.to_string(),
-            "moved": moved,
-            "took_us": took_us,
-            "spread_before": before,
-            "spread_after": after,
-            "warnings": p.warnings,
-        }))
+        Rebalanced {
+            policy: policy.to_string(),
+            moved,
+            took_us,
+            spread_before: before,
+            spread_after: after,
+            warnings: p.warnings,
+        }
     }
 
     /// `move PORT:QUEUE THREAD`: one queue to one thread (a manual override until the next
     /// rebalance).
-    pub fn move_queue(&mut self, args: &[String]) -> Result<Value, String> {
-        let usage = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
-        let [q, t] = args else { return Err(usage.into()) };
-        let (pname, qn) = q.rsplit_once(':').ok_or(usage)?;
-        let qn: usize = qn.parse().map_err(|_| usage.to_string())?;
-        let to: usize = t.parse().map_err(|_| usage.to_string())?;
+    pub fn move_queue(&mut self, pname: &str, qn: usize, to: usize) -> Result<Moved, String> {
         let ps = self.port_by_name(pname).ok_or(format!("move: no port {pname}"))?;
         let id = (ps.id(), qn);
         if to >= self.threads.len() || !self.threads[to].live {
@@ -158,7 +174,7 @@ impl Switch {
         target[from].retain(|x| *x != id);
         target[to].push(id);
         let (moves, took_us) = self.apply(target);
-        Ok(json!({ "moved": !moves.is_empty(), "from": from, "to": to, "took_us": took_us }))
+        Ok(Moved { moved: !moves.is_empty(), from, to, took_us })
     }
 
     /// Called once a second: with `auto_rebalance`, every `rebalance_interval_s`, rebalances if
@@ -230,13 +246,13 @@ impl Switch {
             self.stop_thread(i);
             info!("poll thread {i} on core {} stopped", self.threads[i].core());
         }
-        let r = self.rebalance(None)?;
+        let r = self.rebalance(None);
         Ok(format!(
             "poll cores: {} added, {} removed, {} queues moved by {}",
             added.len(),
             removed.len(),
-            r["moved"].as_array().map_or(0, |m| m.len()),
-            r["policy"].as_str().unwrap_or("")
+            r.moved.len(),
+            r.policy
         ))
     }
 }

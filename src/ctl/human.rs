@@ -1,0 +1,265 @@
+//! pvswitchctl's human output, printed from the reply types of `proto` (each function returns
+//! the text, so it can be tested without a daemon).
+
+use std::fmt::Write;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::proto::{
+    Drops, FdbEntry, FlowsReply, MoveReply, PortInfo, QueueInfo, RebalanceReply, ReloadReply, Request, RxqInfo,
+    StatsReply, ThreadStats, TraceReply, VersionReply,
+};
+use crate::datapath::counters::DROP_REASONS;
+
+/// The human text for the reply `result` to `req` (read into the command's reply type).
+pub fn render(req: &Request, result: Value) -> Result<String, String> {
+    Ok(match req {
+        Request::Ports => ports(&typed::<Vec<PortInfo>>(result)?),
+        Request::Stats { clear: true } => "counters cleared\n".into(),
+        Request::Stats { clear: false } => stats(&typed(result)?),
+        Request::Rxq => rxq(&typed::<Vec<RxqInfo>>(result)?),
+        Request::Fdb => fdb(&typed::<Vec<FdbEntry>>(result)?),
+        Request::Flows => flows(&typed(result)?),
+        Request::Trace { .. } => trace(&typed(result)?),
+        Request::Rebalance { .. } => rebalance(&typed(result)?),
+        Request::Move { port, queue, .. } => moved(&format!("{port}:{queue}"), &typed(result)?),
+        Request::Reload => reload(&typed(result)?),
+        Request::Version => version(&typed(result)?),
+    })
+}
+
+fn typed<T: DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("malformed reply: {e}"))
+}
+
+/// The nonzero drop counters as `reason=count` (by name), or "0".
+pub fn drops(d: &Drops) -> String {
+    let mut parts: Vec<(&str, u64)> =
+        DROP_REASONS.iter().zip(d.0).filter(|(_, n)| *n != 0).map(|((name, _), n)| (*name, n)).collect();
+    parts.sort();
+    let parts: Vec<String> = parts.into_iter().map(|(k, n)| format!("{k}={n}")).collect();
+    if parts.is_empty() { "0".into() } else { parts.join(" ") }
+}
+
+pub fn ports(ports: &[PortInfo]) -> String {
+    ports.iter().map(port).collect()
+}
+
+fn port(p: &PortInfo) -> String {
+    let mut s = format!("{} (id {}): {} {} {} [{}]\n", p.name, p.id, p.kind, p.mode, p.socket, p.state);
+    let features = if p.features.is_empty() { "-".into() } else { p.features.join(" ") };
+    let _ = writeln!(s, "  features: {features}");
+    let c = &p.counters;
+    let _ = writeln!(
+        s,
+        "  rx: {} packets {} bytes   tx: {} packets {} bytes   interrupts: {}",
+        c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.interrupts
+    );
+    let _ = writeln!(s, "  drops: {}", drops(&c.drops));
+    s.extend(p.queues.iter().map(queue));
+    if let Some(e) = &p.last_error {
+        // A failed port's error is why it is not running; another port's is the last thing
+        // that happened to its connection.
+        let what = if p.state == "failed" { "failed" } else { "last event" };
+        let _ = writeln!(s, "  {what}: {e}");
+    }
+    s
+}
+
+/// One queue: a virtqueue's size and state, a receive queue's poll thread.
+fn queue(q: &QueueInfo) -> String {
+    let size = q.size.map_or(String::new(), |n| format!(" size {n}"));
+    let state = match (&q.error, q.running) {
+        (Some(e), _) => format!(" STOPPED: {e}"),
+        (None, Some(true)) => " running".into(),
+        (None, Some(false)) => " stopped".into(),
+        (None, None) => String::new(),
+    };
+    let owner = q.poll_thread.map_or(String::new(), |t| format!(" poll thread {t}"));
+    format!("  queue {} {}{size}{state}{owner}\n", q.index, q.kind.name())
+}
+
+pub fn stats(r: &StatsReply) -> String {
+    let cleared = r.cleared_secs_ago.map_or(String::new(), |s| format!(", counters cleared {s:.0} s ago"));
+    let mut s = format!("uptime {} s{cleared}\n", r.uptime_secs);
+    s.extend(r.threads.iter().map(thread));
+    s
+}
+
+fn thread(t: &ThreadStats) -> String {
+    let numa = t.numa_node.map_or("null".into(), |n| n.to_string());
+    let mut s = format!("poll thread {} on core {} (NUMA node {numa}):\n", t.thread, t.core);
+    let _ = writeln!(s, "  queues: {}", t.queues.join(" "));
+    let _ = writeln!(
+        s,
+        "  iterations {}  busy {:.1}% ({} cycles)  idle {} cycles",
+        t.iterations, t.busy_pct, t.busy_cycles, t.idle_cycles
+    );
+    let _ = writeln!(
+        s,
+        "  rx {} frames {} bytes  tx {} frames {} bytes  interrupts {}",
+        t.rx_packets, t.rx_bytes, t.tx_packets, t.tx_bytes, t.interrupts
+    );
+    let _ = writeln!(
+        s,
+        "  {:.0} cycles/frame  avg burst taken {:.1}  avg batch delivered {:.1}",
+        t.cycles_per_packet, t.avg_rx_burst, t.avg_tx_batch
+    );
+    if let Some(l) = &t.last_interval {
+        let _ = writeln!(
+            s,
+            "  last {:.1} s: rx {:.0} frames/s  tx {:.0} frames/s  busy {:.1}%  {:.0} cycles/frame",
+            l.seconds, l.rx_pps, l.tx_pps, l.busy_pct, l.cycles_per_packet
+        );
+    }
+    let _ = writeln!(s, "  drops: {}", drops(&t.drops));
+    s
+}
+
+pub fn rxq(queues: &[RxqInfo]) -> String {
+    queues.iter().map(rxq_line).collect()
+}
+
+fn rxq_line(q: &RxqInfo) -> String {
+    let last = q.last_interval.map_or(String::new(), |l| {
+        format!(", {:.1}% last {:.1} s ({:.0} frames/s)", l.busy_share_pct, l.seconds, l.pps)
+    });
+    let numa = q.numa_node.map_or("null".into(), |n| n.to_string());
+    format!(
+        "thread {} core {}  {}:{}  numa {numa}  {} frames  busy share {:.1}% overall{last}\n",
+        q.thread, q.core, q.port, q.queue, q.counters.packets, q.busy_share_pct
+    )
+}
+
+pub fn fdb(entries: &[FdbEntry]) -> String {
+    entries.iter().map(|e| format!("{}  {}\n", e.mac, e.port.as_deref().unwrap_or("?"))).collect()
+}
+
+pub fn flows(r: &FlowsReply) -> String {
+    let mut s = String::new();
+    if r.normal_only {
+        s.push_str("no flows: every frame takes actions=NORMAL (MAC learning)\n");
+    }
+    for f in &r.flows {
+        let _ = writeln!(
+            s,
+            " duration={:.3}s, n_packets={}, n_bytes={}, {}",
+            f.duration_secs, f.n_packets, f.n_bytes, f.flow
+        );
+    }
+    if r.missed_packets > 0 {
+        let _ = writeln!(s, " (no flow matched: n_packets={}, n_bytes={})", r.missed_packets, r.missed_bytes);
+    }
+    s
+}
+
+pub fn trace(r: &TraceReply) -> String {
+    r.steps.iter().map(|step| format!("{step}\n")).collect()
+}
+
+pub fn rebalance(r: &RebalanceReply) -> String {
+    let mut s = format!(
+        "{}: {} queues moved in {} us; load spread {:.2} -> {:.2}\n",
+        r.policy,
+        r.moved.len(),
+        r.took_us,
+        r.spread_before,
+        r.spread_after
+    );
+    s.extend(r.moved.iter().map(|m| format!("  {m}\n")));
+    s.extend(r.warnings.iter().map(|w| format!("  warning: {w}\n")));
+    s
+}
+
+/// `move`: `queue` is the queue as asked for ("PORT:QUEUE").
+pub fn moved(queue: &str, r: &MoveReply) -> String {
+    if r.moved {
+        format!("{queue}: thread {} -> {} in {} us\n", r.from, r.to, r.took_us)
+    } else {
+        format!("{queue}: already on thread {}\n", r.to)
+    }
+}
+
+pub fn reload(r: &ReloadReply) -> String {
+    format!("reloaded: {}\n", r.summary)
+}
+
+pub fn version(r: &VersionReply) -> String {
+    format!("pvswitchd {}\n", r.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctl::proto::tests::samples;
+
+    #[test]
+    fn ports_print_state_queues_and_nonzero_drops() {
+        let text = ports(&[samples::port()]);
+        let want = "\
+vm1 (id 0): vhost-user server /run/pvswitch/vm1.sock [connected]
+  features: MRG_RXBUF VERSION_1
+  rx: 10 packets 0 bytes   tx: 0 packets 0 bytes   interrupts: 0
+  drops: malformed=1 rx_ring_full=3
+  queue 0 guest_rx size 256 running
+  queue 1 guest_tx size 256 STOPPED: descriptor loop poll thread 0
+  queue 0 nic_rx poll thread 1
+  last event: frontend closed
+";
+        assert_eq!(text, want);
+        let failed = PortInfo { state: "failed".into(), ..samples::port() };
+        assert!(ports(&[failed]).ends_with("  failed: frontend closed\n"));
+        assert_eq!(drops(&Drops::default()), "0");
+    }
+
+    #[test]
+    fn stats_print_each_thread_and_its_last_interval() {
+        let text = stats(&samples::stats());
+        assert!(text.starts_with("uptime 7 s, counters cleared 2 s ago\npoll thread 0 on core 0 (NUMA node 0):\n"));
+        assert!(text.contains("  queues: vm1:0\n  iterations 0  busy 12.5% (0 cycles)  idle 0 cycles\n"), "{text}");
+        assert!(text.contains("  last 1.0 s: rx 100 frames/s  tx 0 frames/s  busy 0.0%  0 cycles/frame\n"), "{text}");
+        assert!(text.ends_with("  drops: malformed=1 rx_ring_full=3\n"), "{text}");
+        let quiet = StatsReply { cleared_secs_ago: None, threads: vec![], ..samples::stats() };
+        assert_eq!(stats(&quiet), "uptime 7 s\n");
+    }
+
+    #[test]
+    fn the_other_commands_print_one_line_each() {
+        assert_eq!(
+            rxq(&[samples::rxq()]),
+            "thread 0 core 0  vm1:0  numa 0  10 frames  busy share 50.0% overall, 25.0% last 1.0 s (10 frames/s)\n"
+        );
+        assert_eq!(
+            flows(&samples::flows()),
+            " duration=1.250s, n_packets=2, n_bytes=128, priority=10,in_port=vm1 actions=output:vm2\n \
+             (no flow matched: n_packets=1, n_bytes=60)\n"
+        );
+        assert_eq!(fdb(&[samples::fdb()]), "02:00:00:00:00:01  vm1\n");
+        assert_eq!(
+            rebalance(&samples::rebalance()),
+            "cycles: 1 queues moved in 30 us; load spread 0.50 -> 0.10\n  vm1:0 thread 0 -> 1\n  warning: w\n"
+        );
+        let m = MoveReply { moved: true, from: 0, to: 1, took_us: 4 };
+        assert_eq!(moved("vm1:0", &m), "vm1:0: thread 0 -> 1 in 4 us\n");
+        assert_eq!(moved("vm1:0", &MoveReply { moved: false, ..m }), "vm1:0: already on thread 1\n");
+        assert_eq!(trace(&samples::trace()), "a\n");
+        assert_eq!(reload(&ReloadReply { summary: "nothing changed".into() }), "reloaded: nothing changed\n");
+    }
+
+    #[test]
+    fn render_reads_each_reply_into_its_type() {
+        let v = serde_json::to_value(vec![samples::port()]).unwrap();
+        assert_eq!(render(&Request::Ports, v.clone()), Ok(ports(&[samples::port()])));
+        assert_eq!(
+            render(&Request::Stats { clear: true }, serde_json::json!({"cleared": true})).unwrap(),
+            "counters cleared\n"
+        );
+        let e = render(&Request::Flows, v).unwrap_err();
+        assert!(e.starts_with("malformed reply: "), "{e}");
+        let mut renamed = serde_json::to_value(samples::flows()).unwrap();
+        let n = renamed.as_object_mut().unwrap().remove("missed_packets").unwrap();
+        renamed["missed_frames"] = n;
+        assert!(render(&Request::Flows, renamed).unwrap_err().contains("missed_packets"));
+    }
+}

@@ -1,0 +1,38 @@
+//! `flows` (the flow table with its counters) and `trace` (where a described frame goes).
+
+use serde::{Deserialize, Serialize};
+
+/// `flows`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowsReply {
+    /// No flows configured: every frame takes actions=normal.
+    pub normal_only: bool,
+    /// Frames no flow matched.
+    pub missed_packets: u64,
+    pub missed_bytes: u64,
+    pub flows: Vec<FlowInfo>,
+}
+
+/// One flow, in ovs-ofctl syntax, with its counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowInfo {
+    pub priority: u16,
+    #[serde(rename = "match")]
+    pub matches: String,
+    pub actions: Vec<String>,
+    /// The whole flow as ovs-ofctl prints it.
+    pub flow: String,
+    pub n_packets: u64,
+    pub n_bytes: u64,
+    /// Seconds since the table was installed.
+    pub duration_secs: f64,
+}
+
+/// `trace`: the flow hit (None: no flow, or none consulted), the ports the frame would go to
+/// (with any rewritten headers), and each step on the way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceReply {
+    pub flow: Option<String>,
+    pub outputs: Vec<String>,
+    pub steps: Vec<String>,
+}

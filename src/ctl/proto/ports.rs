@@ -1,0 +1,96 @@
+//! `ports`: each port, its queues and its counters.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Counters, NicInfo};
+
+/// One port (`ports` replies with one per port, by id).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PortInfo {
+    pub name: String,
+    pub id: u16,
+    /// "vhost-user" or "dpdk".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A vhost-user port's socket path (empty for a dpdk port).
+    pub socket: String,
+    /// "server" or "client" (a dpdk port: "server").
+    pub mode: String,
+    /// A dpdk port's device string.
+    pub device: Option<String>,
+    /// What DPDK reports of a dpdk port that opened.
+    pub dpdk: Option<NicInfo>,
+    /// "running" (a NIC), "failed", "connected", "connecting" or "listening".
+    pub state: String,
+    pub connects: u64,
+    pub connected_secs: Option<u64>,
+    /// A failed port's error, else the last thing that happened to its connection.
+    pub last_error: Option<String>,
+    pub features: Vec<String>,
+    /// A vhost-user port's offloads.
+    pub offloads: Option<PortOffloads>,
+    pub memory_regions: usize,
+    pub memory_bytes: u64,
+    pub max_memory_regions: usize,
+    pub max_guest_memory_mib: u64,
+    pub macs_learned: u32,
+    pub mac_limit: u32,
+    pub numa_node: Option<usize>,
+    pub queue_pairs: usize,
+    pub mtu: u32,
+    pub weight_packets: u32,
+    pub weight_bytes: u32,
+    pub queues: Vec<QueueInfo>,
+    /// The port's counters summed over the poll threads (their fields inline).
+    #[serde(flatten)]
+    pub counters: Counters,
+}
+
+/// What a vhost-user port offers and what each direction negotiated, as offload names (csum,
+/// tso4, tso6, ecn).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortOffloads {
+    pub offered: bool,
+    /// What the guest may send.
+    pub guest_sends: Vec<String>,
+    /// What the guest can take.
+    pub guest_takes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueKind {
+    /// A guest's receive virtqueue (the switch delivers into it).
+    #[default]
+    GuestRx,
+    /// A guest's transmit virtqueue (a receive queue of the switch, polled by a poll thread).
+    GuestTx,
+    /// A NIC's receive queue.
+    NicRx,
+}
+
+impl QueueKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueKind::GuestRx => "guest_rx",
+            QueueKind::GuestTx => "guest_tx",
+            QueueKind::NicRx => "nic_rx",
+        }
+    }
+}
+
+/// One queue of a port. `size`, `enabled`, `running` and `error` are a virtqueue's (null for a
+/// NIC queue); `poll_thread` and the counters a receive queue's (null for a guest_rx queue).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    pub index: usize,
+    pub kind: QueueKind,
+    pub size: Option<u16>,
+    pub enabled: Option<bool>,
+    pub running: Option<bool>,
+    /// Why the queue was stopped (a guest broke it).
+    pub error: Option<String>,
+    pub poll_thread: Option<usize>,
+    pub rx_packets: Option<u64>,
+    pub rx_bytes: Option<u64>,
+}

@@ -1,0 +1,102 @@
+//! `stats` (each poll thread) and `rxq` (each receive queue).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Drops, RxqTotals};
+
+/// `stats`: counters since start, or since `stats --clear`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsReply {
+    pub uptime_secs: u64,
+    pub tsc_hz: u64,
+    pub cleared_secs_ago: Option<f64>,
+    pub threads: Vec<ThreadStats>,
+}
+
+/// One poll thread.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadStats {
+    pub thread: usize,
+    pub core: usize,
+    pub numa_node: Option<usize>,
+    /// Its receive queues, as "PORT:QUEUE".
+    pub queues: Vec<String>,
+    pub poll_mode: PollMode,
+    pub iterations: u64,
+    pub busy_cycles: u64,
+    pub idle_cycles: u64,
+    pub busy_pct: f64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub cycles_per_packet: f64,
+    pub avg_rx_burst: f64,
+    pub avg_tx_batch: f64,
+    pub interrupts: u64,
+    pub drops: Drops,
+    pub sleeps: u64,
+    pub sleeping: bool,
+    pub asleep_secs: f64,
+    pub wakeups: Wakeups,
+    pub wake_latency_us: Vec<WakeBucket>,
+    /// Rates over the last sample interval (None before two samples).
+    pub last_interval: Option<ThreadInterval>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PollMode {
+    #[default]
+    Busy,
+    Adaptive,
+}
+
+/// Why a sleeping poll thread woke up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wakeups {
+    pub kick: u64,
+    pub control: u64,
+    pub timeout: u64,
+}
+
+/// Control wake-ups that took less than `below_us` microseconds (None: the open last bucket).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeBucket {
+    pub below_us: Option<u64>,
+    pub count: u64,
+}
+
+/// A poll thread over the last sample interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInterval {
+    pub seconds: f64,
+    pub rx_pps: f64,
+    pub tx_pps: f64,
+    pub rx_bps: f64,
+    pub busy_pct: f64,
+    pub cycles_per_packet: f64,
+}
+
+/// One receive queue (`rxq`): its thread and its share of that thread's busy cycles.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RxqInfo {
+    pub port: String,
+    pub queue: usize,
+    pub thread: usize,
+    pub core: usize,
+    pub numa_node: Option<usize>,
+    pub busy_share_pct: f64,
+    pub last_interval: Option<RxqInterval>,
+    /// The queue's counters (their fields inline).
+    #[serde(flatten)]
+    pub counters: RxqTotals,
+}
+
+/// A receive queue over the last sample interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RxqInterval {
+    pub seconds: f64,
+    pub pps: f64,
+    pub busy_share_pct: f64,
+}

@@ -93,7 +93,7 @@ impl<'a> Sender<'a> {
         // (the virtio spec's rules for transmission), and its header is not read at all: as
         // in DPDK's vhost, and as Linux's comment on the header says, without CSUM or GSO it
         // is ignored. Reading it cost a cache miss a frame on a line the sender's core had
-        // just written (flows1k: classify 60 -> 48 cycles a frame).
+        // just written (docs/benchmark-history.md has the measurement).
         if self.offloads {
             return self.offloaded(env, f);
         }

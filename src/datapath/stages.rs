@@ -3,7 +3,7 @@
 //! cargo feature `stage-profile` (off by default): without it `Stages` is empty and every
 //! call here compiles to nothing, so normal builds pay nothing. With it, each poll thread adds
 //! up its own cycles (thread-local, no sharing) and logs one line per source kind every
-//! `REPORT_FRAMES` frames (BENCHMARKS.md's stage tables come from these lines).
+//! `REPORT_FRAMES` frames (the stage tables in docs/benchmark-history.md come from these lines).
 #![forbid(unsafe_code)]
 
 /// The stages, in the order a burst goes through them.

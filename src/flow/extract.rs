@@ -175,9 +175,7 @@ fn be16<B: FrameBytes + ?Sized>(b: &B, off: usize) -> Option<u16> {
 }
 
 /// A frame's first bytes as key extraction reads them: a field at a time, straight from where
-/// they lie (a byte slice; a guest's buffer, through the data path's view of it). Parsing a
-/// copy instead costs more than the copy: on the machines measured, loads from a buffer just
-/// filled by a copy waited for its stores (about 13 ns a frame, BENCHMARKS.md).
+/// they lie (a byte slice: in the data path, the switch's copy of the frame's front).
 pub trait FrameBytes {
     /// How many bytes there are.
     fn size(&self) -> usize;

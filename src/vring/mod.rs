@@ -621,9 +621,9 @@ impl ActiveRing {
     /// current frame's work: the descriptor of the chain four ahead, and the first buffer of the
     /// chain two ahead (whose descriptor an earlier call prefetched); twice as far ahead in a
     /// receive ring, whose buffers are written, each write waiting for its line to come from
-    /// the guest's core (NIC -> VM -> NIC: 1.112, 1.038..1.150 over 6 pairs; VM-to-VM flood
-    /// 0.982 at ring 256 and 1.008 at 1024, within that cell's noise; the longer distance in
-    /// transmit rings too cost VM-to-VM 2-3%). Only available entries are looked at, and
+    /// the guest's core (measured in docs/benchmark-history.md: it helped NIC -> VM -> NIC, was
+    /// within noise VM-to-VM, and the longer distance in transmit rings too cost VM-to-VM a
+    /// little). Only available entries are looked at, and
     /// prefetches never fault, so a hostile guest gains nothing here.
     ///
     /// `Ahead::Read(from)` is for buffers we will read (a TX queue): the line at offset

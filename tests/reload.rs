@@ -121,6 +121,30 @@ fn bad_reload_is_rejected_and_changes_nothing() {
     wait_for("port c after SIGHUP", || (ports_named(&sw).len() == 3).then_some(()));
 }
 
+/// Settings a running pvswitchd reads only at start (a poll thread's burst and retry time, its
+/// polling mode, the metrics socket, DPDK's) are named in the reload's answer, never ignored in
+/// silence; a reload that changes none of them says nothing of restarting.
+#[test]
+fn reload_names_the_settings_that_wait_for_a_restart() {
+    let _g = serial();
+    let dir = test_dir("rl-restart");
+    let ports = [PortSpec::server("a"), PortSpec::server("b")];
+    let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &ports, "rx_retry_us = 1000"));
+    let r = sw.ctl("reload");
+    assert!(!r["summary"].as_str().unwrap().contains("restart"), "nothing changed: {r}");
+
+    let changed = "rx_retry_us = 2000\nburst = 16\npoll_mode = \"adaptive\"\n[dpdk]\nmbufs = 16384";
+    sw.write_config(&Switch::config_text(&dir, &[1], &ports, changed));
+    let r = sw.ctl("reload");
+    let summary = r["summary"].as_str().unwrap();
+    for name in ["burst", "rx_retry_us", "polling mode", "[dpdk]"] {
+        assert!(summary.contains(name), "{name} not named: {summary}");
+    }
+    assert!(summary.contains("take effect at restart"), "{summary}");
+    assert!(!summary.contains("metrics_listen"), "{summary}");
+    assert_eq!(ports_named(&sw), ["a", "b"]);
+}
+
 /// 64-byte frames from VM A to VM B through pvswitchd while the file is reloaded again and
 /// again, adding and removing another port and replacing the flow table:
 /// every frame arrives, in order, and nothing is dropped.

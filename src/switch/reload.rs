@@ -53,8 +53,9 @@ impl Switch {
             FlowTable::build(new.flows.iter().map(|f| f.text.as_str()), &ids, threads_after, Some(&self.flows))?;
 
         let mut notes = Vec::new();
-        if new.control_socket != self.cfg.control_socket || new.control_socket_mode != self.cfg.control_socket_mode {
-            notes.push("control socket changes take effect at restart".to_string());
+        let later = restart_only(&self.cfg, &new);
+        if !later.is_empty() {
+            notes.push(format!("{} take effect at restart", later.join(", ")));
         }
 
         // Step 1: retire removed and replaced ports.
@@ -120,4 +121,34 @@ impl Switch {
         }
         Ok(summary)
     }
+}
+
+/// The settings that differ between `old` and `new` but that a running pvswitchd reads only at
+/// start (a poll thread's burst, retry time and polling mode; the control and metrics sockets;
+/// DPDK's EAL and pools): a reload says so rather than ignore them. Poll threads that a reload
+/// starts take the new values.
+fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut later = Vec::new();
+    if new.control_socket != old.control_socket || new.control_socket_mode != old.control_socket_mode {
+        later.push("control socket changes");
+    }
+    if new.metrics_listen != old.metrics_listen {
+        later.push("metrics_listen");
+    }
+    if new.burst != old.burst {
+        later.push("burst");
+    }
+    if new.rx_retry_us != old.rx_retry_us {
+        later.push("rx_retry_us");
+    }
+    if new.poll_mode != old.poll_mode
+        || new.core_poll_mode != old.core_poll_mode
+        || new.idle_before_sleep_us != old.idle_before_sleep_us
+    {
+        later.push("polling mode changes (running poll threads)");
+    }
+    if new.dpdk != old.dpdk {
+        later.push("[dpdk]");
+    }
+    later
 }

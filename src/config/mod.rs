@@ -18,7 +18,7 @@
 //! the typed one, or a `ConfigError` at the offending key (`error.rs` has the position
 //! context): `switch.rs` (`[switch]`, and the `PortDefaults` ports inherit from it), `perms.rs`
 //! (socket permissions), `port.rs` (a `[[port]]`, with `endpoint.rs` for its type's keys and
-//! `queue.rs` for its receive queues), `flows.rs` (the `flows` array), `dpdk.rs` (`[dpdk]`).
+//! `queue.rs` for its receive queues, `tenant.rs` for its VLANs and rate caps), `flows.rs` (the `flows` array), `dpdk.rs` (`[dpdk]`).
 //! What involves more than one port or section (names, sockets and devices used once,
 //! affinities among the poll cores) is `checks.rs`. A port added at run time goes through the
 //! same port validator and checks (`Config::parse_port`).
@@ -35,6 +35,7 @@ mod port;
 mod queue;
 mod raw;
 mod switch;
+mod tenant;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +55,7 @@ pub use switch::{
     DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB, DEFAULT_RX_RETRY_US, DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST,
     PollMode, PortDefaults, RxqAssign,
 };
+pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
 
 pub use crate::mem::MemLimits;
 

@@ -10,8 +10,10 @@ use super::error::{ConfigError, Ctx};
 use super::queue::{self, QueueConfig};
 use super::raw::{self, RawPort};
 use super::switch::PortDefaults;
+use super::tenant::{self, RateCaps};
 use crate::mem::MemLimits;
 use crate::wire::MacAddr;
+use crate::wire::vlan::PortVlan;
 
 #[derive(Debug, Clone)]
 pub struct PortConfig {
@@ -29,6 +31,10 @@ pub struct PortConfig {
     pub mem_limits: MemLimits,
     /// Per queue pair: (weight_packets, weight_bytes, pinned poll core).
     pub queue_cfg: Vec<QueueConfig>,
+    /// Which VLANs it carries, tagged or not.
+    pub vlan: PortVlan,
+    /// Its rate caps, per direction.
+    pub rates: RateCaps,
 }
 
 impl PortConfig {
@@ -41,8 +47,8 @@ impl PortConfig {
         Ok(read_one(&Ctx { file: source, text }, defaults)?.config)
     }
 
-    /// Whether `other` can be applied to a running port in place (only MTU, weights and port
-    /// security differ); otherwise a reload replaces the port.
+    /// Whether `other` can be applied to a running port in place (only MTU, weights, port
+    /// security, VLANs and rate caps differ); otherwise a reload replaces the port.
     pub fn same_endpoint(&self, other: &PortConfig) -> bool {
         self.endpoint == other.endpoint
     }
@@ -102,6 +108,8 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
     let affinity = p.affinity.as_ref().map(|a| *a.get_ref());
     let each = QueueConfig { weight_packets, weight_bytes, affinity };
     let queue_cfg = queue::validate(&p, endpoint.rx_queues(), each, cx)?;
+    let vlan = tenant::vlan(&p, cx)?;
+    let rates = tenant::rates(&p, cx)?;
     Ok(Located {
         name: p.name.span(),
         socket: p.socket.as_ref().map(|s| s.span()),
@@ -116,6 +124,8 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
             mac_limit,
             mem_limits,
             queue_cfg,
+            vlan,
+            rates,
         },
     })
 }

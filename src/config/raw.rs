@@ -106,6 +106,24 @@ pub(super) struct RawPort {
     /// Per-queue overrides: `[[port.queue]] index = 0, weight_packets = 64, affinity = 2`.
     #[serde(default)]
     pub queue: Vec<RawQueue>,
+    /// VLANs (`tenant.rs`): "access", "trunk", "native-untagged" or "native-tagged".
+    pub vlan_mode: Option<Spanned<String>>,
+    pub tag: Option<Spanned<i64>>,
+    pub trunks: Option<Spanned<Vec<Spanned<RawVid>>>>,
+    /// Rate caps (`tenant.rs`), 0 or absent: none.
+    pub ingress_pps: Option<Spanned<i64>>,
+    pub ingress_bps: Option<Spanned<i64>>,
+    pub egress_pps: Option<Spanned<i64>>,
+    pub egress_bps: Option<Spanned<i64>>,
+    pub rate_burst_ms: Option<Spanned<i64>>,
+}
+
+/// A `trunks` entry: a VLAN id, or a range such as `"100-199"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawVid {
+    One(i64),
+    Range(String),
 }
 
 /// Reads `cx.text` as `T` (a whole file, or one port's keys); a TOML or schema error (syntax,

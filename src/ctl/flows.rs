@@ -39,7 +39,7 @@ fn normal_outputs(c: &Switch, in_port: u16, dst: &MacAddr) -> (String, Vec<u16>)
     if dst.is_multicast() {
         return ("broadcast/multicast: flood".into(), others());
     }
-    match c.mac.lookup(dst) {
+    match c.mac.lookup(dst, 0) {
         Some(p) if p == in_port => (format!("{} was learned on the input port: drop", dst), vec![]),
         Some(p) => (format!("{} learned on {}", dst, c.port_name(p)), vec![p]),
         None => (format!("{} not learned: flood", dst), others()),

@@ -162,8 +162,12 @@ fn fdb(c: &Switch) -> Vec<FdbEntry> {
         .mac
         .entries()
         .into_iter()
-        .map(|(m, p)| FdbEntry { mac: m.to_string(), port: c.port(p as usize).map(|ps| ps.name().to_string()) })
+        .map(|(m, vlan, p)| FdbEntry {
+            mac: m.to_string(),
+            vlan,
+            port: c.port(p as usize).map(|ps| ps.name().to_string()),
+        })
         .collect();
-    v.sort_by(|a, b| a.mac.cmp(&b.mac));
+    v.sort_by(|a, b| (a.vlan, &a.mac).cmp(&(b.vlan, &b.mac)));
     v
 }

@@ -9,9 +9,10 @@
 #![forbid(unsafe_code)]
 
 use super::counters::{DropReason, bump};
-use super::frame::{FRONT, FRONT_MAX, Frame};
+use super::frame::{FRONT, FRONT_MAX, Frame, NO_VLAN};
 use super::mac_table::Learned;
 use super::plan::PortPolicy;
+use super::vlan::ingress_vlan;
 use super::{Env, FlowState, Out};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
@@ -72,6 +73,10 @@ impl<'a> Sender<'a> {
         Sender { in_port, policy, hdr_len, negotiated, offloads, max_frame: in_port.max_frame() }
     }
 
+    pub fn policy(&self) -> &'a PortPolicy {
+        self.policy
+    }
+
     /// Resets `f`'s classification and checks it: long enough for an Ethernet header, within
     /// the MTU, and (from a sender that negotiated offloads) with a header that asks only for
     /// what was negotiated. False if it is dropped (`f.out` says why).
@@ -79,6 +84,7 @@ impl<'a> Sender<'a> {
     fn admit(&self, env: &Env, f: &mut Frame) -> bool {
         f.place(self.hdr_len);
         f.out = Out::Nowhere;
+        f.vlan = NO_VLAN;
         f.flow = FlowState::Unmatched;
         f.off = Offload::NONE;
         if f.len < 14 {
@@ -139,10 +145,33 @@ fn classify_normal(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPo
         return;
     };
     f.out = if policy.allows(&MacAddr::from_bytes(&addrs[6..12])) {
-        normal_in_burst(env, recent, in_port, &addrs)
+        normal_frame(env, recent, in_port, policy, f, &addrs)
     } else {
         Out::Drop(DropReason::PortSecurity)
     };
+}
+
+/// NORMAL for one frame whose two addresses are `addrs`: by VLAN if the switch has VLANs
+/// (the frame's VLAN is set, or it is dropped for a VLAN its port may not use).
+#[inline(always)]
+fn normal_frame(
+    env: &Env,
+    recent: &mut Recent,
+    in_port: u16,
+    policy: &PortPolicy,
+    f: &mut Frame,
+    addrs: &[u8; 12],
+) -> Out {
+    if !env.ports.vlans {
+        return normal_in_burst(env, recent, in_port, 0, addrs);
+    }
+    match ingress_vlan(&policy.vlan, f) {
+        Ok(vid) => {
+            f.vlan = vid;
+            normal_in_burst(env, recent, in_port, vid, addrs)
+        }
+        Err(why) => Out::Drop(why),
+    }
 }
 
 /// Flows on in_port alone: the flow (`i`) is known from the port. Its burst's later frames go
@@ -169,7 +198,7 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
     f.out = match recent.port_out {
         Some(out) => out,
         None => {
-            let out = verdict(env, recent, in_port, f, i);
+            let out = verdict(env, recent, in_port, policy, f, i);
             // The same for every frame of the burst, unless NORMAL decides by address.
             if i == NO_MATCH || env.flows.verdict(i) != Verdict::Normal {
                 recent.port_out = Some(out);
@@ -213,7 +242,14 @@ fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, s
 /// that flow's verdict; a repeat takes the flow of the pending frame before it, whose key it
 /// has: the frames are in the first pass's order, and that frame is the last looked up.
 #[inline]
-pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_port: u16, frames: &mut [Frame]) {
+pub(super) fn lookup_flows(
+    env: &Env,
+    emc: &mut Emc,
+    recent: &mut Recent,
+    in_port: u16,
+    policy: &PortPolicy,
+    frames: &mut [Frame],
+) {
     let mut last = NO_MATCH;
     for f in frames {
         let i = match f.flow {
@@ -225,19 +261,19 @@ pub(super) fn lookup_flows(env: &Env, emc: &mut Emc, recent: &mut Recent, in_por
             FlowState::Unmatched | FlowState::Hit(_) => continue,
         };
         f.flow = FlowState::Hit(i);
-        f.out = verdict(env, recent, in_port, f, i);
+        f.out = verdict(env, recent, in_port, policy, f, i);
     }
 }
 
 /// Where a frame that hit flow `i` goes.
 #[inline(always)]
-fn verdict(env: &Env, recent: &mut Recent, in_port: u16, f: &Frame, i: u32) -> Out {
+fn verdict(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame, i: u32) -> Out {
     if i == NO_MATCH {
         return Out::Drop(DropReason::NoMatch);
     }
     match env.flows.verdict(i) {
         Verdict::Normal => match f.front_at::<12>(0) {
-            Some(addrs) => normal_in_burst(env, recent, in_port, &addrs),
+            Some(addrs) => normal_frame(env, recent, in_port, policy, f, &addrs),
             None => Out::Drop(DropReason::Runt),
         },
         // As in OpenFlow, output to the input port is a no-op; `in_port` is how to send back.
@@ -286,7 +322,8 @@ fn offload(f: &mut Frame, sender: &Negotiated) -> Result<Offload, OffloadError> 
 /// keys (under the flow table's scope) seen.
 #[derive(Default)]
 pub(super) struct Recent {
-    normal: Option<([u8; 12], Out)>,
+    /// The last NORMAL frame's addresses, its VLAN, and where it went.
+    normal: Option<([u8; 12], u16, Out)>,
     /// The last pending frame's key (classify's first pass): the next frame with the same key
     /// is a repeat.
     key: Option<FlowKey>,
@@ -299,30 +336,36 @@ pub(super) struct Recent {
 /// repeat of the previous frame's pair goes where that frame went without learning (already
 /// learned) or looking up again. A burst is switched as of one moment.
 #[inline]
-fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, addrs: &[u8; 12]) -> Out {
-    if let Some((a, out)) = recent.normal
+fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, vid: u16, addrs: &[u8; 12]) -> Out {
+    if let Some((a, v, out)) = recent.normal
         && a == *addrs
+        && v == vid
     {
         return out;
     }
-    let out = normal(env, in_port, &MacAddr::from_bytes(&addrs[0..6]), &MacAddr::from_bytes(&addrs[6..12]));
-    recent.normal = Some((*addrs, out));
+    let out = normal(env, in_port, vid, &MacAddr::from_bytes(&addrs[0..6]), &MacAddr::from_bytes(&addrs[6..12]));
+    recent.normal = Some((*addrs, vid, out));
     out
 }
 
-/// The NORMAL action: learn the source, forward to where the destination was learned, flood
-/// broadcast, multicast and unknown unicast.
+/// The NORMAL action, in VLAN `vid` (0 on a switch without VLANs): learn the source, forward
+/// to where the destination was learned, flood broadcast, multicast and unknown unicast (in
+/// the VLAN). A learned port that no longer carries the VLAN is no destination.
 #[inline]
-pub(super) fn normal(env: &Env, in_port: u16, dst: &MacAddr, src: &MacAddr) -> Out {
-    if src.is_unicast() && env.cx.mac.learn(src, in_port) == Learned::Refused {
+pub(super) fn normal(env: &Env, in_port: u16, vid: u16, dst: &MacAddr, src: &MacAddr) -> Out {
+    if src.is_unicast() && env.cx.mac.learn(src, vid, in_port) == Learned::Refused {
         bump(&env.cx.stats.ports[in_port as usize].learn_refused, 1);
     }
     if dst.is_multicast() {
         return Out::Flood;
     }
-    match env.cx.mac.lookup(dst) {
+    match env.cx.mac.lookup(dst, vid) {
         Some(p) if p == in_port => Out::Nowhere,
-        Some(p) if env.ports.get(p).is_some() => Out::Port(p),
+        Some(p)
+            if env.ports.get(p).is_some() && (!env.ports.vlans || env.ports.policy[p as usize].vlan.carries(vid)) =>
+        {
+            Out::Port(p)
+        }
         _ => Out::Flood,
     }
 }

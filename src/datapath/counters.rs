@@ -57,6 +57,14 @@ drop_reasons! {
     OffloadHeaders = "offload_bad_headers",
     /// Offloads: a frame asked for an offload its port did not negotiate.
     OffloadNotNegotiated = "offload_not_negotiated",
+    /// VLANs: a tagged frame from an access port.
+    VlanTagged = "vlan_tagged_on_access",
+    /// VLANs: a frame on a VLAN its port does not carry (or untagged, on a trunk without VLAN 0).
+    VlanNotAllowed = "vlan_not_allowed",
+    /// VLANs: an 802.1ad (QinQ) outer tag, or two tags.
+    VlanStacked = "vlan_stacked",
+    /// Rate caps: a frame to a port beyond its egress cap.
+    RateCap = "rate_cap",
 }
 
 impl From<crate::wire::gso::OffloadError> for DropReason {
@@ -166,6 +174,9 @@ counters! {
         /// Frames delivered to this guest marked DATA_VALID: their NIC verified the TCP/UDP
         /// checksum, so the guest need not.
         data_valid: AtomicU64,
+        /// Visits that found the port over its ingress rate cap and left its frames queued
+        /// (in the guest's ring: backpressure; or in the NIC's).
+        rate_held: AtomicU64,
         /// Frames dropped, by reason.
         drops: DropCounters,
     }

@@ -24,6 +24,9 @@ pub const FRONT: usize = 64;
 /// The front of a frame asking for offloads: its headers, up to TSO's longest.
 pub const FRONT_MAX: usize = gso::MAX_HDR.next_multiple_of(16);
 
+/// [`Frame::vlan`] of a frame that leaves every port as it came (no VLANs, or not NORMAL).
+pub const NO_VLAN: u16 = u16::MAX;
+
 /// One frame of a burst, from the source it was taken from to its destinations. Its sender's
 /// buffers are borrowed for `'m` from what they came from (a guest's ring under its lock, a
 /// NIC's burst): a frame cannot outlive them.
@@ -44,6 +47,9 @@ pub(super) struct Frame<'m> {
     /// GUEST_CSUM get it marked DATA_VALID). Never set for a guest's frame.
     pub valid: bool,
     pub out: Out,
+    /// Its VLAN, as NORMAL switched it on a switch with VLANs (each destination then gets it
+    /// tagged or not as that port sends it); [`NO_VLAN`]: it leaves as it came.
+    pub vlan: u16,
     /// Where it stands with the flow table (the flow it hit is counted once it is consumed).
     pub flow: FlowState,
     /// From classify's first pass for its second: the frame's flow key under the table's
@@ -69,6 +75,7 @@ impl Default for Frame<'_> {
             off: Offload::NONE,
             valid: false,
             out: Out::Nowhere,
+            vlan: NO_VLAN,
             flow: FlowState::Unmatched,
             key: FlowKey::default(),
             hash: 0,

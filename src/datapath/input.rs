@@ -15,6 +15,7 @@ use super::sched::{Deficit, Quantum};
 use super::stages::Stages;
 use super::{Env, FlowState, Out, Work, ring_broke};
 use crate::port::nic::NicPort;
+use crate::port::rate::Cost;
 use crate::port::{Port, PortKind};
 use crate::vring::{Ahead, RingError, RingLoan, Vring};
 use crate::wire::gso::Negotiated;
@@ -202,6 +203,17 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// What frames taken from a port cost against its ingress caps: a TSO frame is the segments it
+/// stands for.
+#[cold]
+fn ingress_cost(frames: &[Frame]) -> Cost {
+    let mut c = Cost::default();
+    for f in frames {
+        c.add_frame(f.len as u64, f.off.tso.map(|t| (t.hdr_len, t.mss)));
+    }
+    c
+}
+
 /// One visit to a receive queue. Returns the number of frames taken from it.
 pub(super) fn visit(env: &Env, work: &mut Work, nic_rx: &mut NicRx, rxq: &mut Rxq) -> u32 {
     let Rxq { spec, state } = rxq;
@@ -258,8 +270,17 @@ fn visit_source<'a, S: Source<'a>>(
     let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
     let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
     let mut recent = Recent::default();
+    let capped = port.rates.ingress_capped();
     while budget.allows() {
-        let max = cx.burst.min(budget.burst_limit()) as usize;
+        let mut max = cx.burst.min(budget.burst_limit()) as usize;
+        if capped {
+            // Over its cap, the port's frames stay where they are (its ring untouched).
+            max = port.rates.ingress_allows(max as u32) as usize;
+            if max == 0 {
+                bump(&pc.rate_held, 1);
+                break;
+            }
+        }
         let mut stages = Stages::default();
         stages.mark(0);
         let ready = match src.ready(max) {
@@ -291,7 +312,7 @@ fn visit_source<'a, S: Source<'a>>(
         classify_burst(env, emc, &mut recent, &sender, &mut frames[..got]);
         stages.mark(2);
         if !env.flows.is_normal() {
-            lookup_flows(env, emc, &mut recent, port.id, &mut frames[..got]);
+            lookup_flows(env, emc, &mut recent, port.id, sender.policy(), &mut frames[..got]);
         }
         stages.mark(3);
         #[cfg(test)]
@@ -305,6 +326,9 @@ fn visit_source<'a, S: Source<'a>>(
             src.give_back(got - consumed);
         }
         let bytes: u64 = frames[..consumed].iter().map(|f| f.len as u64).sum();
+        if capped {
+            port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
+        }
         bump(&pc.rx_bursts, (consumed > 0) as u64);
         bump(&spec.stats.bursts, (consumed > 0) as u64);
         bump(&pc.rx_packets, consumed as u64);

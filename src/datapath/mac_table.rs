@@ -20,9 +20,18 @@
 //!
 //! A guest may still claim another guest's MAC (the entry moves to its port): port security
 //! (`allowed_macs`) is what stops that, and is required for untrusted guests.
+//!
+//! **Per VLAN.** An entry's 48 bits are the MAC xor-ed with its VLAN's salt: a random 48-bit
+//! value per VLAN (VLAN 0, untagged, has salt 0, so a switch without VLANs keys by the MAC
+//! itself). The same MAC on two VLANs is two keys, in two buckets, learned and moved apart.
+//! Two (MAC, VLAN) pairs share a key only if their MACs differ by the xor of their VLANs'
+//! salts, which a guest cannot know; and should it happen, the lookup's answer is still
+//! checked against the VLAN (a port that does not carry the frame's VLAN is not a
+//! destination: the frame floods in its VLAN). The VLAN of each entry is also kept beside it,
+//! for `pvswitchctl fdb` only.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 pub use crate::wire::MacAddr as Mac;
 
@@ -51,6 +60,10 @@ pub struct MacTable {
     /// Per port id: addresses learned, and the most it may learn.
     learned: Box<[AtomicU32]>,
     limit: Box<[AtomicU32]>,
+    /// Per VLAN id: the salt its MACs are xor-ed with (0 for VLAN 0).
+    salts: Box<[u64]>,
+    /// Beside each entry, its VLAN (for display only).
+    vids: Box<[[AtomicU16; WAYS]]>,
 }
 
 #[inline]
@@ -73,6 +86,25 @@ fn random_keys() -> (u64, u64) {
     (s.hash_one(0x5eed_u64) | 1, s.hash_one(0xfeed_u64))
 }
 
+/// A random, distinct, nonzero 48-bit salt per VLAN id but 0 (whose salt is 0).
+fn random_salts() -> Box<[u64]> {
+    use std::hash::BuildHasher;
+    let s = std::collections::hash_map::RandomState::new();
+    let mut seen = std::collections::HashSet::from([0u64]);
+    let mut salts = vec![0u64; 4096];
+    for (v, salt) in salts.iter_mut().enumerate().skip(1) {
+        let mut i = v as u64;
+        *salt = loop {
+            let x = s.hash_one(i) & MAC_BITS;
+            if seen.insert(x) {
+                break x;
+            }
+            i += 1 << 32;
+        };
+    }
+    salts.into_boxed_slice()
+}
+
 impl MacTable {
     /// A table of `buckets` (rounded up to a power of two) buckets of 8 entries, for ports ids
     /// below `ports`, each port learning at most `default_limit` addresses until set otherwise.
@@ -86,11 +118,19 @@ impl MacTable {
             k2,
             learned: (0..ports).map(|_| AtomicU32::new(0)).collect(),
             limit: (0..ports).map(|_| AtomicU32::new(default_limit)).collect(),
+            salts: random_salts(),
+            vids: (0..n).map(|_| std::array::from_fn(|_| AtomicU16::new(0))).collect(),
         }
     }
 
+    /// The key of `mac` on VLAN `vid`.
     #[inline]
-    fn bucket(&self, bits: u64) -> &Bucket {
+    fn key(&self, mac: &Mac, vid: u16) -> u64 {
+        mac_bits(mac) ^ self.salts[vid as usize & 0xfff]
+    }
+
+    #[inline]
+    fn index(&self, bits: u64) -> usize {
         // A plain multiply-add-shift (the top bits of k1 * mac + k2) let keys that differ in
         // a few high bytes, with some k1, share a handful of buckets: mix after multiplying.
         let mut h = (bits ^ self.k2).wrapping_mul(self.k1);
@@ -98,8 +138,12 @@ impl MacTable {
         h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
         h ^= h >> 29;
         // A shift by 64 (one bucket) is done in u128 so it yields 0.
-        let i = (h as u128) >> self.shift;
-        &self.buckets[i as usize]
+        ((h as u128) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn bucket(&self, bits: u64) -> &Bucket {
+        &self.buckets[self.index(bits)]
     }
 
     /// Sets how many addresses `port` may learn.
@@ -112,9 +156,10 @@ impl MacTable {
         self.learned[port as usize].load(Relaxed)
     }
 
+    /// Where `mac` was learned on VLAN `vid` (0: untagged, or no VLANs).
     #[inline]
-    pub fn lookup(&self, mac: &Mac) -> Option<u16> {
-        let bits = mac_bits(mac);
+    pub fn lookup(&self, mac: &Mac, vid: u16) -> Option<u16> {
+        let bits = self.key(mac, vid);
         for e in &self.bucket(bits).0 {
             let v = e.load(Relaxed);
             if v != 0 && v & MAC_BITS == bits {
@@ -124,15 +169,16 @@ impl MacTable {
         None
     }
 
-    /// Records that `mac` lives behind `port`. Writes only if that is news.
+    /// Records that `mac` on VLAN `vid` lives behind `port`. Writes only if that is news.
     #[inline]
-    pub fn learn(&self, mac: &Mac, port: u16) -> Learned {
-        let bits = mac_bits(mac);
+    pub fn learn(&self, mac: &Mac, vid: u16, port: u16) -> Learned {
+        let bits = self.key(mac, vid);
         let want = bits | ((port as u64 + 1) << 48);
-        let b = self.bucket(bits);
+        let bi = self.index(bits);
+        let b = &self.buckets[bi];
         let mut moved = false;
         let (mut free, mut own) = (None, None);
-        for e in &b.0 {
+        for (w, e) in b.0.iter().enumerate() {
             let v = e.load(Relaxed);
             if v == want {
                 return Learned::Yes;
@@ -152,9 +198,9 @@ impl MacTable {
                 continue;
             }
             if v == 0 {
-                free.get_or_insert(e);
+                free.get_or_insert((w, e));
             } else if port_of(v) == Some(port) {
-                own.get_or_insert(e);
+                own.get_or_insert((w, e));
             }
         }
         if moved {
@@ -162,10 +208,11 @@ impl MacTable {
         }
         // A new address: room in the bucket (a free slot, or one of this port's own entries),
         // and room in the port's allowance.
-        if let Some(e) = free {
+        if let Some((w, e)) = free {
             if !self.claim(port) {
                 return Learned::Refused;
             }
+            self.vids[bi][w].store(vid, Relaxed);
             if e.compare_exchange(0, want, Relaxed, Relaxed).is_err() {
                 // Another thread took the slot meanwhile: try again next frame.
                 self.release(port);
@@ -173,8 +220,9 @@ impl MacTable {
             }
             return Learned::Yes;
         }
-        if let Some(e) = own {
+        if let Some((w, e)) = own {
             // Replaces one of the port's own addresses: its count does not change.
+            self.vids[bi][w].store(vid, Relaxed);
             e.store(want, Relaxed);
             return Learned::Yes;
         }
@@ -204,15 +252,16 @@ impl MacTable {
         }
     }
 
-    /// All entries, for `pvswitchctl fdb`.
-    pub fn entries(&self) -> Vec<(Mac, u16)> {
+    /// All entries as (MAC, VLAN, port), for `pvswitchctl fdb`.
+    pub fn entries(&self) -> Vec<(Mac, u16, u16)> {
         let mut out = Vec::new();
-        for b in self.buckets.iter() {
-            for e in &b.0 {
+        for (b, vids) in self.buckets.iter().zip(self.vids.iter()) {
+            for (e, vid) in b.0.iter().zip(vids) {
                 let v = e.load(Relaxed);
                 if let Some(p) = port_of(v) {
-                    let m = v.to_le_bytes();
-                    out.push((Mac([m[0], m[1], m[2], m[3], m[4], m[5]]), p));
+                    let vid = vid.load(Relaxed);
+                    let m = ((v & MAC_BITS) ^ self.salts[vid as usize & 0xfff]).to_le_bytes();
+                    out.push((Mac([m[0], m[1], m[2], m[3], m[4], m[5]]), vid, p));
                 }
             }
         }
@@ -233,25 +282,25 @@ mod tests {
     fn learn_lookup_move_flush() {
         let t = MacTable::new(4, 16, 100);
         let (a, b) = (mac(1), mac(2));
-        assert_eq!(t.lookup(&a), None);
-        t.learn(&a, 0);
-        t.learn(&b, 7);
-        assert_eq!((t.lookup(&a), t.lookup(&b)), (Some(0), Some(7)));
-        assert_eq!(t.learn(&a, 3), Learned::Yes);
-        assert_eq!(t.lookup(&a), Some(3));
+        assert_eq!(t.lookup(&a, 0), None);
+        t.learn(&a, 0, 0);
+        t.learn(&b, 0, 7);
+        assert_eq!((t.lookup(&a, 0), t.lookup(&b, 0)), (Some(0), Some(7)));
+        assert_eq!(t.learn(&a, 0, 3), Learned::Yes);
+        assert_eq!(t.lookup(&a, 0), Some(3));
         assert_eq!((t.learned(0), t.learned(3), t.learned(7)), (0, 1, 1));
         t.flush_port(3);
-        assert_eq!((t.lookup(&a), t.lookup(&b), t.learned(3)), (None, Some(7), 0));
+        assert_eq!((t.lookup(&a, 0), t.lookup(&b, 0), t.learned(3)), (None, Some(7), 0));
     }
 
     #[test]
     fn a_port_learns_at_most_its_limit() {
         let t = MacTable::new(1024, 4, 10);
-        let learned = (0..100).filter(|&i| t.learn(&mac(i), 1) == Learned::Yes).count();
+        let learned = (0..100).filter(|&i| t.learn(&mac(i), 0, 1) == Learned::Yes).count();
         assert_eq!((learned, t.learned(1)), (10, 10));
         assert_eq!(t.entries().len(), 10);
         t.set_limit(1, 20);
-        assert_eq!((0..100).filter(|&i| t.learn(&mac(1000 + i), 1) == Learned::Yes).count(), 10);
+        assert_eq!((0..100).filter(|&i| t.learn(&mac(1000 + i), 0, 1) == Learned::Yes).count(), 10);
         t.flush_port(1);
         assert_eq!(t.learned(1), 0);
     }
@@ -263,16 +312,16 @@ mod tests {
         let t = MacTable::new(16, 4, u32::MAX);
         let victims: Vec<Mac> = (0..40).map(|i| mac(0x7000 + i)).collect();
         for v in &victims {
-            t.learn(v, 0);
+            t.learn(v, 0, 0);
         }
-        let kept: Vec<Mac> = victims.iter().copied().filter(|v| t.lookup(v) == Some(0)).collect();
+        let kept: Vec<Mac> = victims.iter().copied().filter(|v| t.lookup(v, 0) == Some(0)).collect();
         assert!(kept.len() >= 30, "the victim port itself learned only {}", kept.len());
         // Addresses of its own (claiming the victim's is what port security is for).
         for i in 0..100_000 {
-            t.learn(&mac(0x10_0000 + i), 1);
+            t.learn(&mac(0x10_0000 + i), 0, 1);
         }
         for v in &kept {
-            assert_eq!(t.lookup(v), Some(0), "{v} was evicted by another port");
+            assert_eq!(t.lookup(v, 0), Some(0), "{v} was evicted by another port");
         }
         // The attacker's own refusals are all it gets; the table holds both.
         assert!(t.learned(1) <= 16 * 8 - kept.len() as u32);
@@ -293,10 +342,29 @@ mod tests {
                     2 => Mac([(i as u8) << 1, 0, 0, 0, 0, (i >> 8) as u8]),
                     _ => Mac([0x02, (i >> 4) as u8, 0, (i & 15) as u8, 0, 0]),
                 };
-                t.learn(&m, 0);
+                t.learn(&m, 0, 0);
             }
             assert!(t.learned(0) >= 500, "round {round} (set {set}): only {} of 512 entries used", t.learned(0));
         }
+    }
+
+    /// The same MAC on two VLANs is two entries, each with its own port; a MAC learned on one
+    /// VLAN is unknown on another; `entries` gives each its VLAN.
+    #[test]
+    fn each_vlan_learns_apart() {
+        let t = MacTable::new(64, 8, 100);
+        let m = mac(5);
+        t.learn(&m, 10, 1);
+        assert_eq!((t.lookup(&m, 10), t.lookup(&m, 20), t.lookup(&m, 0)), (Some(1), None, None));
+        t.learn(&m, 20, 2);
+        assert_eq!((t.lookup(&m, 10), t.lookup(&m, 20)), (Some(1), Some(2)), "learning on 20 moved the entry of 10");
+        let mut e = t.entries();
+        e.sort_by_key(|x| x.1);
+        assert_eq!(e, vec![(m, 10, 1), (m, 20, 2)]);
+        // A port's limit counts its entries on every VLAN.
+        t.set_limit(3, 4);
+        let learned = (1..=10u16).filter(|&v| t.learn(&mac(9), v, 3) == Learned::Yes).count();
+        assert_eq!((learned, t.learned(3)), (4, 4));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! each goes) -> `output` (actions, then port tx: `deliver`, `write_frame`; a destination's ring
 //! is completed there, the source's back in `input`).
 //!
-//! Beside the stages: `sched` (the visit budget), `idle` (adaptive polling's sleep), `plan` (what
+//! Beside the stages: `vlan` (a frame's VLAN as it enters and as it leaves each port), `sched` (the visit budget), `idle` (adaptive polling's sleep), `plan` (what
 //! a thread works from, and how it gets a new one), `mac_table`, `counters`, `nic_io` (the
 //! thread's NIC bursts), and `stages` (the cycles of each stage, with the `stage-profile`
 //! feature only).
@@ -31,6 +31,7 @@ pub mod sched;
 mod stages;
 #[cfg(test)]
 mod tests;
+mod vlan;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -9,12 +9,14 @@ use super::classify::normal;
 use std::sync::Arc;
 
 use super::counters::{DropReason, PortCounters, ThreadStats, bump, cycles};
-use super::frame::{AS_IS, Frame, Shape};
+use super::frame::{AS_IS, Frame, NO_VLAN, Shape};
 use super::nic_io::{NicDest, TxBatches};
 use super::offload::{self, Segments};
+use super::vlan::{egress_shape, header_for, header_vlan};
 use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::SegsSlot;
+use crate::port::rate::Cost;
 use crate::port::{Port, PortKind};
 use crate::vring::call::Signal;
 use crate::vring::{ActiveRing, Ahead, CallFd, RingError, RingLoan, Vring, VringGuard};
@@ -133,6 +135,27 @@ impl<'a> Open<'a> {
     /// for done here if the port cannot take them.
     #[inline(always)]
     fn write(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
+        if self.port.rates.egress_capped() {
+            return self.write_capped(f, e, dv);
+        }
+        self.write_uncapped(f, e, dv)
+    }
+
+    /// [`Open::write`] to a port with an egress cap: a frame goes only while the port's
+    /// buckets hold tokens, and is charged what it costs on the wire once written.
+    #[cold]
+    fn write_capped(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
+        let rates = &self.port.rates;
+        if !rates.egress_allows() {
+            return Err(DropReason::RateCap);
+        }
+        self.write_uncapped(f, e, dv)?;
+        rates.charge_egress(wire_cost(f, e));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn write_uncapped(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         if f.off.is_none() {
             // A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: DATA_VALID.
             const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
@@ -378,7 +401,18 @@ fn deliver_in_order(
                     }
                     dv.stalled[p as usize] = false;
                 }
-                match o.write(f, AS_IS, dv) {
+                let mut tag = [0u8; 16];
+                let shape = if f.vlan == NO_VLAN {
+                    Some(AS_IS)
+                } else {
+                    egress_shape(f, &env.ports.policy[p as usize].vlan, &mut tag)
+                };
+                let Some(shape) = shape else {
+                    pc.drop(DropReason::VlanNotAllowed, 1);
+                    i += 1;
+                    continue;
+                };
+                match o.write(f, shape, dv) {
                     Ok(()) => {}
                     Err(DropReason::RxRingFull) if wait => {
                         if keep_waiting(cx, dv, p, blocked_since) {
@@ -414,15 +448,24 @@ fn deliver_in_order(
                 // A run of consecutive flooded frames goes to each port as one batch. Best
                 // effort, as broadcast is: a full or absent port misses the frame.
                 // A TSO frame goes alone, so the segment bound above sees each.
+                // With VLANs, a run is of one VLAN, and goes to the ports that carry it, each
+                // frame tagged or not as each port sends it.
+                let vid = f.vlan;
                 let run = match f.off.tso {
                     Some(_) => 1,
-                    None => frames[i..].iter().take_while(|f| f.out == Out::Flood && f.off.tso.is_none()).count(),
+                    None => frames[i..]
+                        .iter()
+                        .take_while(|f| f.out == Out::Flood && f.off.tso.is_none() && f.vlan == vid)
+                        .count(),
                 };
-                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
+                for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
+                        let vlan = &env.ports.policy[dp.id as usize].vlan;
                         for f in &frames[i..i + run] {
-                            if let Err(why) = o.write(f, AS_IS, dv) {
+                            let mut tag = [0u8; 16];
+                            let shape = if vid == NO_VLAN { Some(AS_IS) } else { egress_shape(f, vlan, &mut tag) };
+                            if let Some(Err(why)) = shape.map(|e| o.write(f, e, dv)) {
                                 pc.drop(why, 1);
                             }
                         }
@@ -491,7 +534,8 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
                     send_one(env, dp.id, f, shape, dv, false);
                 }
             }
-            Emit::Normal => match normal(env, in_port, &h.dst, &h.src) {
+            Emit::Normal if env.ports.vlans => normal_by_vlan(env, f, h, covered as u32, in_port, dv),
+            Emit::Normal => match normal(env, in_port, 0, &h.dst, &h.src) {
                 Out::Port(p) => send_one(env, p, f, shape, dv, true),
                 Out::Flood => {
                     for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
@@ -502,6 +546,41 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
             },
         }
     });
+}
+
+/// A flow's NORMAL action on a switch with VLANs: the rewritten header `h` (which replaced the
+/// frame's first `skip` bytes) decides the VLAN at the input port, and each destination gets
+/// it tagged or not as it sends that VLAN.
+fn normal_by_vlan(env: &Env, f: &Frame, h: &EthernetRepr, skip: u32, in_port: u16, dv: &mut Delivery) {
+    let vid = match header_vlan(&env.ports.policy[in_port as usize].vlan, h) {
+        Ok(vid) => vid,
+        Err(why) => return env.cx.stats.ports[in_port as usize].drop(why, 1),
+    };
+    let send = |p: u16, dv: &mut Delivery, named: bool| {
+        let Some(h) = header_for(&env.ports.policy[p as usize].vlan, vid, h) else { return };
+        let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
+        let len = h.emit(&mut buf);
+        send_one(env, p, f, Shape { prefix: &buf[..len], skip, take: u32::MAX, patch: None }, dv, named);
+    };
+    match normal(env, in_port, vid, &h.dst, &h.src) {
+        Out::Port(p) => send(p, dv, true),
+        Out::Flood => {
+            for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
+                send(dp.id, dv, false);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What frame `f`, shaped by `e`, costs on a wire: a TSO frame is the segments it stands for,
+/// each with its own copy of the headers.
+#[inline]
+fn wire_cost(f: &Frame, e: Shape) -> Cost {
+    let len = (e.body_len(f) + e.prefix.len() as u32) as u64;
+    let mut c = Cost::default();
+    c.add_frame(len, f.off.tso.map(|t| (t.hdr_len, t.mss)));
+    c
 }
 
 /// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an

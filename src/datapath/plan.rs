@@ -20,12 +20,15 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use crate::flow::table::FlowTable;
 use crate::port::Port;
+use crate::wire::vlan::PortVlan;
 
 /// Per-port settings the data path applies, replaced as a whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PortPolicy {
     /// Port security: frames whose source MAC is not listed are dropped. Empty allows any.
     pub allowed_macs: Vec<Mac>,
+    /// Which VLANs the port carries, tagged or not.
+    pub vlan: PortVlan,
 }
 
 impl PortPolicy {
@@ -48,18 +51,49 @@ pub struct PortTable {
     pub policy: Vec<PortPolicy>,
     /// The ports in `by_id`, densely, for flooding.
     pub live: Vec<Arc<Port>>,
+    /// Some port has a VLAN config: NORMAL learns and floods per VLAN, and every frame it
+    /// switches leaves each port tagged or not as that port sends its VLAN. Without, no VLAN
+    /// work is done at all.
+    pub vlans: bool,
+    /// With VLANs, per VLAN id: which list of `floods` holds the ports that carry it.
+    flood_of: Vec<u16>,
+    /// Distinct flood lists (VLANs with the same members share one).
+    floods: Vec<Vec<Arc<Port>>>,
 }
 
 impl PortTable {
     pub fn new(ports: &[(Arc<Port>, PortPolicy)]) -> PortTable {
         let n = ports.iter().map(|(p, _)| p.id as usize + 1).max().unwrap_or(0);
-        let mut t = PortTable { by_id: vec![None; n], policy: vec![PortPolicy::default(); n], live: Vec::new() };
+        let mut t = PortTable { by_id: vec![None; n], policy: vec![PortPolicy::default(); n], ..Default::default() };
         for (p, pol) in ports {
             t.by_id[p.id as usize] = Some(p.clone());
             t.policy[p.id as usize] = pol.clone();
             t.live.push(p.clone());
         }
+        t.vlans = ports.iter().any(|(_, pol)| !pol.vlan.is_default());
+        if t.vlans {
+            let mut index = std::collections::HashMap::new();
+            for vid in 0..4096u16 {
+                let members: Vec<u16> =
+                    ports.iter().filter(|(_, pol)| pol.vlan.carries(vid)).map(|(p, _)| p.id).collect();
+                let next = t.floods.len() as u16;
+                let i = *index.entry(members.clone()).or_insert_with(|| {
+                    t.floods.push(members.iter().filter_map(|&id| t.by_id[id as usize].clone()).collect());
+                    next
+                });
+                t.flood_of.push(i);
+            }
+        }
         t
+    }
+
+    /// The ports a frame of VLAN `vid` floods to (every port, on a switch without VLANs).
+    #[inline]
+    pub fn flood_list(&self, vid: u16) -> &[Arc<Port>] {
+        match self.flood_of.get(vid as usize) {
+            Some(&i) if self.vlans => &self.floods[i as usize],
+            _ => &self.live,
+        }
     }
 
     #[inline]

@@ -6,16 +6,19 @@
 //! - [`vhost`]: the control-plane half of a vhost-user port: the backend of one connection,
 //!   which starts, stops and remaps the port's virtqueues.
 //! - [`nic`]: DPDK ports (NICs and vdevs): EAL start-up, mbuf pools, `NicPort`.
+//! - [`rate`]: the port's rate caps, token buckets every poll thread shares.
 //! - [`dpdk`] (cargo feature `dpdk`): the safe wrapper over DPDK's C API.
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod nic;
+pub mod rate;
 pub mod vhost;
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::vring::VringLock;
 use nic::NicPort;
+use rate::PortRates;
 
 pub struct Port {
     /// Index into every per-thread counter array and into the port table.
@@ -24,6 +27,8 @@ pub struct Port {
     /// Largest frame accepted from this port: MTU plus Ethernet header and one VLAN tag.
     max_frame: AtomicU32,
     pub kind: PortKind,
+    /// Its rate caps (none until the switch applies its config).
+    pub rates: PortRates,
 }
 
 pub enum PortKind {
@@ -50,7 +55,13 @@ impl Port {
     }
 
     fn with_kind(id: u16, name: &str, mtu: u32, kind: PortKind) -> Port {
-        Port { id, name: name.to_string(), max_frame: AtomicU32::new(mtu + L2_OVERHEAD), kind }
+        Port {
+            id,
+            name: name.to_string(),
+            max_frame: AtomicU32::new(mtu + L2_OVERHEAD),
+            kind,
+            rates: PortRates::default(),
+        }
     }
 
     pub fn name(&self) -> &str {

@@ -105,7 +105,7 @@ impl PortState {
 
     /// The data path's policy for the port (port security).
     fn policy(&self) -> PortPolicy {
-        PortPolicy { allowed_macs: self.cfg.allowed_macs.clone() }
+        PortPolicy { allowed_macs: self.cfg.allowed_macs.clone(), vlan: self.cfg.vlan.clone() }
     }
 }
 
@@ -268,6 +268,7 @@ impl Switch {
             }
             (None, None) => unreachable!("a port is vhost-user or dpdk"),
         };
+        port.rates.apply(&cfg.rates);
         let port = Arc::new(port);
         self.mac.set_limit(id, cfg.mac_limit);
         // New queues go to their pinned core's thread, else to the thread with the fewest

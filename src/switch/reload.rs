@@ -76,6 +76,7 @@ impl Switch {
         for (id, p) in &updated {
             if let Some(ps) = self.port_mut(*id as usize) {
                 ps.port.set_mtu(p.mtu);
+                ps.port.rates.apply(&p.rates);
                 ps.cfg = p.clone();
                 self.mac.set_limit(*id, p.mac_limit);
             }

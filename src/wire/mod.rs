@@ -8,6 +8,7 @@
 //! - [`ipv4`], [`ipv6`], [`tcp`], [`udp`], [`arp`]: what flows match on and offloads rewrite.
 //! - [`checksum`]: the Internet checksum, in pieces.
 //! - [`virtio_net`]: the virtio-net header, its length by features, and feature bit names.
+//! - [`vlan`]: 802.1Q port membership: which VLANs a port carries, tagged or not.
 //! - [`gso`]: offloads in software: a partial checksum completed, a TSO frame segmented.
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod mac;
 pub mod tcp;
 pub mod udp;
 pub mod virtio_net;
+pub mod vlan;
 
 pub use ethernet::{EthernetFrame, EthernetRepr, VlanTag, ethertype};
 pub use ipv4::{Ipv4Packet, protocol};

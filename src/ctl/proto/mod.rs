@@ -194,6 +194,9 @@ pub struct Cleared {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdbEntry {
     pub mac: String,
+    /// The VLAN it was learned on (0: untagged, or no VLANs).
+    #[serde(default)]
+    pub vlan: u16,
     pub port: Option<String>,
 }
 

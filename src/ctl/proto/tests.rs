@@ -217,7 +217,7 @@ pub(crate) mod samples {
     }
 
     pub fn fdb() -> FdbEntry {
-        FdbEntry { mac: "02:00:00:00:00:01".into(), port: Some("vm1".into()) }
+        FdbEntry { mac: "02:00:00:00:00:01".into(), vlan: 10, port: Some("vm1".into()) }
     }
 }
 

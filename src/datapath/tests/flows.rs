@@ -160,7 +160,7 @@ fn port_security_checks_every_frame_of_a_burst_in_every_table_mode() {
     ];
     for (t, flows) in tables.iter().enumerate() {
         let mut b = Bench::new(BenchCfg { vms: 2, ..BenchCfg::default() });
-        b.policies[0] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(0))] };
+        b.policies[0] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(0))], ..Default::default() };
         b.post(0);
         b.announce(1);
         if !flows.is_empty() {

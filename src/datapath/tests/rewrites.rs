@@ -85,7 +85,7 @@ fn under_rewrites(b: &mut Bench, make: impl Fn(u32) -> Vec<u8>) -> Vec<Vec<u8>> 
 fn port_security_holds_against_a_sender_rewriting_its_frames() {
     for flows in [&[][..], &["in_port=vm0,actions=output:vm1"], &["ip,actions=output:vm1", "priority=0,actions=drop"]] {
         let mut b = Bench::new(BenchCfg { vms: 2, ..BenchCfg::default() });
-        b.policies[0] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(0))] };
+        b.policies[0] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(0))], ..Default::default() };
         b.post(0);
         b.announce(1);
         if !flows.is_empty() {

@@ -251,7 +251,36 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use super::{Mailbox, Plan, PortTable};
+    use super::{Mailbox, Plan, PortPolicy, PortTable};
+    use crate::port::Port;
+    use crate::wire::vlan::PortVlan;
+
+    /// A VLAN's flood list is the ports that carry it: a flood's cost grows with its VLAN's
+    /// ports, not with the switch's. Without VLAN config, every port.
+    #[test]
+    fn flood_lists_hold_the_ports_of_their_vlan() {
+        let vlans = [PortVlan::access(10), PortVlan::access(20), PortVlan::trunk(&[10, 30]), PortVlan::default()];
+        let ports: Vec<(Arc<Port>, PortPolicy)> = vlans
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    Arc::new(Port::vhost_user(i as u16, "p", 1500, 1)),
+                    PortPolicy { vlan: v.clone(), ..Default::default() },
+                )
+            })
+            .collect();
+        let t = PortTable::new(&ports);
+        let ids = |vid: u16| t.flood_list(vid).iter().map(|p| p.id).collect::<Vec<_>>();
+        assert_eq!(
+            (ids(10), ids(20), ids(30), ids(0), ids(40)),
+            (vec![0, 2, 3], vec![1, 3], vec![2, 3], vec![3], vec![3])
+        );
+        assert_eq!(ids(u16::MAX), vec![0, 1, 2, 3], "a frame NORMAL did not switch floods everywhere");
+        let plain = PortTable::new(&[(ports[0].0.clone(), PortPolicy::default())]);
+        assert!(!plain.vlans);
+        assert_eq!(plain.flood_list(10).len(), 1);
+    }
 
     /// The generation a thread takes a plan with is that plan's, however posts and checks
     /// interleave: else it acknowledges an older plan than it adopted (the control thread then

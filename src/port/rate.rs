@@ -18,7 +18,7 @@ use crate::config::RateCaps;
 use crate::counter::{cycles, cycles_per_sec};
 
 /// Fixed-point units per token (a packet, or a bit): refills of less than a token are kept.
-const SCALE: u64 = 1024;
+const SCALE: u64 = 1 << 16;
 
 /// One token bucket.
 #[derive(Default)]
@@ -58,18 +58,28 @@ impl Bucket {
         self.rate.load(Relaxed)
     }
 
-    /// Adds what accrued since the last refill (one thread wins the interval; a refill of
-    /// less than one unit waits until it is more), then returns whole tokens held (negative:
-    /// a debt).
+    /// Adds what accrued since the last refill (one thread wins each interval), then returns
+    /// whole tokens held (negative: a debt). Only the time that made whole units is used up
+    /// (rounded up to a cycle): the rest carries over, so frequent refills lose almost nothing
+    /// to rounding. A full bucket lets time pass unused.
     #[inline]
     pub fn refill(&self, now: u64, hz: u64) -> i64 {
         let last = self.last.load(Relaxed);
+        let depth = self.depth.load(Relaxed) as i64;
         if now > last {
-            let rate = self.rate.load(Relaxed) as u128;
-            let add = ((now - last) as u128 * rate * SCALE as u128 / hz.max(1) as u128).min(i64::MAX as u128) as i64;
-            if add > 0 && self.last.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-                let depth = self.depth.load(Relaxed) as i64;
-                let _ = self.units.fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_add(add).min(depth)));
+            let per_sec = self.rate.load(Relaxed) as u128 * SCALE as u128;
+            let hz = hz.max(1) as u128;
+            if self.units.load(Relaxed) >= depth {
+                let _ = self.last.compare_exchange(last, now, Relaxed, Relaxed);
+            } else {
+                let elapsed = (now - last) as u128;
+                let add = (elapsed * per_sec / hz).min(i64::MAX as u128) as i64;
+                // The cycles those units took, rounded up (at most `elapsed`): what is left is
+                // under a cycle's worth, so a refill gives up less than 1/elapsed of its time.
+                let used = (add as u128 * hz).div_ceil(per_sec.max(1)).min(elapsed) as u64;
+                if add > 0 && self.last.compare_exchange(last, last + used, Relaxed, Relaxed).is_ok() {
+                    let _ = self.units.fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_add(add).min(depth)));
+                }
             }
         }
         self.units.load(Relaxed).div_euclid(SCALE as i64)

@@ -238,7 +238,7 @@ fn every_reply_type_reads_back_what_was_sent() {
     round_trip(TraceReply::default());
     round_trip(samples::rebalance());
     round_trip(MoveReply { moved: true, from: 1, to: 0, took_us: 9 });
-    round_trip(vec![samples::fdb(), FdbEntry { mac: "m".into(), port: None }]);
+    round_trip(vec![samples::fdb(), FdbEntry { mac: "m".into(), vlan: 0, port: None }]);
     round_trip(Cleared { cleared: true });
     round_trip(ReloadReply { summary: "ports: 1 added".into() });
     round_trip(VersionReply::current());

@@ -45,6 +45,15 @@ pub fn frame(dst: [u8; 6], src: [u8; 6], len: usize, seq: u32) -> Vec<u8> {
     f
 }
 
+/// `f` with an 802.1Q tag (TPID `tpid`, TCI `tci`) after its addresses.
+pub fn tagged(f: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend_from_slice(&tpid.to_be_bytes());
+    t.extend_from_slice(&tci.to_be_bytes());
+    t.extend_from_slice(&f[12..]);
+    t
+}
+
 /// One test VM: its port, the backend of its (imaginary) connection, its driver.
 pub struct TestVm {
     pub port: Arc<Port>,

@@ -11,5 +11,6 @@ mod insn;
 mod offloads;
 mod rewrites;
 mod switching;
+mod vlans;
 
 pub(crate) use harness::*;

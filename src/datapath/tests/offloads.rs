@@ -158,6 +158,28 @@ fn a_64k_tso_frame_reaches_a_receiver_with_offloads_whole() {
     assert_eq!(b.totals(1).sw_segmented, 0);
 }
 
+/// A tag pushed on the way (an access port's frame to a trunk) keeps a TSO frame's offload:
+/// whole to a trunk that negotiated it, its header's offsets 4 bytes further on; and popped
+/// again, segments for an access port that did not negotiate it.
+#[test]
+fn tso_frames_keep_their_offload_through_a_tag() {
+    use crate::wire::vlan::PortVlan;
+    let mut b = bench(OFFLOADS);
+    b.policies[0].vlan = PortVlan::access(10);
+    b.policies[1].vlan = PortVlan::trunk(&[10]);
+    b.policies[2].vlan = PortVlan::access(10);
+    b.post(0);
+    let f = tcp_frame(1, 0, &payload(20000, 3));
+    send_with(&mut b, 0, &tso(1448), &f);
+    b.settle(50);
+    let got = b.vms[1].recv();
+    assert_eq!(got.len(), 1, "one frame, not segments");
+    assert!(got[0] == tagged(&f, 0x8100, 10), "the trunk's frame is not the frame tagged");
+    let h = b.vms[1].hdrs[0];
+    assert_eq!((h.gso_type, h.gso_size, h.hdr_len, h.csum_start, h.csum_offset), (1, 1448, 58, 38, 16));
+    check_segments(&b.vms[2].recv(), &f, 1448);
+}
+
 #[test]
 fn a_tso_frame_to_a_receiver_without_offloads_is_segmented_for_it_alone() {
     let mut b = bench(0);

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::proto::{
-    Drops, FdbEntry, FlowsReply, MoveReply, PortInfo, QueueInfo, RebalanceReply, ReloadReply, Request, RxqInfo,
-    StatsReply, ThreadStats, TraceReply, VersionReply,
+    Drops, FdbEntry, FlowsReply, MoveReply, PortInfo, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply,
+    ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -57,6 +57,12 @@ fn port(p: &PortInfo) -> String {
         c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.interrupts
     );
     let _ = writeln!(s, "  drops: {}", drops(&c.drops));
+    if let Some(v) = vlan(&p.vlan) {
+        let _ = writeln!(s, "  vlan: {v}");
+    }
+    if let Some(r) = rate_caps(&p.rate_caps) {
+        let _ = writeln!(s, "  rate caps: {r}");
+    }
     s.extend(p.queues.iter().map(queue));
     if let Some(e) = &p.last_error {
         // A failed port's error is why it is not running; another port's is the last thing
@@ -65,6 +71,39 @@ fn port(p: &PortInfo) -> String {
         let _ = writeln!(s, "  {what}: {e}");
     }
     s
+}
+
+/// `access 10`, `trunk 10,20-29`, `native-untagged 10 trunks 20`; None for a port without
+/// VLAN config (a trunk of every VLAN).
+fn vlan(v: &PortVlanInfo) -> Option<String> {
+    let trunks = v.trunks.join(",");
+    match (v.mode.as_str(), v.tag) {
+        ("trunk", _) if trunks == "0-4095" => None,
+        ("trunk", _) => Some(format!("trunk {trunks}")),
+        ("access", Some(t)) => Some(format!("access {t}")),
+        (m, Some(t)) => Some(format!("{m} {t} trunks {trunks}")),
+        (m, None) => Some(m.to_string()),
+    }
+}
+
+/// `ingress 1000 pps (12 left) 8000000 bps (...)  egress ...`; None for a port without caps.
+fn rate_caps(r: &RateCapsInfo) -> Option<String> {
+    let t = &r.tokens;
+    let one = |rate: u64, unit: &str, tokens: Option<i64>| {
+        (rate != 0).then(|| format!("{rate} {unit} ({} left)", tokens.unwrap_or(0)))
+    };
+    let dir = |name: &str, pps: Option<String>, bps: Option<String>| {
+        let parts: Vec<String> = [pps, bps].into_iter().flatten().collect();
+        (!parts.is_empty()).then(|| format!("{name} {}", parts.join(" ")))
+    };
+    let parts: Vec<String> = [
+        dir("ingress", one(r.ingress_pps, "pps", t.ingress_pps), one(r.ingress_bps, "bps", t.ingress_bps)),
+        dir("egress", one(r.egress_pps, "pps", t.egress_pps), one(r.egress_bps, "bps", t.egress_bps)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| format!("{}  burst {} ms", parts.join("  "), r.burst_ms))
 }
 
 /// One queue: a virtqueue's size and state, a receive queue's poll thread.
@@ -133,7 +172,9 @@ fn rxq_line(q: &RxqInfo) -> String {
 }
 
 pub fn fdb(entries: &[FdbEntry]) -> String {
-    entries.iter().map(|e| format!("{}  {}\n", e.mac, e.port.as_deref().unwrap_or("?"))).collect()
+    let mut s = String::from(" vlan  mac                port\n");
+    s.extend(entries.iter().map(|e| format!("{:>5}  {}  {}\n", e.vlan, e.mac, e.port.as_deref().unwrap_or("?"))));
+    s
 }
 
 pub fn flows(r: &FlowsReply) -> String {
@@ -202,6 +243,8 @@ vm1 (id 0): vhost-user server /run/pvswitch/vm1.sock [connected]
   features: MRG_RXBUF VERSION_1
   rx: 10 packets 0 bytes   tx: 0 packets 0 bytes   interrupts: 0
   drops: malformed=1 rx_ring_full=3
+  vlan: native-untagged 10 trunks 20-29
+  rate caps: ingress 1000 pps (5 left) 8000000 bps (64 left)  egress 2000 pps (0 left) 16000000 bps (-3 left)  burst 10 ms
   queue 0 guest_rx size 256 running
   queue 1 guest_tx size 256 STOPPED: descriptor loop poll thread 0
   queue 0 nic_rx poll thread 1
@@ -235,7 +278,7 @@ vm1 (id 0): vhost-user server /run/pvswitch/vm1.sock [connected]
             " duration=1.250s, n_packets=2, n_bytes=128, priority=10,in_port=vm1 actions=output:vm2\n \
              (no flow matched: n_packets=1, n_bytes=60)\n"
         );
-        assert_eq!(fdb(&[samples::fdb()]), "02:00:00:00:00:01  vm1\n");
+        assert_eq!(fdb(&[samples::fdb()]), " vlan  mac                port\n   10  02:00:00:00:00:01  vm1\n");
         assert_eq!(
             rebalance(&samples::rebalance()),
             "cycles: 1 queues moved in 30 us; load spread 0.50 -> 0.10\n  vm1:0 thread 0 -> 1\n  warning: w\n"

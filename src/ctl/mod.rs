@@ -12,12 +12,16 @@ pub mod stats;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::config::RateCaps;
 use crate::port::PortKind;
+use crate::port::rate::PortRates;
 use crate::port::vhost::{Status, VringStatus, feature_names};
 use crate::switch::{Endpoints, PortState, Switch};
 use crate::wire::gso::Negotiated;
+use crate::wire::vlan::{PortVlan, VlanMode};
 use proto::{
-    Cleared, FdbEntry, PortInfo, PortOffloads, QueueInfo, QueueKind, ReloadReply, Reply, Request, VersionReply,
+    Cleared, FdbEntry, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
+    ReloadReply, Reply, Request, VersionReply,
 };
 
 /// The reply line for an error.
@@ -100,8 +104,30 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         mtu: ps.cfg.mtu,
         weight_packets: ps.cfg.weight_packets,
         weight_bytes: ps.cfg.weight_bytes,
+        vlan: vlan_info(&ps.cfg.vlan),
+        rate_caps: rate_caps(&ps.cfg.rates, &p.rates),
         queues: queues(c, ps, status),
         counters: c.port_totals(p.id),
+    }
+}
+
+fn vlan_info(v: &PortVlan) -> PortVlanInfo {
+    let trunks = match v.mode {
+        VlanMode::Access => Vec::new(),
+        _ => v.trunks.ranges().iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect(),
+    };
+    PortVlanInfo { mode: v.mode.name().to_string(), tag: (v.mode != VlanMode::Trunk).then_some(v.tag), trunks }
+}
+
+fn rate_caps(caps: &RateCaps, rates: &PortRates) -> RateCapsInfo {
+    let [ingress_pps, ingress_bps, egress_pps, egress_bps] = rates.tokens();
+    RateCapsInfo {
+        ingress_pps: caps.ingress_pps,
+        ingress_bps: caps.ingress_bps,
+        egress_pps: caps.egress_pps,
+        egress_bps: caps.egress_bps,
+        burst_ms: caps.burst_ms,
+        tokens: RateTokens { ingress_pps, ingress_bps, egress_pps, egress_bps },
     }
 }
 

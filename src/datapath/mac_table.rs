@@ -126,7 +126,8 @@ impl MacTable {
     /// The key of `mac` on VLAN `vid`.
     #[inline]
     fn key(&self, mac: &Mac, vid: u16) -> u64 {
-        mac_bits(mac) ^ self.salts[vid as usize & 0xfff]
+        // VLAN 0 (every frame, on a switch without VLANs) is salted with 0: no load.
+        if vid == 0 { mac_bits(mac) } else { mac_bits(mac) ^ self.salts[vid as usize & 0xfff] }
     }
 
     #[inline]

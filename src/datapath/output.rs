@@ -105,6 +105,8 @@ struct Open<'a> {
     guard: Option<VringGuard<'a>>,
     packets: u64,
     bytes: u64,
+    /// The port has an egress rate cap (read once, when it is opened).
+    capped: bool,
 }
 
 impl<'a> Open<'a> {
@@ -112,12 +114,24 @@ impl<'a> Open<'a> {
         let port = &**env.ports.get(p)?;
         let queues = match &port.kind {
             PortKind::VhostUser(q) => q,
-            PortKind::Nic(_) => return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0 }),
+            PortKind::Nic(_) => {
+                let capped = port.rates.egress_capped();
+                return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0, capped });
+            }
             PortKind::Failed => return None,
         };
         let (vq_index, vq) = queues.rx_queue_for(env.src_q.get())?;
         let guard = vq.lock();
-        guard.is_ready().then_some(Open { cx: env.cx, port, vq_index, guard: Some(guard), packets: 0, bytes: 0 })
+        let capped = port.rates.egress_capped();
+        guard.is_ready().then_some(Open {
+            cx: env.cx,
+            port,
+            vq_index,
+            guard: Some(guard),
+            packets: 0,
+            bytes: 0,
+            capped,
+        })
     }
 
     /// Whether the guest has `n` receive buffers free (all of them, for a ring smaller).
@@ -135,10 +149,20 @@ impl<'a> Open<'a> {
     /// for done here if the port cannot take them.
     #[inline(always)]
     fn write(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
-        if self.port.rates.egress_capped() {
+        if self.capped {
             return self.write_capped(f, e, dv);
         }
         self.write_uncapped(f, e, dv)
+    }
+
+    /// Writes frame `f`, which NORMAL switched in VLAN `f.vlan`, tagged or not as this port
+    /// sends that VLAN (a flood only reaches ports that carry it; a learned port that no
+    /// longer does is refused).
+    #[cold]
+    fn write_vlan(&mut self, env: &Env, f: &Frame, dv: &mut Delivery) -> Result<(), DropReason> {
+        let mut tag = [0u8; 16];
+        let shape = egress_shape(f, &env.ports.policy[self.port.id as usize].vlan, &mut tag);
+        self.write(f, shape.ok_or(DropReason::VlanNotAllowed)?, dv)
     }
 
     /// [`Open::write`] to a port with an egress cap: a frame goes only while the port's
@@ -401,18 +425,8 @@ fn deliver_in_order(
                     }
                     dv.stalled[p as usize] = false;
                 }
-                let mut tag = [0u8; 16];
-                let shape = if f.vlan == NO_VLAN {
-                    Some(AS_IS)
-                } else {
-                    egress_shape(f, &env.ports.policy[p as usize].vlan, &mut tag)
-                };
-                let Some(shape) = shape else {
-                    pc.drop(DropReason::VlanNotAllowed, 1);
-                    i += 1;
-                    continue;
-                };
-                match o.write(f, shape, dv) {
+                let wrote = if f.vlan == NO_VLAN { o.write(f, AS_IS, dv) } else { o.write_vlan(env, f, dv) };
+                match wrote {
                     Ok(()) => {}
                     Err(DropReason::RxRingFull) if wait => {
                         if keep_waiting(cx, dv, p, blocked_since) {
@@ -461,11 +475,9 @@ fn deliver_in_order(
                 for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
-                        let vlan = &env.ports.policy[dp.id as usize].vlan;
                         for f in &frames[i..i + run] {
-                            let mut tag = [0u8; 16];
-                            let shape = if vid == NO_VLAN { Some(AS_IS) } else { egress_shape(f, vlan, &mut tag) };
-                            if let Some(Err(why)) = shape.map(|e| o.write(f, e, dv)) {
+                            let wrote = if vid == NO_VLAN { o.write(f, AS_IS, dv) } else { o.write_vlan(env, f, dv) };
+                            if let Err(why) = wrote {
                                 pc.drop(why, 1);
                             }
                         }

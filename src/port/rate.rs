@@ -62,11 +62,13 @@ impl Bucket {
     /// whole tokens held (negative: a debt). Only the time that made whole units is used up
     /// (rounded up to a cycle): the rest carries over, so frequent refills lose almost nothing
     /// to rounding. A full bucket lets time pass unused.
+    /// At most one refill each 10 us (`hz / 100_000` cycles): the division stays off the
+    /// per-frame path, and each refill adds enough units that rounding is negligible.
     #[inline]
     pub fn refill(&self, now: u64, hz: u64) -> i64 {
         let last = self.last.load(Relaxed);
         let depth = self.depth.load(Relaxed) as i64;
-        if now > last {
+        if now > last && now - last >= hz / 100_000 {
             let per_sec = self.rate.load(Relaxed) as u128 * SCALE as u128;
             let hz = hz.max(1) as u128;
             if self.units.load(Relaxed) >= depth {
@@ -82,6 +84,12 @@ impl Bucket {
                 }
             }
         }
+        self.units.load(Relaxed).div_euclid(SCALE as i64)
+    }
+
+    /// Whole tokens held, as of the last refill.
+    #[inline]
+    pub fn held(&self) -> i64 {
         self.units.load(Relaxed).div_euclid(SCALE as i64)
     }
 
@@ -164,22 +172,30 @@ impl PortRates {
     /// over either ingress cap.
     #[inline]
     pub fn ingress_allows(&self, max: u32) -> u32 {
-        self.allows(&self.ingress_pps, &self.ingress_bps, max, cycles())
+        self.allows(&self.ingress_pps, &self.ingress_bps, max, cycles)
     }
 
     /// Whether a frame may go to the port now (neither egress bucket is empty).
     #[inline]
     pub fn egress_allows(&self) -> bool {
-        self.allows(&self.egress_pps, &self.egress_bps, 1, cycles()) > 0
+        self.allows(&self.egress_pps, &self.egress_bps, 1, cycles) > 0
     }
 
-    fn allows(&self, pps: &Bucket, bps: &Bucket, max: u32, now: u64) -> u32 {
+    /// Up to `max` frames the two buckets allow. A bucket that holds enough is not refilled
+    /// (nor the clock read): refills are lazy, the time since the last one is credited whole
+    /// when one is needed.
+    #[inline]
+    fn allows(&self, pps: &Bucket, bps: &Bucket, max: u32, now: impl Fn() -> u64) -> u32 {
         let hz = self.hz.load(Relaxed);
         let mut n = max;
         if pps.is_on() {
-            n = n.min(pps.refill(now, hz).clamp(0, u32::MAX as i64) as u32);
+            let mut held = pps.held();
+            if held < max as i64 {
+                held = pps.refill(now(), hz);
+            }
+            n = n.min(held.clamp(0, u32::MAX as i64) as u32);
         }
-        if bps.is_on() && bps.refill(now, hz) <= 0 {
+        if bps.is_on() && bps.held() <= 0 && bps.refill(now(), hz) <= 0 {
             n = 0;
         }
         n
@@ -230,7 +246,7 @@ mod tests {
             let mut sent = 0u64;
             let mut now = 0;
             while now < HZ {
-                let n = r.allows(&r.ingress_pps, &r.ingress_bps, 32, now);
+                let n = r.allows(&r.ingress_pps, &r.ingress_bps, 32, || now);
                 r.charge_ingress(Cost { packets: n as u64, bits: 0 });
                 sent += n as u64;
                 now += step;
@@ -247,7 +263,7 @@ mod tests {
         let r = rates(&caps(0, 8_000_000)); // 1 MB/s
         let (mut bytes, mut now) = (0u64, 0u64);
         while now < HZ {
-            if r.allows(&r.ingress_pps, &r.ingress_bps, 32, now) > 0 {
+            if r.allows(&r.ingress_pps, &r.ingress_bps, 32, || now) > 0 {
                 // A burst of 32 frames of 1518 bytes.
                 r.charge_ingress(Cost { packets: 32, bits: 32 * 1518 * 8 });
                 bytes += 32 * 1518;
@@ -263,10 +279,10 @@ mod tests {
     fn reload_changes_the_rate_not_the_tokens() {
         let c = caps(1000, 0);
         let r = rates(&c);
-        assert_eq!(r.allows(&r.ingress_pps, &r.ingress_bps, 32, 0), 10);
+        assert_eq!(r.allows(&r.ingress_pps, &r.ingress_bps, 32, || 0), 10);
         r.charge_ingress(Cost { packets: 10, bits: 0 });
         r.apply_at(&caps(2000, 0), 0);
-        assert_eq!(r.allows(&r.ingress_pps, &r.ingress_bps, 32, 0), 0, "a reload refilled the bucket");
+        assert_eq!(r.allows(&r.ingress_pps, &r.ingress_bps, 32, || 0), 0, "a reload refilled the bucket");
         r.apply_at(&RateCaps::default(), 0);
         assert!(!r.ingress_capped());
         assert_eq!(r.tokens(), [None; 4]);

@@ -40,6 +40,10 @@ pub struct PortInfo {
     pub mtu: u32,
     pub weight_packets: u32,
     pub weight_bytes: u32,
+    /// The port's VLAN config.
+    pub vlan: PortVlanInfo,
+    /// The port's rate caps and the tokens their buckets hold.
+    pub rate_caps: RateCapsInfo,
     pub queues: Vec<QueueInfo>,
     /// The port's counters summed over the poll threads (their fields inline).
     #[serde(flatten)]
@@ -93,4 +97,38 @@ pub struct QueueInfo {
     pub poll_thread: Option<usize>,
     pub rx_packets: Option<u64>,
     pub rx_bytes: Option<u64>,
+}
+
+/// A port's VLAN config (`vlan_mode`, `tag`, `trunks` in the config).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortVlanInfo {
+    /// "access", "trunk", "native-untagged" or "native-tagged".
+    pub mode: String,
+    /// The access or native VLAN (null for a trunk).
+    pub tag: Option<u16>,
+    /// The VLANs a trunk or native port carries tagged, as ids and ranges ("10", "20-29"; a
+    /// trunk's "0" stands for untagged frames). Empty for an access port.
+    pub trunks: Vec<String>,
+}
+
+/// A port's rate caps, per direction, in packets and bits a second (0: no cap), each bucket
+/// holding `burst_ms` of its rate; and the whole tokens each capped bucket holds now (null:
+/// no cap; negative: a debt being repaid).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateCapsInfo {
+    pub ingress_pps: u64,
+    pub ingress_bps: u64,
+    pub egress_pps: u64,
+    pub egress_bps: u64,
+    pub burst_ms: u32,
+    pub tokens: RateTokens,
+}
+
+/// Tokens held by each bucket (packets, or bits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateTokens {
+    pub ingress_pps: Option<i64>,
+    pub ingress_bps: Option<i64>,
+    pub egress_pps: Option<i64>,
+    pub egress_bps: Option<i64>,
 }

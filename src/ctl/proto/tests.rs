@@ -153,6 +153,20 @@ pub(crate) mod samples {
             features: vec!["MRG_RXBUF".into(), "VERSION_1".into()],
             offloads: Some(PortOffloads { offered: true, guest_sends: vec!["csum".into()], guest_takes: vec![] }),
             numa_node: Some(0),
+            vlan: PortVlanInfo { mode: "native-untagged".into(), tag: Some(10), trunks: vec!["20-29".into()] },
+            rate_caps: RateCapsInfo {
+                ingress_pps: 1000,
+                ingress_bps: 8_000_000,
+                egress_pps: 2000,
+                egress_bps: 16_000_000,
+                burst_ms: 10,
+                tokens: RateTokens {
+                    ingress_pps: Some(5),
+                    ingress_bps: Some(64),
+                    egress_pps: Some(0),
+                    egress_bps: Some(-3),
+                },
+            },
             queues: vec![rxq, txq, nicq],
             counters: Counters { rx_packets: 10, drops: drops(), ..Counters::default() },
             ..PortInfo::default()

@@ -34,6 +34,13 @@ enum Mode {
     InPort,
     /// 1,000 exact `in_port,ip,nw_dst` flows the frames spread over, and a drop flow.
     Flows1k,
+    /// No flows, both ports on access VLAN 10: NORMAL learned unicast, by VLAN.
+    Access,
+    /// No flows, vm0 on access VLAN 10 and vm1 a trunk of it: each frame gets its tag pushed.
+    Trunk,
+    /// No flows, vm0 with an ingress cap and vm1 with an egress cap, both far above the
+    /// traffic: what checking and charging the buckets costs.
+    Capped,
 }
 
 /// How the sender lays a frame out in its TX ring.
@@ -81,7 +88,7 @@ fn ipv4_frame(dst: [u8; 6], src: [u8; 6], len: usize, i: usize) -> Vec<u8> {
 /// The cell's flow table (empty for NORMAL).
 fn flows(mode: Mode) -> Vec<String> {
     match mode {
-        Mode::Normal | Mode::Flood => vec![],
+        Mode::Normal | Mode::Flood | Mode::Access | Mode::Trunk | Mode::Capped => vec![],
         Mode::InPort => vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()],
         Mode::Flows1k => (0..DESTS)
             .flat_map(|i| {
@@ -129,8 +136,35 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
         Mode::Flood => (FLOWGEN_DST, FLOWGEN_SRC),
         _ => (mac(1), mac(0)),
     };
-    if mode == Mode::Normal {
-        b.announce(1);
+    match mode {
+        Mode::Access | Mode::Trunk => {
+            use crate::wire::vlan::PortVlan;
+            b.policies[0].vlan = PortVlan::access(10);
+            b.policies[1].vlan = if mode == Mode::Trunk { PortVlan::trunk(&[10]) } else { PortVlan::access(10) };
+            b.post(0);
+        }
+        Mode::Capped => {
+            let cap = |ingress_pps, egress_pps| crate::config::RateCaps {
+                ingress_pps,
+                egress_pps,
+                ingress_bps: 1 << 40,
+                egress_bps: 1 << 40,
+                ..Default::default()
+            };
+            b.vms[0].port.rates.apply(&cap(1 << 29, 0));
+            b.vms[1].port.rates.apply(&cap(0, 1 << 29));
+        }
+        _ => {}
+    }
+    match mode {
+        Mode::Normal | Mode::Access | Mode::Capped => b.announce(1),
+        Mode::Trunk => {
+            // The trunk's own frames are tagged.
+            b.vms[1].guest.send(&tagged(&frame([0xff; 6], mac(1), 60, 0), 0x8100, 10));
+            b.settle(10);
+            assert_eq!(b.vms[0].recv().len(), 1);
+        }
+        _ => {}
     }
     let table = flows(mode);
     if !table.is_empty() {
@@ -157,8 +191,9 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
         }
         let recv = b.vms[1 - from].recv();
         assert_eq!(recv.len(), BURST, "{mode:?} {size} {lay:?}, burst {burst}: frames arrived");
+        let expected = |s: &Vec<u8>| if mode == Mode::Trunk { tagged(s, 0x8100, 10) } else { s.clone() };
         assert!(
-            recv.iter().zip(&batch).all(|(r, s)| r == *s),
+            recv.iter().zip(&batch).all(|(r, s)| *r == expected(s)),
             "{mode:?} {size} {lay:?}, burst {burst}: frames changed"
         );
     }
@@ -207,6 +242,12 @@ cells! {
     flows1k_64_indirect: Flows1k, 64, Indirect;
     flows1k_1518: Flows1k, 1518, One;
     flows1k_1518_chain: Flows1k, 1518, Chain;
+    access_64: Access, 64, One;
+    access_1518: Access, 1518, One;
+    trunk_64: Trunk, 64, One;
+    trunk_1518: Trunk, 1518, One;
+    capped_64: Capped, 64, One;
+    capped_1518: Capped, 1518, One;
 }
 
 /// Every cell's traffic arrives whole, in order, under its table (a short run of each).

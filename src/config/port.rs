@@ -53,6 +53,26 @@ impl PortConfig {
         self.endpoint == other.endpoint
     }
 
+    /// The settings `other` changes on a port with the same endpoint, by their config names
+    /// (what a reload applies in place, and says it did).
+    pub fn changed_settings(&self, other: &PortConfig) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut note = |differs: bool, name| {
+            if differs {
+                v.push(name)
+            }
+        };
+        note(self.mtu != other.mtu, "mtu");
+        note((self.weight_packets, self.weight_bytes) != (other.weight_packets, other.weight_bytes), "weights");
+        note(self.queue_cfg != other.queue_cfg, "queues");
+        note(self.allowed_macs != other.allowed_macs, "allowed_macs");
+        note(self.mac_limit != other.mac_limit, "mac_limit");
+        note(self.mem_limits != other.mem_limits, "memory limits");
+        note(self.vlan != other.vlan, "vlan");
+        note(self.rates != other.rates, "rate caps");
+        v
+    }
+
     pub fn vhost_user(&self) -> Option<&VhostUserConfig> {
         match &self.endpoint {
             Endpoint::VhostUser(v) => Some(v),

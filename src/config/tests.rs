@@ -233,5 +233,5 @@ mod placement_tests {
 }
 
 mod one_port;
-mod tenant;
 mod sections;
+mod tenant;

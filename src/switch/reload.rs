@@ -73,8 +73,17 @@ impl Switch {
             }
         }
         // Step 2: in-place changes, new ports, new flows.
+        let mut changed = Vec::new();
+        let mut revlanned = Vec::new();
         for (id, p) in &updated {
             if let Some(ps) = self.port_mut(*id as usize) {
+                let what = ps.cfg.changed_settings(p);
+                if !what.is_empty() {
+                    changed.push(format!("{} ({})", p.name, what.join(", ")));
+                }
+                if ps.cfg.vlan != p.vlan {
+                    revlanned.push(*id);
+                }
                 ps.port.set_mtu(p.mtu);
                 ps.port.rates.apply(&p.rates);
                 ps.cfg = p.clone();
@@ -92,6 +101,11 @@ impl Switch {
         }
         self.flows = Arc::new(flows);
         self.publish();
+        // What a port learned on the VLANs it had is not where its stations are now (OVS
+        // flushes a port's entries the same way when its VLAN config changes).
+        for id in revlanned {
+            self.mac.flush_port(id);
+        }
         let (ctl, mode) = (self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
         let cores = new.poll_cores.clone();
         crate::mem::guest::set_total_limit((new.max_total_guest_memory_mib as u64) << 20);
@@ -113,6 +127,9 @@ impl Switch {
             if removed.is_empty() { String::new() } else { format!(", {} removed or replaced", removed.len()) },
             self.flows.len(),
         );
+        if !changed.is_empty() {
+            notes.insert(0, format!("changed: {}", changed.join(", ")));
+        }
         for n in notes {
             summary.push_str("; ");
             summary.push_str(&n);

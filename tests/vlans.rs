@@ -7,6 +7,7 @@ mod common;
 mod frontend;
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::vms::{BCAST, RX_BUF, recv_n};
@@ -216,4 +217,72 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
     assert!((r / 20_000.0 - 1.0).abs() < 0.05, "honest sent at {r:.0} fps beside the capped VMs");
     assert_eq!(sw.counter("honest", "rx_packets"), honest.counters.tx_frames, "honest: frames taken");
     assert!(drops(&sw, "slow", "rate_cap") > 0, "no frame to the egress-capped VM was dropped");
+}
+
+/// Three Linux guests (QEMU): vm1 and vm2 on VLAN 10, vm3 on VLAN 20 with vm1's MAC and an
+/// address in their subnet. vm1 and vm2 ping each other without loss while vm3 pings vm1 (its
+/// ARP broadcasts come from vm1's MAC, on the other VLAN): vm3 gets no answer, and the switch
+/// sends vm3 nothing at all (no broadcast, no ARP, no frame of theirs).
+#[test]
+fn linux_guests_on_two_vlans_see_only_their_own() {
+    if !require(QEMU) {
+        return;
+    }
+    let _g = serial();
+    let dir = test_dir("vlans-qemu");
+    let ports = [("vm1", "tag = 10"), ("vm2", "tag = 10"), ("vm3", "tag = 20")];
+    let sw = Switch::start_config(dir.clone(), &config(&dir, &ports));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let job = |name: &str, text: &str| {
+        let p = dir.join(format!("job-{name}.sh"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let ping = |peer: &str, count: u32, marker: &str, want: &str| {
+        format!(
+            "ping -c {count} -i 0.2 -W 2 {peer} > /tmp/ping 2>&1\ntail -n 3 /tmp/ping\n\
+             grep -q ' {want}% packet loss' /tmp/ping && echo {marker}\n"
+        )
+    };
+    let job1 = job(
+        "vm1",
+        &format!(
+            "for i in $(seq 1 120); do ping -c 1 -W 1 10.10.0.2 >/dev/null 2>&1 && break; done\n{}",
+            ping("10.10.0.2", 30, "PVS-VLAN-PING-OK", "0")
+        ),
+    );
+    let job2 = job("vm2", "while true; do sleep 1000; done\n");
+    let job3 = job("vm3", &ping("10.10.0.1", 30, "PVS-VLAN-ISOLATED", "100"));
+    let qemu = |name: &str, ip: &str, mac: &str, job: &Path| {
+        Command::new(format!("{root}/scripts/run-vm.sh"))
+            .args(["--socket", &sw.sock(name), "--name", name, "--ip", ip, "--mac", mac])
+            .args(["--job", job.to_str().unwrap(), "--log", dir.join(format!("{name}.log")).to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("qemu-{name}.log"))).unwrap())
+            .spawn()
+            .expect("run scripts/run-vm.sh")
+    };
+    const MAC1: &str = "52:54:00:0c:0c:01";
+    let vms = Qemus(vec![
+        qemu("vm2", "10.10.0.2/24", "52:54:00:0c:0c:02", &job2),
+        qemu("vm1", "10.10.0.1/24", MAC1, &job1),
+        qemu("vm3", "10.10.0.3/24", MAC1, &job3),
+    ]);
+    let log = |name: &str| std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+    // The guests' own jobs end them (PVS-JOB-EXIT); bounded for a machine that boots slowly.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !(log("vm1").contains("PVS-JOB-EXIT") && log("vm3").contains("PVS-JOB-EXIT")) {
+        assert!(Instant::now() < deadline, "the guests' jobs did not end\nvm1:\n{}\nvm3:\n{}", log("vm1"), log("vm3"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(vms);
+    assert!(log("vm1").contains("PVS-VLAN-PING-OK"), "vm1 -> vm2 on VLAN 10:\n{}\n{}", log("vm1"), sw.log());
+    assert!(log("vm3").contains("PVS-VLAN-ISOLATED"), "vm3 reached VLAN 10:\n{}", log("vm3"));
+    let vm3 = sw.port("vm3");
+    assert!(vm3["rx_packets"].as_u64().unwrap() > 0, "vm3 sent nothing: {vm3}");
+    assert_eq!(vm3["tx_packets"], 0, "the switch sent vm3 frames of another VLAN: {vm3}");
+    for p in ["vm1", "vm2"] {
+        let port = sw.port(p);
+        assert!(port["tx_packets"].as_u64().unwrap() >= 30, "{p}: {port}");
+    }
 }

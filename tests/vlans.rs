@@ -120,6 +120,23 @@ fn vlans_keep_tenants_apart_and_trunks_carry_them_tagged() {
     assert_eq!(v("t")["trunks"], serde_json::json!(["10", "20"]));
     assert!(v("t")["tag"].is_null());
 
+    // `trace` makes the data path's VLAN decision: the frame's VLAN, a flood within it, how
+    // each port sends it, and what a port may not send.
+    let trace = |spec: &str| sw.try_ctl_args("trace", &[spec]).unwrap();
+    let outputs = |t: &Value| {
+        t["outputs"].as_array().unwrap().iter().map(|o| o.as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    let steps = |t: &Value| t["steps"].to_string();
+    let tr = trace("in_port=a1,dl_dst=ff:ff:ff:ff:ff:ff");
+    assert_eq!(outputs(&tr), ["a2 (untagged)", "t (tagged 10)"], "{tr}");
+    assert!(steps(&tr).contains("vlan: VLAN 10 (input port a1: access 10)"), "{tr}");
+    let tr = trace("in_port=t,dl_vlan=20,dl_dst=02:00:00:00:00:0a");
+    assert_eq!(outputs(&tr), ["b1 (untagged)"], "MAC_A on VLAN 20 is b1: {tr}");
+    let tr = trace("in_port=a1,dl_vlan=20");
+    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_tagged_on_access"), "{tr}");
+    let tr = trace("in_port=t,dl_vlan=30");
+    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_not_allowed"), "{tr}");
+
     // A reload moves b1 to VLAN 10, live: a1's broadcast now reaches it, and nothing else changed.
     let moved = [("a1", "tag = 10"), ("a2", "tag = 10"), ("b1", "tag = 10"), ("t", "trunks = [10, 20]")];
     sw.write_config(&config(&dir, &moved));

@@ -3,10 +3,12 @@
 //! `ofproto/trace`). Both read the table the poll threads use; neither touches the data path.
 
 use super::proto::{FlowInfo, FlowsReply, TraceReply};
+use crate::datapath::counters::DROP_REASONS;
+use crate::datapath::vlan::{header_for, header_vlan};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
 use crate::switch::Switch;
-use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
+use crate::wire::{EthernetRepr, VlanTag, ethertype};
 
 pub fn flows(c: &Switch) -> FlowsReply {
     let name = |id: u16| c.port_name(id);
@@ -33,17 +35,54 @@ pub fn flows(c: &Switch) -> FlowsReply {
     FlowsReply { normal_only: t.is_normal(), missed_packets, missed_bytes, flows }
 }
 
-/// Where a NORMAL action sends a frame to `dst` from `in_port`, by the learned MACs.
-fn normal_outputs(c: &Switch, in_port: u16, dst: &MacAddr) -> (String, Vec<u16>) {
-    let others = || c.ports.iter().flatten().map(|p| p.id()).filter(|&p| p != in_port).collect::<Vec<_>>();
-    if dst.is_multicast() {
-        return ("broadcast/multicast: flood".into(), others());
-    }
-    match c.mac.lookup(dst, 0) {
-        Some(p) if p == in_port => (format!("{} was learned on the input port: drop", dst), vec![]),
-        Some(p) => (format!("{} learned on {}", dst, c.port_name(p)), vec![p]),
-        None => (format!("{} not learned: flood", dst), others()),
-    }
+/// Where a NORMAL action sends frame header `h` from `in_port`, by the learned MACs and, on a
+/// switch with VLANs, by the frame's VLAN as the data path decides it: the steps that explain
+/// it and the outputs, each with how the frame leaves that port.
+fn normal_outputs(c: &Switch, in_port: u16, h: &EthernetRepr) -> (Vec<String>, Vec<String>) {
+    let name = |id: u16| c.port_name(id);
+    let vlans = c.ports.iter().flatten().any(|p| !p.cfg.vlan.is_default());
+    let mut steps = Vec::new();
+    let vid = if vlans {
+        let Some(pc) = c.port(in_port as usize) else { return (steps, Vec::new()) };
+        match header_vlan(&pc.cfg.vlan, h) {
+            Ok(vid) => {
+                steps.push(format!("vlan: VLAN {vid} (input port {}: {})", pc.name(), pc.cfg.vlan));
+                vid
+            }
+            Err(why) => {
+                let reason = DROP_REASONS[why as usize].0;
+                steps.push(format!("vlan: {} ({}) may not send this frame: drop ({reason})", pc.name(), pc.cfg.vlan));
+                return (steps, Vec::new());
+            }
+        }
+    } else {
+        0
+    };
+    // How the frame leaves port `p`: None if `p` does not carry the VLAN.
+    let leaves = |p: u16| -> Option<String> {
+        if !vlans {
+            return Some(name(p));
+        }
+        let out = header_for(&c.port(p as usize)?.cfg.vlan, vid, h)?;
+        Some(match out.tags[..out.ntags as usize].first() {
+            Some(t) => format!("{} (tagged {})", name(p), t.vid()),
+            None => format!("{} (untagged)", name(p)),
+        })
+    };
+    let flood = || c.ports.iter().flatten().map(|p| p.id()).filter(|&p| p != in_port).filter_map(leaves).collect();
+    let dst = &h.dst;
+    let in_vlan = if vlans { format!(" in VLAN {vid}") } else { String::new() };
+    let (why, outputs) = if dst.is_multicast() {
+        (format!("broadcast/multicast: flood{in_vlan}"), flood())
+    } else {
+        match c.mac.lookup(dst, vid) {
+            Some(p) if p == in_port => (format!("{dst} was learned on the input port: drop"), vec![]),
+            Some(p) => (format!("{dst} learned on {}{in_vlan}", name(p)), leaves(p).into_iter().collect()),
+            None => (format!("{dst} not learned{in_vlan}: flood"), flood()),
+        }
+    };
+    steps.push(format!("normal: {why}"));
+    (steps, outputs)
 }
 
 /// The frame header a key describes (addresses and VLAN tag), for running actions.
@@ -96,15 +135,14 @@ pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
     let t = &c.flows;
     let mut outputs: Vec<String> = Vec::new();
     let mut flow_text = None;
-    let dst = key.dl_dst();
-    let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, dst: &MacAddr, extra: &str| {
-        let (why, ports) = normal_outputs(c, in_port, dst);
-        steps.push(format!("normal: {why}"));
-        outputs.extend(ports.into_iter().map(|p| format!("{}{extra}", name(p))));
+    let push_normal = |steps: &mut Vec<String>, outputs: &mut Vec<String>, h: &EthernetRepr| {
+        let (why, outs) = normal_outputs(c, in_port, h);
+        steps.extend(why);
+        outputs.extend(outs);
     };
     if t.is_normal() {
         steps.push("no flows configured: actions=normal".into());
-        push_normal(&mut steps, &mut outputs, &dst, "");
+        push_normal(&mut steps, &mut outputs, &header_of(&key));
     } else {
         let i = t.lookup(&key);
         if i == NO_MATCH {
@@ -130,7 +168,7 @@ pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
                             Emit::Flood | Emit::All => {
                                 outputs.extend(others(in_port).map(|p| format!("{}{extra}", name(p))))
                             }
-                            Emit::Normal => push_normal(&mut steps, &mut outputs, &h.dst, &extra),
+                            Emit::Normal => push_normal(&mut steps, &mut outputs, h),
                         }
                     });
                 }

@@ -31,7 +31,7 @@ pub mod sched;
 mod stages;
 #[cfg(test)]
 mod tests;
-mod vlan;
+pub mod vlan;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -78,7 +78,7 @@ pub(super) fn egress_shape<'b>(f: &Frame, port: &PortVlan, buf: &'b mut [u8; 16]
 }
 
 /// A header rewritten by a flow's actions (`h`), for its NORMAL action: its VLAN at `port`.
-pub(super) fn header_vlan(port: &PortVlan, h: &EthernetRepr) -> Result<u16, DropReason> {
+pub fn header_vlan(port: &PortVlan, h: &EthernetRepr) -> Result<u16, DropReason> {
     let tag = match h.tags[..h.ntags as usize] {
         [] => None,
         [t] if t.tpid == ethertype::VLAN => Some(t.vid()),
@@ -89,7 +89,7 @@ pub(super) fn header_vlan(port: &PortVlan, h: &EthernetRepr) -> Result<u16, Drop
 
 /// `h` as a port with VLAN config `port` sends VLAN `vid`: its tag set or removed. None if
 /// the port does not carry it.
-pub(super) fn header_for(port: &PortVlan, vid: u16, h: &EthernetRepr) -> Option<EthernetRepr> {
+pub fn header_for(port: &PortVlan, vid: u16, h: &EthernetRepr) -> Option<EthernetRepr> {
     let tagged = port.egress(vid)?;
     let mut out = *h;
     match (out.ntags, tagged) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a tiny Linux guest for the vhost-user VM tests:
 #   OUTDIR/vmlinuz     Debian 6.1 cloud kernel
-#   OUTDIR/initrd.img  busybox-static initramfs with the virtio-net modules, iperf3
+#   OUTDIR/initrd.img  busybox-static initramfs with the virtio-net and 802.1Q modules, iperf3
 #                      and an /init that configures eth0 from the kernel command line,
 #                      runs /job.sh and powers off.
 #
@@ -105,7 +105,8 @@ add_module() {                                   # depth-first: deps before the 
   for d in ${deps//,/ }; do add_module "$d"; done
   load_order+=("$m")
 }
-for m in virtio_pci virtio_net; do             # pulls virtio, virtio_ring, net_failover, ...
+# 8021q: VLAN interfaces, for a guest that plays the physical network behind a trunk.
+for m in virtio_pci virtio_net 8021q; do       # pulls virtio, virtio_ring, net_failover, ...
   if grep -q "/$m.ko\$" "$moddir/modules.builtin"; then continue; fi
   add_module "$m"
 done

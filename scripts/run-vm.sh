@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Boots one test guest (scripts/build-guest.sh) under QEMU with a single virtio-net-pci
-# NIC backed by a vhost-user socket. QEMU runs in the foreground (exec), so a caller can
+# NIC backed by a vhost-user socket (or, with --tap, by a kernel tap device). QEMU runs in the foreground (exec), so a caller can
 # background this script and `wait` for it; it exits when the guest powers off (after its
 # job, see --job).
 #
 # Usage: scripts/run-vm.sh --socket PATH [options]
-#   --socket PATH     vhost-user unix socket (required)
+#   --socket PATH     vhost-user unix socket (required unless --tap)
+#   --tap IFNAME      back the NIC by the existing tap device IFNAME instead (a guest on a
+#                     kernel bridge: the "physical network" side of a test); run this
+#                     script in the tap's network namespace
 #   --vhost-server    QEMU listens on PATH (server=on,wait=off) and the switch connects;
 #                     default: QEMU is the client of a socket owned by the switch and
 #                     keeps retrying until it can connect
@@ -35,11 +38,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
+socket= tap= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
     --socket)       socket=${2:?}; shift 2 ;;
+    --tap)          tap=${2:?}; shift 2 ;;
     --vhost-server) server=1; shift ;;
     --mac)          mac=${2:?}; shift 2 ;;
     --ip)           ip=${2:?}; shift 2 ;;
@@ -56,7 +60,7 @@ while [ $# -gt 0 ]; do
     *)              echo "run-vm: unknown argument: $1" >&2; usage ;;
   esac
 done
-[ -n "$socket" ] || { echo "run-vm: --socket is required" >&2; usage; }
+[ -n "$socket" ] || [ -n "$tap" ] || { echo "run-vm: --socket or --tap is required" >&2; usage; }
 [[ $queues =~ ^[1-9][0-9]*$ ]] || die "--queues must be a positive integer"
 [ -z "$mtu" ] || [[ $mtu =~ ^[0-9]+$ ]] || die "--mtu must be an integer"
 [ -z "$job" ] || [ -f "$job" ] || die "job file not found: $job"
@@ -101,6 +105,12 @@ else
   chardev="socket,id=chr0,path=$socket,reconnect-ms=1000"
 fi
 netdev="vhost-user,id=net0,chardev=chr0"
+# A tap NIC: no vhost-user chardev; no offloads between the guest and the tap, so frames
+# crossing the kernel bridge to a veth are complete (checksummed, at most MTU-sized).
+if [ -n "$tap" ]; then
+  chardev=
+  netdev="tap,id=net0,ifname=$tap,script=no,downscript=no"
+fi
 # romfile= : no iPXE option ROM (we boot with -kernel; saves boot time).
 device="virtio-net-pci,netdev=net0,mac=$mac,mrg_rxbuf=on,romfile="
 if [ "$queues" -gt 1 ]; then
@@ -109,6 +119,7 @@ if [ "$queues" -gt 1 ]; then
 fi
 [ -z "$mtu" ] || device+=",host_mtu=$mtu"
 # Device properties, e.g. offloads turned off: guest_tso4=off,guest_tso6=off,guest_csum=off
+[ -z "$tap" ] || device+=",csum=off,gso=off,guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
 [ -z "$net_opts" ] || device+=",$net_opts"
 
 accel=${PVS_ACCEL:-tcg}
@@ -123,10 +134,10 @@ args=(
   -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
   -nographic -nodefaults
   -kernel "$guest_dir/vmlinuz" -initrd "$initrd" -append "$append"
-  -chardev "$chardev"
   -netdev "$netdev"
   -device "$device"
 )
+[ -z "$chardev" ] || args+=(-chardev "$chardev")
 # A guest reboot ends QEMU unless --reboot (then it resets the machine: the driver re-creates
 # its rings on the same vhost-user connection).
 [ $reboot = 1 ] || args+=(-no-reboot)
@@ -138,6 +149,6 @@ else
   args+=(-serial mon:stdio)
 fi
 
-echo "run-vm: $name mac=$mac ip=${ip:-none} socket=$socket ($([ $server = 1 ] && echo server || echo client))" \
+echo "run-vm: $name mac=$mac ip=${ip:-none} socket=${socket:-none}${tap:+ tap=$tap} ($([ $server = 1 ] && echo server || echo client))" \
      "queues=$queues mtu=${mtu:-default} accel=$accel${logfile:+ log=$logfile}" >&2
 exec "${PVS_QEMU:-qemu-system-x86_64}" "${args[@]}"

@@ -1,5 +1,6 @@
 //! DPDK ports in the switch: a net_ring loopback between two testpmd VMs, a NIC that fails to
-//! start, and a veth pair into a network namespace (net_af_packet) that a VM answers pings on.
+//! start, a veth pair into a network namespace (net_af_packet) that a VM answers pings on, and
+//! that veth as a VLAN trunk to a Linux guest on the namespace's bridge.
 //! Needs root, hugepages and dpdk-testpmd.
 #![cfg(feature = "dpdk")]
 
@@ -212,6 +213,33 @@ impl Netns {
         n
     }
 
+    /// A namespace where the veth's end and tap `pvstap0` (for a QEMU guest, the "physical
+    /// network") are ports of bridge br0, with no address and no IPv6: the namespace only
+    /// forwards. The switch's end of the veth hands VLAN tags to af_packet in the frame.
+    fn bridged(tag: &str) -> Netns {
+        let pid = std::process::id() % 100_000;
+        let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
+        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &n.host_if]).stderr(Stdio::null()).status();
+        sh(&["ip", "netns", "add", &n.ns]);
+        let ex = |args: &[&str]| sh(&[&["ip", "netns", "exec", &n.ns], args].concat());
+        ex(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]);
+        ex(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]);
+        sh(&["ip", "link", "add", &n.host_if, "type", "veth", "peer", "name", "pvsns0", "netns", &n.ns]);
+        sh(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", n.host_if)]);
+        sh(&["ethtool", "-K", &n.host_if, "rxvlan", "off", "txvlan", "off"]);
+        ex(&["ip", "link", "add", "br0", "type", "bridge"]);
+        ex(&["ip", "tuntap", "add", "pvstap0", "mode", "tap"]);
+        for dev in ["pvsns0", "pvstap0"] {
+            ex(&["ip", "link", "set", dev, "master", "br0"]);
+            ex(&["ip", "link", "set", dev, "up"]);
+        }
+        ex(&["ip", "link", "set", "br0", "up"]);
+        ex(&["ip", "link", "set", "lo", "up"]);
+        sh(&["ip", "link", "set", &n.host_if, "up"]);
+        n
+    }
+
     /// A namespace with only its loopback up; `host_if` names an interface a device will
     /// create (net_tap), which `adopt` moves in and configures as `new` does the veth's end.
     fn bare(tag: &str) -> Netns {
@@ -299,6 +327,135 @@ fn ping_through_af_packet_veth() {
     let vs = vm.port_stats();
     assert_eq!(vs[0], (ns_tx, ns_rx), "VM port stats");
     vm.quit();
+}
+
+/// A trunk to the physical network: the dpdk port (net_af_packet on a veth) carries VLANs 10
+/// and 20 to a bridge in a namespace, where a Linux guest (the network's side) has an 802.1Q
+/// interface on each. Two Linux guests on access ports, one per VLAN, ping and run TCP both
+/// ways to their VLAN's interface at the same time; the guest's VLAN interfaces receive them
+/// (so the tags were right), the switch learns the network's MAC on both VLANs behind the
+/// trunk, and drops nothing for a VLAN.
+#[test]
+fn trunk_dpdk_port_carries_two_vlans_to_linux() {
+    if !require(&[NETNS, GUEST_NIC].concat()) {
+        return;
+    }
+    let _g = serial();
+    let ns = Netns::bridged("v");
+    let dir = test_dir("nictrunk");
+    let text = format!(
+        "{}[[port]]\nname = \"eth\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={}\"\ntrunks = [10, 20]\n",
+        config(&dir, &[], &[], &[]),
+        ns.host_if
+    );
+    let text = ["v10", "v20"].iter().fold(text, |t, p| {
+        t + &format!("[[port]]\nname = \"{p}\"\ntype = \"vhost-user\"\nsocket = \"{p}.sock\"\ntag = {}\n", &p[1..])
+    });
+    let sw = Switch::start_config(dir.clone(), &text);
+    assert_eq!(sw.port("eth")["state"], "running", "{}", sw.log());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let write_job = |name: &str, text: String| {
+        let p = dir.join(format!("job-{name}.sh"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let net_job = write_job(
+        "net",
+        r#"for v in 10 20; do
+  ip link add link eth0 name eth0.$v type vlan id $v 2>/dev/null || vconfig add eth0 $v
+  ip addr add 10.$v.0.1/24 dev eth0.$v
+  ip link set eth0.$v up
+done
+iperf3 -s -B 10.10.0.1 -p 5210 >/dev/null 2>&1 &
+iperf3 -s -B 10.20.0.1 -p 5220 >/dev/null 2>&1 &
+while true; do
+  echo PVS-COUNT $(cat /sys/class/net/eth0.10/statistics/rx_packets) $(cat /sys/class/net/eth0.20/statistics/rx_packets)
+  sleep 1
+done
+"#
+        .into(),
+    );
+    let vm_job = |v: u16| {
+        format!(
+            r#"P=10.{v}.0.1
+i=0
+until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
+ping -c 5 -i 0.2 -W 2 $P | tail -n 2
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c $P -p 52{v} -t 2 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+"#
+        )
+    };
+    let log = |name: &str| dir.join(format!("{name}.log"));
+    let qemu = |cmd: &mut Command, name: &str, job: &std::path::Path| {
+        cmd.args(["--name", name, "--job", job.to_str().unwrap(), "--log", log(name).to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("qemu-{name}.log"))).unwrap())
+            .spawn()
+            .expect("run scripts/run-vm.sh")
+    };
+    const NET_MAC: &str = "52:54:00:77:0a:01";
+    let mut net = Command::new("ip");
+    net.args(["netns", "exec", &ns.ns, &format!("{root}/scripts/run-vm.sh"), "--tap", "pvstap0", "--mac", NET_MAC]);
+    let mut vms = vec![qemu(&mut net, "net", &net_job)];
+    for v in [10u16, 20] {
+        let job = write_job(&format!("v{v}"), vm_job(v));
+        let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+        cmd.args(["--socket", &sw.sock(&format!("v{v}")), "--ip", &format!("10.{v}.0.2/24")]);
+        vms.push(qemu(&mut cmd, &format!("v{v}"), &job));
+    }
+    let vms = Qemus(vms);
+    let read = |name: &str| std::fs::read_to_string(log(name)).unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while !(read("v10").contains("PVS-JOB-EXIT") && read("v20").contains("PVS-JOB-EXIT")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the guests' jobs did not end\nv10:\n{}\nv20:\n{}\nnet:\n{}",
+            read("v10"),
+            read("v20"),
+            read("net")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // The network's VLAN interfaces' receive counters, a second after both jobs ended.
+    let counts = |out: &str| -> Option<(u64, u64)> {
+        let l = out.lines().rev().find(|l| l.starts_with("PVS-COUNT "))?;
+        let mut n = l.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0));
+        Some((n.next()?, n.next()?))
+    };
+    let seen = counts(&read("net"));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (rx10, rx20) = counts(&read("net")).expect("the network guest's counters");
+    drop(vms);
+    let (eth, fdb) = (sw.port("eth"), sw.ctl("fdb"));
+    for v in ["v10", "v20"] {
+        let out = read(v);
+        eprintln!(
+            "{v}: {}",
+            out.lines().filter(|l| l.contains("PVS-") || l.contains("loss")).collect::<Vec<_>>().join(" | ")
+        );
+        assert!(out.contains(" 0% packet loss"), "{v} -> its VLAN's interface, ping:\n{out}\n{eth}");
+        assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "{v}: iperf3 both ways:\n{out}");
+    }
+    // Each VLAN interface received its guest's TCP (thousands of segments), none the other's.
+    assert!(rx10 > 1000 && rx20 > 1000, "the network's eth0.10/eth0.20 received {rx10}/{rx20} ({seen:?})");
+    // Nothing the guests or the network sent on a VLAN was refused. What the trunk did refuse
+    // is the network guest's own untagged IPv6 on eth0 (router solicitations, MLD, DAD: a
+    // handful at boot), which a trunk without VLAN 0 drops as not allowed.
+    assert_eq!(eth["drops"]["vlan_stacked"], 0, "{eth}");
+    assert!(eth["drops"]["vlan_not_allowed"].as_u64() < Some(50), "{eth}");
+    for v in ["v10", "v20"] {
+        let p = sw.port(v);
+        let refused = ["vlan_not_allowed", "vlan_tagged_on_access", "vlan_stacked"].map(|w| &p["drops"][w]);
+        assert!(refused.iter().all(|n| **n == 0), "{v}: {p}");
+    }
+    let on = |vlan: u64| fdb.as_array().unwrap().iter().find(|e| e["mac"] == NET_MAC && e["vlan"] == vlan).cloned();
+    for vlan in [10, 20] {
+        assert_eq!(on(vlan).map(|e| e["port"].clone()), Some(Value::from("eth")), "VLAN {vlan}: {fdb}");
+    }
 }
 
 /// A QEMU Linux guest (TCG) <-> pvswitchd <-> net_af_packet <-> veth <-> a namespace: ping both

@@ -169,9 +169,11 @@ def start_pvswitchd(d, conf, binary=None):
     return lambda: (p.send_signal(signal.SIGTERM), p.wait())
 
 
-def start_pvswitch(d, extra="", binary=None, switch_extra=""):
-    """pvswitchd with ports a and b on CPU 1, as the VM-to-VM benchmark uses it."""
-    return start_pvswitchd(d, write_config(d, [("a", ""), ("b", "")], (1,), switch_extra, extra), binary)
+def start_pvswitch(d, extra="", binary=None, switch_extra="", ports=None):
+    """pvswitchd with ports a and b on CPU 1, as the VM-to-VM benchmark uses it (`ports`: their
+    (name, extra toml), e.g. VLAN keys)."""
+    ports = ports or [("a", ""), ("b", "")]
+    return start_pvswitchd(d, write_config(d, ports, (1,), switch_extra, extra), binary)
 
 
 def start_ceiling(d):
@@ -264,25 +266,26 @@ def flowgen(d, size, ring=None, flows=None):
     )
 
 
-def start_switch(kind, d, extra="", binary=None, switch_extra="", ovs_flows=None):
+def start_switch(kind, d, extra="", binary=None, switch_extra="", ovs_flows=None, ports=None):
     """Ports a and b (sockets in `d`) through `kind`: "pvswitch" (`extra` at the top of its
     configuration), "ovs" (`ovs_flows`, or NORMAL) or "ceiling". Returns a function that stops
     it."""
     if kind == "pvswitch":
-        return start_pvswitch(d, extra, binary, switch_extra)
+        return start_pvswitch(d, extra, binary, switch_extra, ports)
     if kind == "ovs":
         return start_ovs(d, ovs_flows)
     return start_ceiling(d)
 
 
 def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra="", ring=None,
-            flows=None, ovs_flows=None):
+            flows=None, ovs_flows=None, ports=None):
     """Forwarded packets per second through `kind` ("pvswitch", "ovs" or "ceiling") of the
     flowgen generator's traffic; `extra` goes at the top of pvswitchd's configuration file,
     `ovs_flows` to OVS, `binary` replaces target/release/pvswitchd, `ring` and `flows` go to
-    flowgen(), and `during(dir)` runs (in a thread) while the window is measured."""
+    flowgen(), `ports` to start_pvswitch, and `during(dir)` runs (in a thread) while the window
+    is measured."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
-    stop = start_switch(kind, d, extra, binary, switch_extra, ovs_flows)
+    stop = start_switch(kind, d, extra, binary, switch_extra, ovs_flows, ports)
     try:
         gen = flowgen(d, size, ring, flows)
         try:

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use vm_memory::{FileOffset, MmapRegion};
 
@@ -311,6 +311,20 @@ impl GuestMem {
         Some((unsafe { r.host.add(off as usize) }, len.min(r.size - off)))
     }
 
+    /// ORs `bits` into the byte at guest address `gpa` with one atomic instruction (a dirty
+    /// log's bitmap, which the frontend reads and clears while we set bits in it, as the
+    /// vhost-user protocol requires). False if the byte lies in no region.
+    #[inline]
+    pub fn fetch_or_byte(&self, gpa: u64, bits: u8) -> bool {
+        let Some(p) = self.translate(gpa, 1) else { return false };
+        // SAFETY: `translate` checked that the byte lies in a mapping this `GuestMem` owns,
+        // mapped while `self` lives; `AtomicU8` has a u8's size and alignment. The frontend is
+        // meant to touch the byte with atomics only; one that does not can only corrupt its
+        // own log.
+        unsafe { AtomicU8::from_ptr(p) }.fetch_or(bits, Ordering::Relaxed);
+        true
+    }
+
     /// Host pointer for `len` bytes at the frontend's virtual address `uva` (ring addresses).
     pub fn translate_user(&self, uva: u64, len: u64) -> Option<*mut u8> {
         let (r, off) = self.find(uva, |r| r.uva)?;
@@ -362,6 +376,11 @@ impl GuestMem {
 
     pub fn region_count(&self) -> usize {
         self.regions.len()
+    }
+
+    /// The end of the highest region, as a guest-physical address (what a dirty log covers).
+    pub fn gpa_end(&self) -> u64 {
+        self.regions.iter().map(|r| r.gpa + r.size).max().unwrap_or(0)
     }
 
     /// Total bytes of guest memory mapped (the regions' sizes).

@@ -24,6 +24,7 @@ use crate::mem::GuestMem;
 pub use crate::mem::Segs;
 pub use crate::mem::segs::MAX_SEGS;
 pub mod call;
+pub mod log;
 
 #[cfg(target_arch = "x86_64")]
 use crate::mem::segs::prefetch_for_write;
@@ -116,6 +117,8 @@ pub struct ActiveRing {
     /// Whether each of the last eight receive buffers' virtio-net headers had to be written (bit
     /// 0 the latest): `prefetch_ahead` fetches the header's line for ownership when most did.
     hdr_stores: u8,
+    /// The dirty log, while the frontend migrates the VM (None: nothing is logged).
+    log: Option<log::RingLog>,
     _mem: Arc<GuestMem>,
     mem_ptr: *const GuestMem,
 }
@@ -211,6 +214,9 @@ pub struct Vring {
     pub kick: Option<File>,
     /// Counts starts, so a poll thread can tell that `kick` may have changed.
     pub epoch: u64,
+    /// The port's dirty log and the guest address of this ring's used ring (if it is to be
+    /// logged), for the ring's next start: set while the frontend migrates the VM.
+    pub log: Option<(Arc<log::DirtyLog>, Option<u64>)>,
 }
 
 /// A ring plus the spin lock that guards it. `ready` is a hint readable without the lock.
@@ -318,6 +324,7 @@ impl Vring {
             call,
             walked: 0,
             hdr_stores: 0,
+            log: self.log.as_ref().map(|(l, used)| log::RingLog::new(l.clone(), *used, addrs.size)),
             _mem: mem,
             mem_ptr,
         });
@@ -449,6 +456,9 @@ impl ActiveRing {
             // SAFETY: used->flags at offset 0 of the validated used ring.
             unsafe { ptr::write_volatile(self.used as *mut u16, 0) };
         }
+        if let Some(l) = &self.log {
+            l.used_written();
+        }
         full_fence();
     }
 
@@ -526,9 +536,9 @@ impl ActiveRing {
     /// fit one buffer), and if so its buffer, in `segs`. Anything else takes the general walk,
     /// which reads the descriptor again and checks everything.
     #[inline(always)]
-    fn take_simple(&self, head: u16, segs: &mut Segs<'_>, writable: bool) -> bool {
+    fn take_simple(&self, head: u16, segs: &mut Segs<'_>, writable: bool) -> Option<(u64, u32)> {
         if head >= self.size {
-            return false;
+            return None;
         }
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
@@ -536,17 +546,17 @@ impl ActiveRing {
         let Desc { addr, len, flags, .. } = unsafe { Desc::read(self.desc.add(head as usize)) };
         let write = if writable { VRING_DESC_F_WRITE } else { 0 };
         if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != write {
-            return false;
+            return None;
         }
         if len == 0 {
-            return false; // the general walk reports it
+            return None; // the general walk reports it
         }
-        let Some(p) = mem.translate(addr, len as u64) else { return false };
+        let p = mem.translate(addr, len as u64)?;
         // SAFETY: `translate` checked `[addr, addr + len)` lies in one mapped region of this
         // ring's memory, which stays mapped while the ring is borrowed; `pop`'s callers tie
         // `segs` to such a borrow (`RingLoan::pop`).
         unsafe { segs.set_one(p, len) };
-        true
+        Some((addr, len))
     }
 
     fn walk(&mut self, head: u16, segs: &mut Segs<'_>, writable: bool) -> Result<(), RingError> {
@@ -560,8 +570,11 @@ impl ActiveRing {
         let mut seen = 0u32;
         let mut total = 0u32;
         let mut indirect = false;
-        if self.take_simple(head, segs, writable) {
+        if let Some((addr, len)) = self.take_simple(head, segs, writable) {
             self.walked += 1;
+            if writable && let Some(l) = &mut self.log {
+                l.popped(addr, len);
+            }
             return Ok(());
         }
         // The fast path sets the segments whole; the walk appends to them.
@@ -596,6 +609,9 @@ impl ActiveRing {
             }
             if (flags & VRING_DESC_F_WRITE != 0) != writable {
                 return Err(RingError::WrongDirection);
+            }
+            if writable && let Some(l) = &mut self.log {
+                l.popped(addr, len);
             }
             let mut a = addr;
             let mut left = len as u64;
@@ -741,6 +757,9 @@ impl ActiveRing {
         }
         self.used_idx_ptr().store(new.to_le(), Ordering::Release);
         self.used_published = new;
+        if let Some(l) = &mut self.log {
+            l.published();
+        }
         // The guest's used_event / flags must be read after our idx store is visible.
         full_fence();
         if self.event_idx {

@@ -135,7 +135,7 @@ pub fn attach(backend: &mut PortBackend, guest: &Guest, features: u64) {
         };
         backend.set_vring_num(q as u32, l.qsize as u32).unwrap();
         backend.set_vring_base(q as u32, 0).unwrap();
-        backend.set_vring_addr(q as u32, uva(at.desc), uva(at.used), uva(at.avail)).unwrap();
+        backend.set_vring_addr(q as u32, uva(at.desc), uva(at.used), uva(at.avail), None).unwrap();
         backend.set_vring_kick(q as u8, dup(guest.kick(q))).unwrap();
         backend.set_vring_call(q as u8, dup(guest.call(q))).unwrap();
         backend.set_vring_enable(q as u32, true).unwrap();

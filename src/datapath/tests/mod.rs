@@ -8,6 +8,7 @@ mod attacks;
 mod flows;
 mod harness;
 mod insn;
+mod migration;
 mod offloads;
 mod rewrites;
 mod switching;

@@ -17,6 +17,7 @@ use log::{info, warn};
 use crate::mem::{GuestMem, MemLimits, RegionDesc};
 use crate::port::Port;
 use crate::vring::call::is_eventfd;
+use crate::vring::log::DirtyLog;
 use crate::vring::{CallFd, MAX_QUEUE_SIZE, ring_addrs};
 use crate::wire::gso::Negotiated;
 use crate::wire::virtio_net::{self, feature};
@@ -24,11 +25,17 @@ use msg::{Header, Request, VringFd};
 
 /// The vhost-user transport's own feature bit: the protocol-features handshake is offered.
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
+/// vhost's own feature bit: log every write to guest memory in the dirty log (live migration).
+pub const VHOST_F_LOG_ALL: u64 = 1 << 26;
 
 /// What pvswitchd offers every frontend. IN_ORDER: chains are popped, and completed, strictly
 /// in ring order on both queues. CTRL_VQ is offered because MQ requires it; the frontend
-/// (QEMU) serves the control queue itself and never hands it to a backend.
+/// (QEMU) serves the control queue itself and never hands it to a backend. LOG_ALL: live
+/// migration (the dirty log); GUEST_ANNOUNCE: a migrated guest announces its own addresses
+/// (through the control queue, which the frontend serves).
 pub const OFFERED_FEATURES: u64 = feature::VERSION_1
+    | VHOST_F_LOG_ALL
+    | feature::GUEST_ANNOUNCE
     | feature::IN_ORDER
     | feature::MRG_RXBUF
     | feature::CTRL_VQ
@@ -48,12 +55,16 @@ pub const OFFLOAD_FEATURES: u64 = feature::CSUM
     | feature::GUEST_TSO6
     | feature::GUEST_ECN;
 
-/// The protocol features offered: multi-queue, and acks for requests that ask for one.
-pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK;
+/// The protocol features offered: multi-queue, acks for requests that ask for one, and the
+/// dirty log as a shared-memory fd.
+pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK | msg::protocol::LOG_SHMFD;
 
 /// Names of negotiated feature bits, for `pvswitchctl ports`.
 pub fn feature_names(f: u64) -> Vec<String> {
-    let mut v = virtio_net::feature_names(f & !VHOST_USER_F_PROTOCOL_FEATURES);
+    let mut v = virtio_net::feature_names(f & !(VHOST_USER_F_PROTOCOL_FEATURES | VHOST_F_LOG_ALL));
+    if f & VHOST_F_LOG_ALL != 0 {
+        v.push("LOG_ALL".into());
+    }
     if f & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
         v.push("PROTOCOL_FEATURES".into());
     }
@@ -92,6 +103,8 @@ struct VringConf {
     call: Option<Arc<CallFd>>,
     /// Whether the data path is serving this ring now.
     running: bool,
+    /// Where its used ring is logged (SET_VRING_ADDR with VRING_F_LOG).
+    log_addr: Option<u64>,
 }
 
 pub struct PortBackend {
@@ -106,6 +119,8 @@ pub struct PortBackend {
     /// turned offloads off).
     offer: u64,
     vrings: Vec<VringConf>,
+    /// The dirty log (SET_LOG_BASE); used while LOG_ALL is negotiated.
+    log: Option<Arc<DirtyLog>>,
 }
 
 /// The port's virtqueues (a backend only exists for a vhost-user port).
@@ -125,6 +140,7 @@ impl PortBackend {
             limits: MemLimits::NONE,
             offer: OFFERED_FEATURES | OFFLOAD_FEATURES,
             vrings: (0..n).map(|_| VringConf::default()).collect(),
+            log: None,
         }
     }
 
@@ -216,6 +232,7 @@ impl PortBackend {
         };
         g.hdr_len = hdr_len;
         g.mrg_rxbuf = mrg;
+        g.log = self.log.clone().filter(|_| self.features & VHOST_F_LOG_ALL != 0).map(|l| (l, v.log_addr));
         // A guest's TX queues (odd) carry what it may send, its RX queues what it can take.
         g.offloads = if i % 2 == 1 { Negotiated::host(self.features) } else { Negotiated::guest(self.features) };
         g.start(addrs, v.base, event_idx, (call, kick), mem);
@@ -287,7 +304,15 @@ impl PortBackend {
             Request::ResetOwner => self.reset(),
             Request::SetMemTable(regions) => self.set_mem_table(&regions, std::mem::take(fds))?,
             Request::SetVringNum { index, num } => self.set_vring_num(index, num)?,
-            Request::SetVringAddr { index, desc, used, avail } => self.set_vring_addr(index, desc, used, avail)?,
+            Request::SetVringAddr { index, desc, used, avail, log } => {
+                self.set_vring_addr(index, desc, used, avail, log)?
+            }
+            Request::SetLogBase { size, offset } => {
+                self.set_log_base(size, offset, fds.pop())?;
+                // Answered with an empty reply (QEMU waits for it), whether or not acks were
+                // negotiated.
+                return Ok(Some(Vec::new()));
+            }
             Request::SetVringBase { index, base } => self.set_vring_base(index, base)?,
             Request::GetVringBase { index } => {
                 let base = self.get_vring_base(index)?;
@@ -360,8 +385,18 @@ impl PortBackend {
         Ok(())
     }
 
-    pub fn set_vring_addr(&mut self, index: u32, desc: u64, used: u64, avail: u64) -> Result<(), Refusal> {
-        self.vring(index)?.addrs = Some((desc, used, avail));
+    /// `log`: the used ring's guest address, if its writes are to be logged (VRING_F_LOG).
+    pub fn set_vring_addr(
+        &mut self,
+        index: u32,
+        desc: u64,
+        used: u64,
+        avail: u64,
+        log: Option<u64>,
+    ) -> Result<(), Refusal> {
+        let v = self.vring(index)?;
+        v.addrs = Some((desc, used, avail));
+        v.log_addr = log;
         // Restarts a running ring at the new addresses, or starts one that waited for them.
         self.reconcile_or_refuse(index as usize)
     }
@@ -409,6 +444,27 @@ impl PortBackend {
         self.vrings[index as usize].call = call.clone();
         rings(&self.port)[index as usize].lock().set_call(call);
         Ok(())
+    }
+
+    /// Maps the dirty log and restarts the rings on it (if LOG_ALL is on). A log too small for
+    /// the guest's memory, or that cannot be mapped, refuses the request.
+    pub fn set_log_base(&mut self, size: u64, offset: u64, fd: Option<File>) -> Result<(), Refusal> {
+        if self.protocol & msg::protocol::LOG_SHMFD == 0 {
+            return Err("SET_LOG_BASE without the LOG_SHMFD protocol feature".into());
+        }
+        let fd = fd.ok_or("SET_LOG_BASE without a log fd")?;
+        let log = DirtyLog::map(size, offset, fd, &self.limits)?;
+        if let Some(mem) = &self.mem
+            && !log.covers(mem.gpa_end())
+        {
+            return Err(format!(
+                "SET_LOG_BASE: a log of {size} bytes cannot cover guest memory up to {:#x}",
+                mem.gpa_end()
+            ));
+        }
+        info!("{}: dirty log of {} KiB", self.port.name(), size.div_ceil(1024));
+        self.log = Some(Arc::new(log));
+        self.reconcile_all()
     }
 
     pub fn set_protocol_features(&mut self, features: u64) {

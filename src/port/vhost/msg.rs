@@ -26,6 +26,8 @@ const FLAG_REPLY: u32 = 0x4;
 const FLAG_NEED_REPLY: u32 = 0x8;
 /// In the u64 of SET_VRING_KICK/CALL/ERR: no fd comes with the message (polling mode).
 const VRING_NOFD: u64 = 0x100;
+/// In SET_VRING_ADDR's flags: log the used ring's writes at `log_guest_addr`.
+pub const VRING_F_LOG: u32 = 0x1;
 
 /// Front-end request codes.
 pub mod code {
@@ -64,6 +66,8 @@ pub mod code {
 /// Protocol feature bits (GET/SET_PROTOCOL_FEATURES).
 pub mod protocol {
     pub const MQ: u64 = 1 << 0;
+    /// The dirty log comes as a shared-memory fd (SET_LOG_BASE): live migration.
+    pub const LOG_SHMFD: u64 = 1 << 1;
     pub const REPLY_ACK: u64 = 1 << 3;
 }
 
@@ -148,6 +152,13 @@ pub enum Request {
         desc: u64,
         used: u64,
         avail: u64,
+        /// The guest address the used ring's writes are logged at, if VRING_F_LOG is set.
+        log: Option<u64>,
+    },
+    /// SET_LOG_BASE: the dirty log is `size` bytes at `offset` of the fd that came with it.
+    SetLogBase {
+        size: u64,
+        offset: u64,
     },
     SetVringBase {
         index: u32,
@@ -280,7 +291,19 @@ pub fn parse(h: &Header, p: &[u8], nfds: usize) -> Result<Request, Error> {
         }
         SET_VRING_ADDR => {
             need(40)?;
-            Request::SetVringAddr { index: u32_at(p, 0), desc: u64_at(p, 8), used: u64_at(p, 16), avail: u64_at(p, 24) }
+            let log = (u32_at(p, 4) & VRING_F_LOG != 0).then(|| u64_at(p, 32));
+            Request::SetVringAddr {
+                index: u32_at(p, 0),
+                desc: u64_at(p, 8),
+                used: u64_at(p, 16),
+                avail: u64_at(p, 24),
+                log,
+            }
+        }
+        SET_LOG_BASE => {
+            need(16)?;
+            fds(1)?;
+            return Ok(Request::SetLogBase { size: u64_at(p, 0), offset: u64_at(p, 8) });
         }
         SET_VRING_KICK | SET_VRING_CALL | SET_VRING_ERR => {
             need(8)?;

@@ -1,0 +1,120 @@
+//! Dirty-page logging, for live migration: while a frontend migrates its VM it shares a bitmap
+//! (SET_LOG_BASE), one bit per 4 KiB guest-physical page, and every page pvswitchd writes must
+//! be marked in it, so the frontend copies that page again. A ring marks what it wrote when it
+//! publishes (after the writes, never before: a mark the frontend clears before the write
+//! lands would lose it): the receive buffers of the chains it popped since the last publish
+//! (virtio-net header and frame; a chain popped and given back is marked too, which costs the
+//! migration a page copy and nothing else), its used ring (entries, index, `avail_event`).
+//! A page touched by consecutive buffers is marked once per publish. A ring without a log
+//! pays one branch per chain popped and one per publish.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::sync::Arc;
+
+use crate::mem::{GuestMem, MemLimits, RegionDesc};
+
+/// Log granularity: one bit per 4 KiB page (VHOST_LOG_PAGE).
+pub const PAGE_SHIFT: u32 = 12;
+
+/// The frontend's log bitmap, mapped (checked and charged like guest memory: its size and
+/// offset against the file and the port's limits, and protected against the file shrinking).
+pub struct DirtyLog {
+    bitmap: GuestMem,
+    bytes: u64,
+}
+
+impl DirtyLog {
+    /// Maps the `size` bytes at `offset` of `file`.
+    pub fn map(size: u64, offset: u64, file: File, limits: &MemLimits) -> Result<DirtyLog, String> {
+        if size == 0 {
+            return Err("log of 0 bytes".into());
+        }
+        let desc = RegionDesc { guest_phys_addr: 0, size, user_addr: 0, mmap_offset: offset };
+        let bitmap = GuestMem::map(&[desc], vec![file], limits).map_err(|e| format!("log: {e}"))?;
+        Ok(DirtyLog { bitmap, bytes: size })
+    }
+
+    /// Bytes of bitmap.
+    pub fn len(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Whether the bitmap has a bit for every page below guest address `end`.
+    pub fn covers(&self, end: u64) -> bool {
+        end.div_ceil(1 << PAGE_SHIFT).div_ceil(8) <= self.bytes
+    }
+
+    /// Marks page number `page` (a page past the bitmap is not marked: the frontend sized it).
+    #[inline]
+    pub fn mark_page(&self, page: u64) {
+        self.bitmap.fetch_or_byte(page >> 3, 1 << (page & 7));
+    }
+}
+
+/// One ring's part of a port's log: where its used ring is (if the frontend asked for it to be
+/// logged: VHOST_VRING_F_LOG), and what it popped since it last published.
+pub struct RingLog {
+    log: Arc<DirtyLog>,
+    /// Guest address and length of the used ring.
+    used: Option<(u64, u64)>,
+    /// Writable buffers popped since the last publish (guest address, length). Room for a
+    /// ring's worth is made when logging starts; a visit that pops more chains of many
+    /// buffers grows it (only while a VM migrates).
+    pending: Vec<(u64, u32)>,
+}
+
+impl RingLog {
+    pub fn new(log: Arc<DirtyLog>, used_gpa: Option<u64>, size: u16) -> RingLog {
+        RingLog {
+            log,
+            used: used_gpa.map(|g| (g, 6 + 8 * size as u64)),
+            pending: Vec::with_capacity(2 * size as usize),
+        }
+    }
+
+    /// A writable buffer was popped.
+    #[inline]
+    pub fn popped(&mut self, gpa: u64, len: u32) {
+        self.pending.push((gpa, len));
+    }
+
+    /// After the writes: marks every popped buffer's pages and the used ring's.
+    #[inline]
+    pub fn published(&mut self) {
+        let mut last = u64::MAX;
+        for (gpa, len) in self.pending.drain(..) {
+            mark(&self.log, gpa, len as u64, &mut last);
+        }
+        self.used_written();
+    }
+
+    /// The used ring was written (its entries, index or `avail_event`).
+    #[inline]
+    pub fn used_written(&self) {
+        if let Some((gpa, len)) = self.used {
+            let mut none = u64::MAX;
+            mark(&self.log, gpa, len, &mut none);
+        }
+    }
+}
+
+/// Marks the pages of `[gpa, gpa + len)`, skipping the page marked just before (`last`).
+#[inline]
+fn mark(log: &DirtyLog, gpa: u64, len: u64, last: &mut u64) {
+    if len == 0 {
+        return;
+    }
+    let first = gpa >> PAGE_SHIFT;
+    let end = gpa.saturating_add(len - 1) >> PAGE_SHIFT;
+    for page in first..=end {
+        if page != *last {
+            log.mark_page(page);
+            *last = page;
+        }
+    }
+}

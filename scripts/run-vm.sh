@@ -21,6 +21,10 @@
 #   --log FILE        serial console output (default: console on stdio)
 #   --name NAME       VM name / guest hostname (default pvs-vm)
 #   --reboot          a guest reboot resets the machine (default: it ends QEMU)
+#   --mem MIB         guest RAM (default 256)
+#   --qmp PATH        a QMP monitor on unix socket PATH (live migration tests drive it)
+#   --incoming URI    start as a migration destination (e.g. unix:/tmp/mig.sock): the guest
+#                     runs once the source's state arrived (give it the source's --mac/--name)
 #   --guest-dir DIR   where vmlinuz and initrd.img live (default target/guest; built if
 #                     missing)
 #   --net-opts OPTS   extra virtio-net-pci properties, e.g. offloads off for this guest:
@@ -38,12 +42,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= tap= server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
+socket= tap= qmp= incoming= mem=256 server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
     --socket)       socket=${2:?}; shift 2 ;;
     --tap)          tap=${2:?}; shift 2 ;;
+    --mem)          mem=${2:?}; shift 2 ;;
+    --qmp)          qmp=${2:?}; shift 2 ;;
+    --incoming)     incoming=${2:?}; shift 2 ;;
     --vhost-server) server=1; shift ;;
     --mac)          mac=${2:?}; shift 2 ;;
     --ip)           ip=${2:?}; shift 2 ;;
@@ -129,15 +136,17 @@ cpu=${PVS_CPU:-$cpu}
 
 args=(
   -name "$name"
-  -machine "q35,accel=$accel" -cpu "$cpu" -smp "$smp" -m 256
+  -machine "q35,accel=$accel" -cpu "$cpu" -smp "$smp" -m "$mem"
   # vhost-user needs guest RAM in a shareable fd the backend can mmap.
-  -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
+  -object "memory-backend-memfd,id=mem,size=${mem}M,share=on" -numa node,memdev=mem
   -nographic -nodefaults
   -kernel "$guest_dir/vmlinuz" -initrd "$initrd" -append "$append"
   -netdev "$netdev"
   -device "$device"
 )
 [ -z "$chardev" ] || args+=(-chardev "$chardev")
+[ -z "$qmp" ] || args+=(-qmp "unix:$qmp,server=on,wait=off")
+[ -z "$incoming" ] || args+=(-incoming "$incoming")
 # A guest reboot ends QEMU unless --reboot (then it resets the machine: the driver re-creates
 # its rings on the same vhost-user connection).
 [ $reboot = 1 ] || args+=(-no-reboot)

@@ -7,9 +7,6 @@
 mod common;
 mod frontend;
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-
 use common::vms::*;
 use common::*;
 use frontend::*;
@@ -266,43 +263,6 @@ fn rx_avail_idx_jumps_past_ring_size() {
 
 // ---- the vhost-user socket ----
 
-/// Reads until the peer closes; fails if it has not within the deadline.
-fn assert_closed_by_peer(s: &mut UnixStream, what: &str) {
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    let mut buf = [0u8; 256];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => continue, // a reply; keep reading until the close
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                panic!("pvswitchd did not close the connection after {what}")
-            }
-            Err(_) => return, // ECONNRESET: closed with our bytes unread
-        }
-    }
-}
-
-/// Writes `bytes` on a raw connection to the evil port's socket and checks pvswitchd hangs up,
-/// stays alive, keeps forwarding, and lets a proper VM use the port afterwards.
-fn socket_attack(name: &str, what: &str, bytes: &[u8]) {
-    let _g = serial();
-    let mut b = Bench::start(name);
-    let mut s = UnixStream::connect(b.sw.sock("evil")).unwrap();
-    s.write_all(bytes).unwrap();
-    assert_closed_by_peer(&mut s, what);
-    b.assert_alive();
-    let sw = &b.sw;
-    wait_for("port evil back to listening", || (sw.port("evil")["state"] == "listening").then_some(()));
-    let p = b.sw.port("evil");
-    assert_eq!(p["connects"], 1, "the connection was never accepted: {p}");
-    assert!(p["last_error"].is_string(), "{p}");
-    b.check_forwarding(100);
-    b.assert_good_ports_clean();
-    let mut evil = b.connect_evil();
-    b.evil_broadcasts(&mut evil);
-    b.assert_alive();
-}
-
 #[test]
 fn garbage_on_vhost_user_socket() {
     let mut x = 0x9e3779b9u32;
@@ -325,6 +285,19 @@ fn truncated_vhost_user_message() {
         m.extend_from_slice(&w.to_le_bytes());
     }
     socket_attack("h-truncated", "a truncated message", &m);
+}
+
+#[test]
+fn dirty_log_without_its_fd() {
+    // SET_LOG_BASE (6), version 1, a 16-byte log description (64 KiB at offset 0) but no fd:
+    // refused, the connection closed, nobody else touched.
+    let mut m = Vec::new();
+    for w in [6u32, 1, 16] {
+        m.extend_from_slice(&w.to_le_bytes());
+    }
+    m.extend_from_slice(&65536u64.to_le_bytes());
+    m.extend_from_slice(&0u64.to_le_bytes());
+    socket_attack("h-logbase", "SET_LOG_BASE without its fd", &m);
 }
 
 /// The memory table is fine but a ring lies (partly) outside it or is misaligned: pvswitchd

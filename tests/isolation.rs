@@ -62,22 +62,6 @@ fn others_unaffected(b: &mut Bench) {
     b.check_forwarding(100);
 }
 
-/// Reads until the peer closes; fails if it has not within the deadline.
-fn assert_closed_by_peer(s: &mut UnixStream, what: &str) {
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => continue,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                panic!("pvswitchd did not close the connection after {what}")
-            }
-            Err(_) => return,
-        }
-    }
-}
-
 /// The evil port's last error, once the switch has closed its connection.
 fn evil_error(b: &Bench) -> String {
     wait_for("evil to be disconnected", || {

@@ -2,6 +2,9 @@
 //! port, "evil", is for a frontend that misbehaves. Shared by the hostile-frontend tests (rings)
 //! and the isolation tests (the control plane).
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
 use pvsgen::frontend::Vm;
 use serde_json::Value;
 
@@ -133,4 +136,41 @@ impl Bench {
             assert_eq!(port["drops"]["malformed"], 0, "port {p}: {port}");
         }
     }
+}
+
+/// Reads until the peer closes; fails if it has not within the deadline.
+pub fn assert_closed_by_peer(s: &mut UnixStream, what: &str) {
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue, // a reply; keep reading until the close
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                panic!("pvswitchd did not close the connection after {what}")
+            }
+            Err(_) => return, // ECONNRESET: closed with our bytes unread
+        }
+    }
+}
+
+/// Writes `bytes` on a raw connection to the evil port's socket and checks pvswitchd hangs up,
+/// stays alive, keeps forwarding, and lets a proper VM use the port afterwards.
+pub fn socket_attack(name: &str, what: &str, bytes: &[u8]) {
+    let _g = serial();
+    let mut b = Bench::start(name);
+    let mut s = UnixStream::connect(b.sw.sock("evil")).unwrap();
+    s.write_all(bytes).unwrap();
+    assert_closed_by_peer(&mut s, what);
+    b.assert_alive();
+    let sw = &b.sw;
+    wait_for("port evil back to listening", || (sw.port("evil")["state"] == "listening").then_some(()));
+    let p = b.sw.port("evil");
+    assert_eq!(p["connects"], 1, "the connection was never accepted: {p}");
+    assert!(p["last_error"].is_string(), "{p}");
+    b.check_forwarding(100);
+    b.assert_good_ports_clean();
+    let mut evil = b.connect_evil();
+    b.evil_broadcasts(&mut evil);
+    b.assert_alive();
 }

@@ -59,6 +59,14 @@ pub const OFFLOAD_FEATURES: u64 = feature::CSUM
 /// dirty log as a shared-memory fd.
 pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK | msg::protocol::LOG_SHMFD;
 
+/// For tests only: `PVSWITCH_TEST_NO_DIRTY_LOG=1` in pvswitchd's environment accepts the
+/// dirty log but marks nothing in it, so a migration test can show that it notices the pages
+/// a migration then misses. Read once.
+fn marks_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("PVSWITCH_TEST_NO_DIRTY_LOG").is_some_and(|v| v == "1"))
+}
+
 /// Names of negotiated feature bits, for `pvswitchctl ports`.
 pub fn feature_names(f: u64) -> Vec<String> {
     let mut v = virtio_net::feature_names(f & !(VHOST_USER_F_PROTOCOL_FEATURES | VHOST_F_LOG_ALL));
@@ -232,7 +240,11 @@ impl PortBackend {
         };
         g.hdr_len = hdr_len;
         g.mrg_rxbuf = mrg;
-        g.log = self.log.clone().filter(|_| self.features & VHOST_F_LOG_ALL != 0).map(|l| (l, v.log_addr));
+        g.log = self
+            .log
+            .clone()
+            .filter(|_| self.features & VHOST_F_LOG_ALL != 0 && !marks_disabled())
+            .map(|l| (l, v.log_addr));
         // A guest's TX queues (odd) carry what it may send, its RX queues what it can take.
         g.offloads = if i % 2 == 1 { Negotiated::host(self.features) } else { Negotiated::guest(self.features) };
         g.start(addrs, v.base, event_idx, (call, kick), mem);

@@ -1,0 +1,229 @@
+//! Live migration of a Linux guest (QEMU, TCG) between two pvswitch ports of one pvswitchd,
+//! while a second guest streams TCP to it: QEMU's own migration (`migrate` over a local
+//! socket, the destination started with `-incoming`), pvswitchd logging the pages it writes
+//! (dirty log), the rings handed over by GET_VRING_BASE / SET_VRING_BASE, the MAC found on its
+//! new port. The transfer's SHA-256 must match and the TCP connection survive three moves; a
+//! ping every 10 ms from the peer measures the gap. Server-mode and client-mode ports.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A QMP connection to one QEMU.
+struct Qmp(BufReader<UnixStream>);
+
+impl Qmp {
+    fn connect(path: &Path) -> Qmp {
+        let start = Instant::now();
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(start.elapsed() < Duration::from_secs(120), "QMP {}: {e}", path.display());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut q = Qmp(BufReader::new(s));
+        q.line(); // the greeting
+        q.cmd("qmp_capabilities", json!({}));
+        q
+    }
+
+    fn line(&mut self) -> Value {
+        let mut l = String::new();
+        self.0.read_line(&mut l).expect("QMP read");
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("QMP: {e}: {l}"))
+    }
+
+    /// Runs a command; its `return` (events in between are skipped).
+    fn cmd(&mut self, name: &str, args: Value) -> Value {
+        let msg = json!({ "execute": name, "arguments": args });
+        self.0.get_mut().write_all(format!("{msg}\n").as_bytes()).unwrap();
+        loop {
+            let r = self.line();
+            if let Some(e) = r.get("error") {
+                panic!("QMP {name}: {e}");
+            }
+            if let Some(v) = r.get("return") {
+                return v.clone();
+            }
+        }
+    }
+}
+
+/// The guest that migrates: its MAC, address and name stay with it from QEMU to QEMU.
+const VM_MAC: &str = "52:54:00:4d:00:01";
+const VM_IP: &str = "10.41.0.1";
+/// The transfer: an 8 MiB random file sent 25 times (200 MiB).
+const CHUNK_MIB: u32 = 8;
+const CHUNKS: u32 = 25;
+
+struct Run {
+    dir: PathBuf,
+    sw: Switch,
+    server: bool,
+}
+
+impl Run {
+    /// A QEMU for the migrating guest on `port`: the first with the receiving job, the others
+    /// migration destinations (`-incoming`). Its QMP socket is `qmp-N.sock`, its console `vm-N.log`.
+    fn qemu(&self, port: &str, n: usize, job: Option<&Path>) -> Child {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+        let sock =
+            if self.server { self.sw.sock(port) } else { self.dir.join(format!("{port}.sock")).display().to_string() };
+        cmd.args(["--socket", &sock, "--name", "mig", "--mac", VM_MAC, "--ip", &format!("{VM_IP}/24")])
+            .arg("--qmp")
+            .arg(self.dir.join(format!("qmp-{n}.sock")))
+            .arg("--log")
+            .arg(self.dir.join(format!("vm-{n}.log")));
+        if !self.server {
+            cmd.arg("--vhost-server");
+        }
+        match job {
+            Some(j) => cmd.arg("--job").arg(j),
+            None => cmd.arg("--incoming").arg(format!("unix:{}", self.dir.join(format!("mig-{n}.sock")).display())),
+        };
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("qemu-{n}.log"))).unwrap())
+            .spawn()
+            .expect("run scripts/run-vm.sh")
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    fn wait_log(&self, name: &str, marker: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.log(name).contains(marker) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: no {marker} after {secs} s:\n{}\nswitch:\n{}",
+                self.log(name),
+                self.sw.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Moves the guest three times (a -> b -> a -> b) while the peer streams 200 MiB to it.
+fn migrate_under_tcp(name: &str, server: bool) {
+    let _g = serial();
+    let dir = test_dir(name);
+    let spec = |p: &str| if server { PortSpec::server(p) } else { PortSpec::server(p).client() };
+    let text = Switch::config_text(&dir, &[1], &[spec("a"), spec("b"), spec("peer")], "");
+    let sw = Switch::start_config(dir.clone(), &text);
+    let run = Run { dir: dir.clone(), sw, server };
+    let job = |name: &str, text: String| {
+        let p = dir.join(format!("job-{name}.sh"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let vm_job = job("vm", "nc -l -p 5000 | sha256sum | sed 's/^/PVS-SHA /'\n".into());
+    let peer_job = job(
+        "peer",
+        format!(
+            r#"i=0; until ping -c 1 -W 1 {VM_IP} >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || break; done
+dd if=/dev/urandom of=/tmp/r bs=1M count={CHUNK_MIB} 2>/dev/null
+(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | sha256sum | sed 's/^/PVS-SENT /'
+ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
+echo PVS-START
+(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | nc {VM_IP} 5000; echo PVS-NC-EXIT $?
+kill -INT %1 2>/dev/null; kill -INT $! 2>/dev/null; sleep 1
+# The longest run of missing replies: the seq numbers answered, in order.
+grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{p=$1}} END {{print "PVS-GAP", g-1, NR}}'
+"#
+        ),
+    );
+    let root = env!("CARGO_MANIFEST_DIR");
+    let peer_sock = if server { run.sw.sock("peer") } else { dir.join("peer.sock").display().to_string() };
+    let mut peer_cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+    peer_cmd.args(["--socket", &peer_sock, "--name", "peer", "--ip", "10.41.0.2/24"]);
+    if !server {
+        peer_cmd.arg("--vhost-server");
+    }
+    let peer = peer_cmd
+        .arg("--job")
+        .arg(&peer_job)
+        .arg("--log")
+        .arg(dir.join("peer.log"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("qemu-peer.log")).unwrap())
+        .spawn()
+        .expect("run scripts/run-vm.sh");
+    let mut qemus = Qemus(vec![peer, run.qemu("a", 0, Some(&vm_job))]);
+    run.wait_log("peer", "PVS-START", 300);
+    let mut current = Qmp::connect(&dir.join("qmp-0.sock"));
+    let mut report = Vec::new();
+    for n in 1..=3 {
+        let port = if n % 2 == 1 { "b" } else { "a" };
+        qemus.0.push(run.qemu(port, n, None));
+        let mut next = Qmp::connect(&dir.join(format!("qmp-{n}.sock")));
+        // Let the stream run on this host's port before the next move.
+        std::thread::sleep(Duration::from_secs(2));
+        let uri = format!("unix:{}", dir.join(format!("mig-{n}.sock")).display());
+        // The destination listens once QEMU is up; its QMP answering means it is.
+        let _ = next.cmd("query-status", json!({}));
+        current.cmd("migrate", json!({ "uri": uri }));
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let info = loop {
+            let r = current.cmd("query-migrate", json!({}));
+            match r["status"].as_str() {
+                Some("completed") => break r,
+                Some("failed") | Some("cancelled") => panic!("migration {n} to {port}: {r}\n{}", run.sw.log()),
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "migration {n} did not complete: {r}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        report.push(format!("move {n} to {port}: total {} ms, downtime {} ms", info["total-time"], info["downtime"]));
+        current.cmd("quit", json!({}));
+        current = next;
+        // The guest's next frame (its ACKs, its announcement) moves its MAC to the new port.
+        wait_for(&format!("{VM_MAC} learned on {port}"), || {
+            let fdb = run.sw.ctl("fdb");
+            fdb.as_array().unwrap().iter().any(|e| e["mac"] == VM_MAC && e["port"] == port).then_some(())
+        });
+    }
+    run.wait_log("peer", "PVS-GAP", 900);
+    run.wait_log("vm-3", "PVS-SHA", 120);
+    drop(qemus);
+    let peer_log = run.log("peer");
+    let pick = |log: &str, m: &str| log.lines().find(|l| l.starts_with(m)).map(|l| l[m.len()..].trim().to_string());
+    let sent = pick(&peer_log, "PVS-SENT").expect("the sender's SHA-256");
+    let got = pick(&run.log("vm-3"), "PVS-SHA").expect("the receiver's SHA-256");
+    let gap = pick(&peer_log, "PVS-GAP").unwrap_or_default();
+    eprintln!("{}\nping: longest gap, answered: {gap} (x 10 ms)", report.join("\n"));
+    assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
+    assert_eq!(got, sent, "the 200 MiB arrived changed");
+    // Dirty logging was used on each move.
+    let logs = run.sw.log().matches("dirty log of").count();
+    assert!(logs >= 3, "pvswitchd mapped {logs} dirty logs for three moves:\n{}", run.sw.log());
+}
+
+#[test]
+fn a_guest_migrates_three_times_under_a_tcp_stream_server_ports() {
+    if !require(QEMU) {
+        return;
+    }
+    migrate_under_tcp("migrate-server", true);
+}
+
+#[test]
+fn a_guest_migrates_three_times_under_a_tcp_stream_client_ports() {
+    if !require(QEMU) {
+        return;
+    }
+    migrate_under_tcp("migrate-client", false);
+}

@@ -243,9 +243,7 @@ impl GuestMem {
             Some(t) if t <= limits.max_bytes => t,
             _ => return Err(MemError::TooLarge(total.unwrap_or(u64::MAX), limits.max_bytes)),
         };
-        let reserved = budget.take(total)?;
-        let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
-        for (i, ((d, file), &(page, off, len))) in descs.iter().zip(files).zip(&windows).enumerate() {
+        for (i, (d, file)) in descs.iter().zip(&files).enumerate() {
             let (Some(_), Some(_), Some(file_end)) = (
                 d.guest_phys_addr.checked_add(d.size),
                 d.user_addr.checked_add(d.size),
@@ -253,9 +251,10 @@ impl GuestMem {
             ) else {
                 return Err(MemError::Overflow(i));
             };
-            for r in &regions {
-                let gpa_overlap = d.guest_phys_addr < r.gpa + r.size && r.gpa < d.guest_phys_addr + d.size;
-                let uva_overlap = d.user_addr < r.uva + r.size && r.uva < d.user_addr + d.size;
+            for e in &descs[..i] {
+                let gpa_overlap =
+                    d.guest_phys_addr < e.guest_phys_addr + e.size && e.guest_phys_addr < d.guest_phys_addr + d.size;
+                let uva_overlap = d.user_addr < e.user_addr + e.size && e.user_addr < d.user_addr + d.size;
                 if gpa_overlap || uva_overlap {
                     return Err(MemError::Overlap(i));
                 }
@@ -266,8 +265,15 @@ impl GuestMem {
             if meta.is_file() && meta.len() < file_end {
                 return Err(MemError::ShortFile(i, meta.len(), file_end));
             }
-            // And it must stay that way. memfds that allow sealing (QEMU seals its own) are
-            // sealed against shrinking; see DESIGN.md for files that cannot be sealed.
+        }
+        // Everything above is checked before any address space is reserved: a refused table
+        // never holds any of the budget, even for a moment.
+        let reserved = budget.take(total)?;
+        let mut regions: Vec<Region> = Vec::with_capacity(descs.len());
+        for (i, ((d, file), &(page, off, len))) in descs.iter().zip(files).zip(&windows).enumerate() {
+            // The file must keep holding the region (checked above): memfds that allow sealing
+            // (QEMU seals its own) are sealed against shrinking; see DESIGN.md for files that
+            // cannot be sealed.
             // SAFETY: fcntl on an fd we own; failure (EINVAL, EPERM) leaves it unchanged.
             unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
             // Map the region's window only: from mmap_offset aligned down to the file's page
@@ -300,6 +306,16 @@ impl GuestMem {
         let (r, off) = self.find(gpa, |r| r.gpa)?;
         // SAFETY: off + len <= r.size, so the range lies inside the mapping.
         (len <= r.size - off).then(|| unsafe { r.host.add(off as usize) })
+    }
+
+    /// The guest address of host pointer `p` (which `translate` gave), if it lies in a region:
+    /// where a buffer the data path wrote into is, for the dirty log.
+    pub fn gpa_of_host(&self, p: *const u8) -> Option<u64> {
+        let a = p as usize;
+        self.regions.iter().find_map(|r| {
+            let start = r.host as usize;
+            (a >= start && a - start < r.size as usize).then(|| r.gpa + (a - start) as u64)
+        })
     }
 
     /// Like `translate`, but returns the longest prefix (<= len) contiguous in one region, so a

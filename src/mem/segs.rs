@@ -80,8 +80,8 @@ impl<'m> Segs<'m> {
         self.total == 0
     }
 
-    /// The segments, as (host pointer, length) pairs (for tests that check where they lie).
-    #[cfg(test)]
+    /// The segments, as (host pointer, length) pairs: where they lie (the dirty log turns them
+    /// back into guest addresses; tests check them).
     pub(crate) fn pieces(&self) -> &[(*mut u8, u32)] {
         &self.ptrs[..self.n]
     }

@@ -6,7 +6,7 @@
 //! (virtio-net header and frame; a chain popped and given back is marked too, which costs the
 //! migration a page copy and nothing else), its used ring (entries, index, `avail_event`).
 //! A page touched by consecutive buffers is marked once per publish. A ring without a log
-//! pays one branch per chain popped and one per publish.
+//! pays one branch per receive chain popped and one per publish.
 #![forbid(unsafe_code)]
 
 use std::fs::File;

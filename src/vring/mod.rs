@@ -138,7 +138,14 @@ impl<'g> RingLoan<'g> {
     where
         'g: 's,
     {
-        self.0.pop(segs, writable)
+        let head = self.0.pop(segs, writable)?;
+        // A receive buffer will be written: while the VM migrates, its pages are marked when
+        // the ring publishes. The walk itself knows nothing of the log, so a ring without one
+        // pays this branch (for receive rings only) and nothing else.
+        if writable && self.0.log.is_some() {
+            self.0.log_popped(segs);
+        }
+        Ok(head)
     }
 
     /// See [`ActiveRing::avail`].
@@ -531,14 +538,28 @@ impl ActiveRing {
         Ok(head)
     }
 
+    /// Records the buffers of a receive chain just popped (`segs`) in the ring's log, by guest
+    /// address (found from the host pointers the walk translated them to).
+    #[cold]
+    fn log_popped(&mut self, segs: &Segs<'_>) {
+        // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
+        let mem = unsafe { &*self.mem_ptr };
+        let Some(l) = &mut self.log else { return };
+        for &(p, n) in segs.pieces() {
+            if let Some(gpa) = mem.gpa_of_host(p) {
+                l.popped(gpa, n);
+            }
+        }
+    }
+
     /// The walk's fast path: whether chain `head` is one direct descriptor of the right
     /// direction whose buffer lies in one region (what virtio-net drivers post for frames that
     /// fit one buffer), and if so its buffer, in `segs`. Anything else takes the general walk,
     /// which reads the descriptor again and checks everything.
     #[inline(always)]
-    fn take_simple(&self, head: u16, segs: &mut Segs<'_>, writable: bool) -> Option<(u64, u32)> {
+    fn take_simple(&self, head: u16, segs: &mut Segs<'_>, writable: bool) -> bool {
         if head >= self.size {
-            return None;
+            return false;
         }
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
@@ -546,17 +567,17 @@ impl ActiveRing {
         let Desc { addr, len, flags, .. } = unsafe { Desc::read(self.desc.add(head as usize)) };
         let write = if writable { VRING_DESC_F_WRITE } else { 0 };
         if flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE) != write {
-            return None;
+            return false;
         }
         if len == 0 {
-            return None; // the general walk reports it
+            return false; // the general walk reports it
         }
-        let p = mem.translate(addr, len as u64)?;
+        let Some(p) = mem.translate(addr, len as u64) else { return false };
         // SAFETY: `translate` checked `[addr, addr + len)` lies in one mapped region of this
         // ring's memory, which stays mapped while the ring is borrowed; `pop`'s callers tie
         // `segs` to such a borrow (`RingLoan::pop`).
         unsafe { segs.set_one(p, len) };
-        Some((addr, len))
+        true
     }
 
     fn walk(&mut self, head: u16, segs: &mut Segs<'_>, writable: bool) -> Result<(), RingError> {
@@ -570,11 +591,8 @@ impl ActiveRing {
         let mut seen = 0u32;
         let mut total = 0u32;
         let mut indirect = false;
-        if let Some((addr, len)) = self.take_simple(head, segs, writable) {
+        if self.take_simple(head, segs, writable) {
             self.walked += 1;
-            if writable && let Some(l) = &mut self.log {
-                l.popped(addr, len);
-            }
             return Ok(());
         }
         // The fast path sets the segments whole; the walk appends to them.
@@ -609,9 +627,6 @@ impl ActiveRing {
             }
             if (flags & VRING_DESC_F_WRITE != 0) != writable {
                 return Err(RingError::WrongDirection);
-            }
-            if writable && let Some(l) = &mut self.log {
-                l.popped(addr, len);
             }
             let mut a = addr;
             let mut left = len as u64;

@@ -3,7 +3,9 @@
 //! socket, the destination started with `-incoming`), pvswitchd logging the pages it writes
 //! (dirty log), the rings handed over by GET_VRING_BASE / SET_VRING_BASE, the MAC found on its
 //! new port. The transfer's SHA-256 must match and the TCP connection survive three moves; a
-//! ping every 10 ms from the peer measures the gap. Server-mode and client-mode ports.
+//! ping every 10 ms from the peer measures the gap. Server-mode ports with a guest that
+//! announces itself (GUEST_ANNOUNCE); client-mode ports with one that cannot, so QEMU asks
+//! pvswitchd to (SEND_RARP). `ports` shows the source port logging while a move is active.
 
 mod common;
 
@@ -71,6 +73,16 @@ struct Run {
     dir: PathBuf,
     sw: Switch,
     server: bool,
+    announce: Announce,
+}
+
+/// How the moved guest is announced on its new port.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Announce {
+    /// The guest announces itself (VIRTIO_NET_F_GUEST_ANNOUNCE, through QEMU's control queue).
+    Guest,
+    /// The guest cannot (`guest_announce=off`), so QEMU asks pvswitchd (SEND_RARP).
+    Rarp,
 }
 
 impl Run {
@@ -88,6 +100,9 @@ impl Run {
             .arg(self.dir.join(format!("vm-{n}.log")));
         if !self.server {
             cmd.arg("--vhost-server");
+        }
+        if self.announce == Announce::Rarp {
+            cmd.args(["--net-opts", "guest_announce=off"]);
         }
         match job {
             Some(j) => cmd.arg("--job").arg(j),
@@ -115,16 +130,27 @@ impl Run {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+
+    /// Port `name`'s `migration` in `ports`.
+    fn migration(&self, name: &str) -> Value {
+        let ports = self.sw.ctl("ports");
+        ports.as_array().unwrap().iter().find(|p| p["name"] == name).expect("the port")["migration"].clone()
+    }
+
+    /// RARPs pvswitchd sent from port `name`.
+    fn announcements(&self, name: &str) -> u64 {
+        self.migration(name)["announcements"].as_u64().unwrap()
+    }
 }
 
 /// Moves the guest three times (a -> b -> a -> b) while the peer streams 200 MiB to it.
-fn migrate_under_tcp(name: &str, server: bool) {
+fn migrate_under_tcp(name: &str, server: bool, announce: Announce) {
     let _g = serial();
     let dir = test_dir(name);
     let spec = |p: &str| if server { PortSpec::server(p) } else { PortSpec::server(p).client() };
     let text = Switch::config_text(&dir, &[1], &[spec("a"), spec("b"), spec("peer")], "");
     let sw = Switch::start_config(dir.clone(), &text);
-    let run = Run { dir: dir.clone(), sw, server };
+    let run = Run { dir: dir.clone(), sw, server, announce };
     let job = |name: &str, text: String| {
         let p = dir.join(format!("job-{name}.sh"));
         std::fs::write(&p, text).unwrap();
@@ -166,8 +192,10 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
     run.wait_log("peer", "PVS-START", 300);
     let mut current = Qmp::connect(&dir.join("qmp-0.sock"));
     let mut report = Vec::new();
+    let mut logging_seen = 0;
     for n in 1..=3 {
         let port = if n % 2 == 1 { "b" } else { "a" };
+        let announced = run.announcements(port);
         qemus.0.push(run.qemu(port, n, None));
         let mut next = Qmp::connect(&dir.join(format!("qmp-{n}.sock")));
         // Let the stream run on this host's port before the next move.
@@ -177,8 +205,12 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
         let _ = next.cmd("query-status", json!({}));
         current.cmd("migrate", json!({ "uri": uri }));
         let deadline = Instant::now() + Duration::from_secs(300);
+        let from = if port == "a" { "b" } else { "a" };
         let info = loop {
             let r = current.cmd("query-migrate", json!({}));
+            if r["status"] == "active" && run.migration(from)["logging"] == true {
+                logging_seen += 1;
+            }
             match r["status"].as_str() {
                 Some("completed") => break r,
                 Some("failed") | Some("cancelled") => panic!("migration {n} to {port}: {r}\n{}", run.sw.log()),
@@ -195,6 +227,13 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
             let fdb = run.sw.ctl("fdb");
             fdb.as_array().unwrap().iter().any(|e| e["mac"] == VM_MAC && e["port"] == port).then_some(())
         });
+        if announce == Announce::Rarp {
+            // QEMU asks for the RARP (five times, its announce rounds) once the guest runs on
+            // its new port; pvswitchd sends it from there.
+            wait_for(&format!("a RARP sent from {port} after move {n}"), || {
+                (run.announcements(port) > announced).then_some(())
+            });
+        }
     }
     run.wait_log("peer", "PVS-GAP", 900);
     run.wait_log("vm-3", "PVS-SHA", 120);
@@ -207,9 +246,18 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
     eprintln!("{}\nping: longest gap, answered: {gap} (x 10 ms)", report.join("\n"));
     assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
     assert_eq!(got, sent, "the 200 MiB arrived changed");
-    // Dirty logging was used on each move.
+    // Dirty logging was used on each move, `ports` showed it on (sampled while the migration
+    // was active), and it is off now that no migration is running.
     let logs = run.sw.log().matches("dirty log of").count();
     assert!(logs >= 3, "pvswitchd mapped {logs} dirty logs for three moves:\n{}", run.sw.log());
+    eprintln!("ports showed the source logging in {logging_seen} samples of its migration");
+    assert!(logging_seen > 0, "`ports` never showed dirty logging on during three migrations");
+    assert_eq!(run.migration("b")["logging"], false, "{}", run.migration("b"));
+    let sent = run.announcements("a") + run.announcements("b");
+    eprintln!("RARPs sent: {sent}");
+    if announce == Announce::Guest {
+        assert_eq!(sent, 0, "the guest announced itself: pvswitchd sent no RARP");
+    }
 }
 
 #[test]
@@ -217,13 +265,13 @@ fn a_guest_migrates_three_times_under_a_tcp_stream_server_ports() {
     if !require(QEMU) {
         return;
     }
-    migrate_under_tcp("migrate-server", true);
+    migrate_under_tcp("migrate-server", true, Announce::Guest);
 }
 
 #[test]
-fn a_guest_migrates_three_times_under_a_tcp_stream_client_ports() {
+fn a_guest_without_guest_announce_migrates_three_times_under_a_tcp_stream_client_ports() {
     if !require(QEMU) {
         return;
     }
-    migrate_under_tcp("migrate-client", false);
+    migrate_under_tcp("migrate-client", false, Announce::Rarp);
 }

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::proto::{
-    Drops, FdbEntry, FlowsReply, MoveReply, PortInfo, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply,
-    ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply,
+    Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortVlanInfo, QueueInfo, RateCapsInfo,
+    RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -42,6 +42,18 @@ pub fn drops(d: &Drops) -> String {
     if parts.is_empty() { "0".into() } else { parts.join(" ") }
 }
 
+/// What a port's migration state says, if it says anything (logging, or an announcement).
+fn migration(m: &MigrationInfo) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(b) = m.log_bytes {
+        parts.push(format!("dirty logging on ({} KiB log)", b.div_ceil(1024)));
+    }
+    if m.rarp_requests > 0 || m.announcements > 0 {
+        parts.push(format!("{} RARP requested, {} announced", m.rarp_requests, m.announcements));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 pub fn ports(ports: &[PortInfo]) -> String {
     ports.iter().map(port).collect()
 }
@@ -62,6 +74,9 @@ fn port(p: &PortInfo) -> String {
     }
     if let Some(r) = rate_caps(&p.rate_caps) {
         let _ = writeln!(s, "  rate caps: {r}");
+    }
+    if let Some(m) = migration(&p.migration) {
+        let _ = writeln!(s, "  migration: {m}");
     }
     s.extend(p.queues.iter().map(queue));
     if let Some(e) = &p.last_error {

@@ -20,8 +20,8 @@ use crate::switch::{Endpoints, PortState, Switch};
 use crate::wire::gso::Negotiated;
 use crate::wire::vlan::{PortVlan, VlanMode};
 use proto::{
-    Cleared, FdbEntry, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
-    ReloadReply, Reply, Request, VersionReply,
+    Cleared, FdbEntry, MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo,
+    RateTokens, ReloadReply, Reply, Request, VersionReply,
 };
 
 /// The reply line for an error.
@@ -106,6 +106,12 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         weight_bytes: ps.cfg.weight_bytes,
         vlan: vlan_info(&ps.cfg.vlan),
         rate_caps: rate_caps(&ps.cfg.rates, &p.rates),
+        migration: MigrationInfo {
+            logging: status.is_some_and(|s| s.logging.is_some()),
+            log_bytes: status.and_then(|s| s.logging),
+            rarp_requests: status.map_or(0, |s| s.rarp_requests),
+            announcements: p.queues().map_or(0, |q| q.announcer.sent()),
+        },
         queues: queues(c, ps, status),
         counters: c.port_totals(p.id),
     }

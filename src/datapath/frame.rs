@@ -122,6 +122,17 @@ impl<'m> Frame<'m> {
         &mut self.segs
     }
 
+    /// Makes the switch's own bytes `b` the frame's source (an announcement it sends on a
+    /// port's behalf), as a NIC's mbuf is.
+    #[inline]
+    pub fn source_bytes(&mut self, b: &'m [u8]) {
+        // SAFETY: `b` is borrowed, unwritten, for `'m`, as long as the frame may use its
+        // segments. Nothing writes through a frame's source: this module, the only one that
+        // reaches it, only reads it (`take_front`, `copy_to` as the copy's source, `read_at`,
+        // `sum`, `prefetch`).
+        unsafe { self.segs.set_host(b.as_ptr(), b.len() as u32) };
+    }
+
     /// Places the Ethernet frame after the sender's `hdr_len`-byte virtio-net header, and
     /// forgets the previous front.
     #[inline(always)]

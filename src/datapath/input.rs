@@ -16,8 +16,10 @@ use super::stages::Stages;
 use super::{Env, FlowState, Out, Work, ring_broke};
 use crate::port::nic::NicPort;
 use crate::port::rate::Cost;
-use crate::port::{Port, PortKind};
+use crate::port::{Port, PortKind, VhostQueues};
 use crate::vring::{Ahead, RingError, RingLoan, Vring};
+use crate::wire::MacAddr;
+use crate::wire::arp::rarp_announcement;
 use crate::wire::gso::Negotiated;
 
 /// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
@@ -195,6 +197,69 @@ impl<'a> Source<'a> for NicQueue<'a> {
     fn broke(&mut self, _: RingError) {}
 }
 
+/// An announcement the switch sends on a port's behalf (the RARP of a migrated guest): one
+/// frame of the switch's own, entering as if the port had sent it.
+struct Announcement<'a> {
+    frame: &'a [u8],
+    sent: bool,
+}
+
+impl<'a> Source<'a> for Announcement<'a> {
+    const CAN_WAIT: bool = false;
+
+    fn hdr_len(&self) -> u32 {
+        0
+    }
+
+    fn offloads(&self) -> Negotiated {
+        Negotiated::default()
+    }
+
+    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
+        Ok(if self.sent { 0 } else { max.min(1) })
+    }
+
+    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
+    where
+        'a: 's,
+    {
+        frames[0].source_bytes(self.frame);
+        frames[0].head = 0;
+        frames[0].valid = false;
+        (1, None)
+    }
+
+    fn give_back(&mut self, _: usize) {
+        unreachable!("an announcement never waits: delivery consumes it")
+    }
+
+    fn complete(&mut self, _: &[Frame<'_>], consumed: usize, _: &mut Delivery) {
+        self.sent |= consumed > 0;
+    }
+
+    fn walked(&mut self) -> u32 {
+        0
+    }
+
+    fn broke(&mut self, _: RingError) {}
+}
+
+/// Sends the RARP that announces `mac` from the port of `spec` into the switch: classified as
+/// the port's own frames are (port security, VLANs, flows, its ingress caps) and delivered
+/// like them, its counters the port's.
+#[cold]
+fn announce(env: &Env, work: &mut Work, spec: &RxqSpec, queues: &VhostQueues, mac: MacAddr) {
+    let frame = rarp_announcement(mac);
+    let mut src = Announcement { frame: &frame, sent: false };
+    visit_source(env, work, spec, &mut RxqState::default(), &mut src);
+    if src.sent {
+        queues.announcer.sent_one();
+    } else {
+        // Held by the port's ingress cap: it goes out on a later visit.
+        queues.announcer.request(mac);
+    }
+}
+
 #[cfg(test)]
 thread_local! {
     /// Tests only: runs between classify and delivery, as a guest's second vCPU rewriting the
@@ -228,6 +293,11 @@ fn visit_queue(env: &Env, work: &mut Work, nic_rx: &mut NicRx, spec: &RxqSpec, s
     let port = &*spec.port;
     match &port.kind {
         PortKind::VhostUser(queues) => {
+            if spec.qpair == 0
+                && let Some(mac) = queues.announcer.take()
+            {
+                announce(env, work, spec, queues, mac);
+            }
             let vq = queues.guest_tx(spec.qpair);
             if !vq.is_ready() {
                 return 0;

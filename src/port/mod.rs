@@ -14,9 +14,10 @@ pub mod nic;
 pub mod rate;
 pub mod vhost;
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use crate::vring::VringLock;
+use crate::wire::MacAddr;
 use nic::NicPort;
 use rate::PortRates;
 
@@ -111,11 +112,16 @@ impl Port {
 /// (the switch writes into it), 2q+1 its TX queue (the switch reads from it).
 pub struct VhostQueues {
     rings: Box<[VringLock]>,
+    /// A migrated guest's MAC to announce (SEND_RARP).
+    pub announcer: Announcer,
 }
 
 impl VhostQueues {
     fn new(pairs: u16) -> VhostQueues {
-        VhostQueues { rings: (0..2 * pairs as usize).map(|_| VringLock::default()).collect() }
+        VhostQueues {
+            rings: (0..2 * pairs as usize).map(|_| VringLock::default()).collect(),
+            announcer: Announcer::default(),
+        }
     }
 
     /// Every virtqueue, by vhost-user index.
@@ -146,5 +152,64 @@ impl VhostQueues {
         }
         let first = src_q % n;
         (0..n).map(|i| 2 * ((first + i) % n)).map(|v| (v, &self.rings[v])).find(|(_, v)| v.is_ready())
+    }
+}
+
+/// A MAC the control thread asks the data path to announce from this port (SEND_RARP, after a
+/// migration), and how many announcements went out. The poll thread that owns the port's
+/// first receive queue takes it on its next visit, awake or woken, whether the guest's rings
+/// run or not, and sends the RARP into the switch as if the port had sent it.
+#[derive(Default)]
+pub struct Announcer {
+    /// `PENDING | mac` while an announcement waits; 0 otherwise.
+    pending: AtomicU64,
+    sent: AtomicU64,
+}
+
+const PENDING: u64 = 1 << 63;
+
+impl Announcer {
+    /// Asks for `mac` to be announced (a second request before the first went out replaces it).
+    pub fn request(&self, mac: MacAddr) {
+        let mut b = [0u8; 8];
+        b[..6].copy_from_slice(&mac.0);
+        self.pending.store(PENDING | u64::from_le_bytes(b), Release);
+    }
+
+    /// The MAC waiting to be announced, if one is; it is then no longer waiting. One relaxed
+    /// load when none is.
+    #[inline]
+    pub fn take(&self) -> Option<MacAddr> {
+        if self.pending.load(Relaxed) == 0 {
+            return None;
+        }
+        let v = self.pending.swap(0, Acquire);
+        (v & PENDING != 0).then(|| MacAddr::from_bytes(&v.to_le_bytes()[..6]))
+    }
+
+    /// Counts an announcement that went out.
+    pub fn sent_one(&self) {
+        self.sent.fetch_add(1, Relaxed);
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcer_hands_over_the_last_mac_once() {
+        let a = Announcer::default();
+        assert_eq!(a.take(), None);
+        a.request(MacAddr([2, 0, 0, 0, 0, 1]));
+        a.request(MacAddr([0x52, 0x54, 0, 0xab, 0xcd, 0xef]));
+        assert_eq!(a.take(), Some(MacAddr([0x52, 0x54, 0, 0xab, 0xcd, 0xef])));
+        assert_eq!(a.take(), None);
+        a.request(MacAddr::ZERO);
+        assert_eq!(a.take(), Some(MacAddr::ZERO), "a zero MAC is still a request");
     }
 }

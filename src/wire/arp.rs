@@ -1,4 +1,5 @@
-//! ARP over Ethernet for IPv4 (RFC 826): the only kind flow keys look into.
+//! ARP over Ethernet for IPv4 (RFC 826): the only kind flow keys look into; and the RARP frame
+//! (RFC 903, ARP's format) a migrated VM is announced with.
 
 use std::net::Ipv4Addr;
 
@@ -8,6 +9,29 @@ use super::{Error, MacAddr, be16};
 pub const PACKET_LEN: usize = 28;
 pub const OP_REQUEST: u16 = 1;
 pub const OP_REPLY: u16 = 2;
+/// RARP's "request reverse", what QEMU announces a migrated VM with.
+pub const OP_REVERSE_REQUEST: u16 = 3;
+/// A RARP announcement's length: the Ethernet minimum (without FCS), zero-padded.
+pub const RARP_FRAME_LEN: usize = 60;
+
+/// The broadcast RARP frame that announces `mac` after a migration (as QEMU sends it for a
+/// guest that cannot announce itself): from `mac`, asking for `mac`'s address, every IPv4
+/// address zero. Switches on the way learn `mac` where the frame comes from.
+pub fn rarp_announcement(mac: MacAddr) -> [u8; RARP_FRAME_LEN] {
+    let mut f = [0u8; RARP_FRAME_LEN];
+    f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+    f[6..12].copy_from_slice(&mac.0);
+    f[12..14].copy_from_slice(&ethertype::RARP.to_be_bytes());
+    let a = &mut f[14..14 + PACKET_LEN];
+    a[0..2].copy_from_slice(&1u16.to_be_bytes());
+    a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+    a[4] = 6;
+    a[5] = 4;
+    a[6..8].copy_from_slice(&OP_REVERSE_REQUEST.to_be_bytes());
+    a[8..14].copy_from_slice(&mac.0);
+    a[18..24].copy_from_slice(&mac.0);
+    f
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct ArpPacket<T: AsRef<[u8]>> {
@@ -71,5 +95,16 @@ mod tests {
         assert!(ArpPacket::new_checked(&b[..27]).is_err());
         b[5] = 16;
         assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+    }
+
+    #[test]
+    fn rarp() {
+        let mac = MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        let f = rarp_announcement(mac);
+        assert_eq!(&f[..14], &[255, 255, 255, 255, 255, 255, 0x52, 0x54, 0, 0x12, 0x34, 0x56, 0x80, 0x35]);
+        let a = ArpPacket::new_checked(&f[14..]).unwrap();
+        assert_eq!((a.operation(), a.sender_hw(), a.target_hw()), (OP_REVERSE_REQUEST, mac, mac));
+        assert_eq!((a.sender_ip(), a.target_ip()), (Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED));
+        assert!(f[14 + PACKET_LEN..].iter().all(|&b| b == 0));
     }
 }

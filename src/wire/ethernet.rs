@@ -12,6 +12,8 @@ use super::{Error, MacAddr, be16, set_be16};
 pub mod ethertype {
     pub const IPV4: u16 = 0x0800;
     pub const ARP: u16 = 0x0806;
+    /// Reverse ARP (RFC 903): what a hypervisor announces a migrated VM's MAC with.
+    pub const RARP: u16 = 0x8035;
     /// 802.1Q customer VLAN tag.
     pub const VLAN: u16 = 0x8100;
     /// 802.1ad service VLAN tag (QinQ outer).

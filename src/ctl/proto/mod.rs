@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
-pub use self::ports::{PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens};
+pub use self::ports::{
+    MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
+};
 pub use self::stats::{PollMode, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups};
 pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};

@@ -44,6 +44,8 @@ pub struct PortInfo {
     pub vlan: PortVlanInfo,
     /// The port's rate caps and the tokens their buckets hold.
     pub rate_caps: RateCapsInfo,
+    /// A vhost-user port's live-migration state.
+    pub migration: MigrationInfo,
     pub queues: Vec<QueueInfo>,
     /// The port's counters summed over the poll threads (their fields inline).
     #[serde(flatten)]
@@ -97,6 +99,19 @@ pub struct QueueInfo {
     pub poll_thread: Option<usize>,
     pub rx_packets: Option<u64>,
     pub rx_bytes: Option<u64>,
+}
+
+/// Where a vhost-user port stands in a live migration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationInfo {
+    /// Whether its rings log their writes (LOG_ALL negotiated and a log mapped).
+    pub logging: bool,
+    /// The dirty log's size in bytes, while logging.
+    pub log_bytes: Option<u64>,
+    /// SEND_RARP requests from the connected frontend.
+    pub rarp_requests: u64,
+    /// RARPs the data path sent from this port (since it was created).
+    pub announcements: u64,
 }
 
 /// A port's VLAN config (`vlan_mode`, `tag`, `trunks` in the config).

@@ -318,3 +318,41 @@ impl Bench {
         }
     }
 }
+
+// Dirty logging, as QEMU sets it up when a migration starts.
+
+pub fn memfd(len: u64) -> std::fs::File {
+    // SAFETY: memfd_create with a valid C string; the new fd is owned by the std::fs::File.
+    let f = unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(libc::memfd_create(
+            c"pvs-log".as_ptr(),
+            libc::MFD_CLOEXEC,
+        ))
+    };
+    f.set_len(len).unwrap();
+    f
+}
+
+/// Bytes of bitmap a guest of `mem` bytes needs.
+pub fn log_bytes(mem: u64) -> u64 {
+    mem.div_ceil(4096).div_ceil(8)
+}
+
+/// What QEMU does for VM `i` when a migration starts: SET_LOG_BASE, LOG_ALL in the features,
+/// each ring's addresses again with its used ring's guest address to log. Returns the log.
+pub fn start_logging(b: &mut Bench, i: usize) -> std::fs::File {
+    let vm = &mut b.vms[i];
+    let l = *vm.guest.layout();
+    let log = memfd(log_bytes(l.mem_size));
+    vm.backend.set_log_base(log_bytes(l.mem_size), 0, Some(log.try_clone().unwrap())).unwrap();
+    vm.backend
+        .set_features(
+            vm.features | crate::port::vhost::VHOST_USER_F_PROTOCOL_FEATURES | crate::port::vhost::VHOST_F_LOG_ALL,
+        )
+        .unwrap();
+    let uva = vm.guest.mem.uva();
+    for (q, at) in l.rings.iter().enumerate() {
+        vm.backend.set_vring_addr(q as u32, uva + at.desc, uva + at.used, uva + at.avail, Some(at.used)).unwrap();
+    }
+    log
+}

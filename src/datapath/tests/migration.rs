@@ -8,34 +8,9 @@ use std::os::fd::FromRawFd;
 use std::os::unix::fs::FileExt;
 
 use super::*;
-use crate::port::vhost::{VHOST_F_LOG_ALL, VHOST_USER_F_PROTOCOL_FEATURES};
-
-fn memfd(len: u64) -> File {
-    // SAFETY: memfd_create with a valid C string; the new fd is owned by the File.
-    let f = unsafe { File::from_raw_fd(libc::memfd_create(c"pvs-log".as_ptr(), libc::MFD_CLOEXEC)) };
-    f.set_len(len).unwrap();
-    f
-}
-
-/// Bytes of bitmap a guest of `mem` bytes needs.
-fn log_bytes(mem: u64) -> u64 {
-    mem.div_ceil(4096).div_ceil(8)
-}
-
-/// What QEMU does for VM `i` when a migration starts: SET_LOG_BASE, LOG_ALL in the features,
-/// each ring's addresses again with its used ring's guest address to log. Returns the log.
-fn start_logging(b: &mut Bench, i: usize) -> File {
-    let vm = &mut b.vms[i];
-    let l = *vm.guest.layout();
-    let log = memfd(log_bytes(l.mem_size));
-    vm.backend.set_log_base(log_bytes(l.mem_size), 0, Some(log.try_clone().unwrap())).unwrap();
-    vm.backend.set_features(vm.features | VHOST_USER_F_PROTOCOL_FEATURES | VHOST_F_LOG_ALL).unwrap();
-    let uva = vm.guest.mem.uva();
-    for (q, at) in l.rings.iter().enumerate() {
-        vm.backend.set_vring_addr(q as u32, uva + at.desc, uva + at.used, uva + at.avail, Some(at.used)).unwrap();
-    }
-    log
-}
+use crate::datapath::counters::DropReason;
+use crate::datapath::plan::PortPolicy;
+use crate::port::vhost::VHOST_USER_F_PROTOCOL_FEATURES;
 
 /// The pages marked in `log` (and clears it, as the frontend does when it syncs).
 fn take_marked(log: &File) -> Vec<u64> {
@@ -151,4 +126,68 @@ fn a_bad_log_is_refused_and_the_port_keeps_its_old_one() {
     // The log already mapped still works: nothing was replaced by a refused one.
     let used = deliver(&mut b, 2, 300, 1);
     assert_eq!(take_marked(&log), written(&b, &used));
+}
+
+/// What QEMU's destination does for a guest that cannot announce itself: SEND_RARP with its
+/// MAC, on the port it now has (VM 2 here, the guest's MAC `mac(1)`).
+fn send_rarp(b: &mut Bench, i: usize, m: [u8; 6]) -> Result<(), String> {
+    let be = &mut b.vms[i].backend;
+    be.set_protocol_features(crate::port::vhost::OFFERED_PROTOCOL_FEATURES);
+    be.send_rarp(crate::wire::MacAddr(m))
+}
+
+#[test]
+fn send_rarp_announces_the_guest_from_its_new_port_at_once() {
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    b.post(0);
+    b.announce(1);
+    assert_eq!(b.mac.lookup(&crate::wire::MacAddr(mac(1)), 0), Some(1), "the guest is first on port 1");
+    // The destination's guest has not sent anything, and its TX ring is not even running.
+    b.vms[2].backend.get_vring_base(1).unwrap();
+    send_rarp(&mut b, 2, mac(1)).unwrap();
+    b.step();
+    let rarp = crate::wire::arp::rarp_announcement(crate::wire::MacAddr(mac(1))).to_vec();
+    assert_eq!(b.vms[0].recv(), vec![rarp.clone()], "the others get the RARP, from the guest's MAC");
+    assert_eq!(b.vms[1].recv(), vec![rarp]);
+    assert_eq!(b.mac.lookup(&crate::wire::MacAddr(mac(1)), 0), Some(2), "the MAC moved with the first frame");
+    assert_eq!(b.vms[2].port.queues().unwrap().announcer.sent(), 1);
+    assert_eq!(b.totals(2).rx_packets, 1, "counted as the port's own frame");
+    // Frames for the guest now go to its new port, none to the old one.
+    b.vms[0].guest.send(&frame(mac(1), mac(0), 100, 7));
+    b.settle(10);
+    assert_eq!(b.vms[2].recv().len(), 1);
+    assert!(b.vms[1].recv().is_empty());
+    // Sent once: a later loop sends nothing more.
+    b.settle(5);
+    assert!(b.vms[0].recv().is_empty());
+    assert_eq!(b.vms[2].port.queues().unwrap().announcer.sent(), 1);
+}
+
+#[test]
+fn send_rarp_obeys_the_ports_policy() {
+    // A tenant cannot use SEND_RARP to claim a MAC its port may not use.
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    b.policies[2] = PortPolicy { allowed_macs: vec![crate::wire::MacAddr(mac(2))], ..Default::default() };
+    b.post(0);
+    b.announce(1);
+    send_rarp(&mut b, 2, mac(1)).unwrap();
+    b.settle(5);
+    assert!(b.vms[0].recv().is_empty() && b.vms[1].recv().is_empty());
+    assert_eq!(b.drops(2, DropReason::PortSecurity), 1);
+    assert_eq!(b.mac.lookup(&crate::wire::MacAddr(mac(1)), 0), Some(1), "the MAC stays where it was");
+}
+
+#[test]
+fn bad_send_rarp_is_refused() {
+    let mut b = Bench::new(BenchCfg::default());
+    let be = &mut b.vms[1].backend;
+    be.set_protocol_features(0);
+    let e = be.send_rarp(crate::wire::MacAddr(mac(1))).unwrap_err();
+    assert!(e.contains("RARP protocol feature"), "{e}");
+    for m in [[0xff; 6], [1, 0, 0x5e, 0, 0, 1], [0; 6]] {
+        let e = send_rarp(&mut b, 1, m).unwrap_err();
+        assert!(e.contains("no guest can have"), "{e}");
+    }
+    b.settle(5);
+    assert!(b.vms[0].recv().is_empty(), "nothing was announced");
 }

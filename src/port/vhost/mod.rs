@@ -19,6 +19,7 @@ use crate::port::Port;
 use crate::vring::call::is_eventfd;
 use crate::vring::log::DirtyLog;
 use crate::vring::{CallFd, MAX_QUEUE_SIZE, ring_addrs};
+use crate::wire::MacAddr;
 use crate::wire::gso::Negotiated;
 use crate::wire::virtio_net::{self, feature};
 use msg::{Header, Request, VringFd};
@@ -55,9 +56,10 @@ pub const OFFLOAD_FEATURES: u64 = feature::CSUM
     | feature::GUEST_TSO6
     | feature::GUEST_ECN;
 
-/// The protocol features offered: multi-queue, acks for requests that ask for one, and the
-/// dirty log as a shared-memory fd.
-pub const OFFERED_PROTOCOL_FEATURES: u64 = msg::protocol::MQ | msg::protocol::REPLY_ACK | msg::protocol::LOG_SHMFD;
+/// The protocol features offered: multi-queue, acks for requests that ask for one, and live
+/// migration's: the dirty log as a shared-memory fd, and announcing the guest (SEND_RARP).
+pub const OFFERED_PROTOCOL_FEATURES: u64 =
+    msg::protocol::MQ | msg::protocol::REPLY_ACK | msg::protocol::LOG_SHMFD | msg::protocol::RARP;
 
 /// For tests only: `PVSWITCH_TEST_NO_DIRTY_LOG=1` in pvswitchd's environment accepts the
 /// dirty log but marks nothing in it, so a migration test can show that it notices the pages
@@ -98,6 +100,10 @@ pub struct Status {
     pub numa_node: Option<usize>,
     /// By vhost-user queue index.
     pub vrings: Vec<VringStatus>,
+    /// The dirty log's size while the rings log into it (LOG_ALL negotiated and a log mapped).
+    pub logging: Option<u64>,
+    /// SEND_RARP requests taken on this connection.
+    pub rarp_requests: u64,
 }
 
 #[derive(Default)]
@@ -129,6 +135,7 @@ pub struct PortBackend {
     vrings: Vec<VringConf>,
     /// The dirty log (SET_LOG_BASE); used while LOG_ALL is negotiated.
     log: Option<Arc<DirtyLog>>,
+    rarp_requests: u64,
 }
 
 /// The port's virtqueues (a backend only exists for a vhost-user port).
@@ -149,6 +156,7 @@ impl PortBackend {
             offer: OFFERED_FEATURES | OFFLOAD_FEATURES,
             vrings: (0..n).map(|_| VringConf::default()).collect(),
             log: None,
+            rarp_requests: 0,
         }
     }
 
@@ -190,6 +198,8 @@ impl PortBackend {
                 .iter()
                 .map(|v| VringStatus { size: v.size, enabled: v.enabled, running: v.running })
                 .collect(),
+            logging: self.log.as_ref().filter(|_| self.features & VHOST_F_LOG_ALL != 0).map(|l| l.len()),
+            rarp_requests: self.rarp_requests,
         }
     }
 
@@ -321,9 +331,13 @@ impl PortBackend {
             }
             Request::SetLogBase { size, offset } => {
                 self.set_log_base(size, offset, fds.pop())?;
-                // Answered with an empty reply (QEMU waits for it), whether or not acks were
-                // negotiated.
-                return Ok(Some(Vec::new()));
+                // Always answered, whether or not acks were negotiated: with the log's own
+                // size and offset, which rust-vmm's frontend (cloud-hypervisor) requires and
+                // QEMU, which reads any payload, accepts (DPDK answers with none, which the
+                // former refuses).
+                let mut body = size.to_le_bytes().to_vec();
+                body.extend_from_slice(&offset.to_le_bytes());
+                return Ok(Some(body));
             }
             Request::SetVringBase { index, base } => self.set_vring_base(index, base)?,
             Request::GetVringBase { index } => {
@@ -348,6 +362,7 @@ impl PortBackend {
                 self.protocol = f;
             }
             Request::GetQueueNum => return u64_reply(self.port.rx_queues() as u64),
+            Request::SendRarp(mac) => self.send_rarp(MacAddr(mac))?,
             Request::SetVringEnable { index, enable } => self.set_vring_enable(index, enable)?,
             Request::Unsupported(code) => return Err(format!("request {code} is not supported")),
         }
@@ -477,6 +492,22 @@ impl PortBackend {
         info!("{}: dirty log of {} KiB", self.port.name(), size.div_ceil(1024));
         self.log = Some(Arc::new(log));
         self.reconcile_all()
+    }
+
+    /// Asks the data path to announce `mac` from this port at once (a RARP into the switch, as
+    /// if the guest had sent it: port security and VLANs apply to it like to the guest's own).
+    pub fn send_rarp(&mut self, mac: MacAddr) -> Result<(), Refusal> {
+        if self.protocol & msg::protocol::RARP == 0 {
+            return Err("SEND_RARP without the RARP protocol feature".into());
+        }
+        if mac.is_multicast() || mac == MacAddr::ZERO {
+            return Err(format!("SEND_RARP for {mac}, which no guest can have"));
+        }
+        let Some(q) = self.port.queues() else { return Err("SEND_RARP on a port without queues".into()) };
+        info!("{}: announcing {mac} (SEND_RARP)", self.port.name());
+        q.announcer.request(mac);
+        self.rarp_requests += 1;
+        Ok(())
     }
 
     pub fn set_protocol_features(&mut self, features: u64) {

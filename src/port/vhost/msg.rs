@@ -68,6 +68,8 @@ pub mod protocol {
     pub const MQ: u64 = 1 << 0;
     /// The dirty log comes as a shared-memory fd (SET_LOG_BASE): live migration.
     pub const LOG_SHMFD: u64 = 1 << 1;
+    /// The frontend may ask the backend to announce a migrated guest (SEND_RARP).
+    pub const RARP: u64 = 1 << 2;
     pub const REPLY_ACK: u64 = 1 << 3;
 }
 
@@ -177,6 +179,8 @@ pub enum Request {
     GetProtocolFeatures,
     SetProtocolFeatures(u64),
     GetQueueNum,
+    /// SEND_RARP: announce the guest's MAC (a migrated VM whose guest cannot announce itself).
+    SendRarp([u8; 6]),
     SetVringEnable {
         index: u32,
         enable: bool,
@@ -323,6 +327,10 @@ pub fn parse(h: &Header, p: &[u8], nfds: usize) -> Result<Request, Error> {
             Request::SetProtocolFeatures(u64_at(p, 0))
         }
         GET_QUEUE_NUM => Request::GetQueueNum,
+        SEND_RARP => {
+            need(8)?;
+            Request::SendRarp(p[..6].try_into().unwrap())
+        }
         other => {
             // Its fds are closed when the message is dropped; the request is refused.
             return Ok(Request::Unsupported(other));
@@ -399,6 +407,11 @@ mod tests {
         assert_eq!(en(1), Ok(Request::SetVringEnable { index: 3, enable: true }));
         assert!(en(2).is_err());
         assert_eq!(parse(&hdr(77, 3), &[1, 2, 3], 0), Ok(Request::Unsupported(77)));
+        // SEND_RARP's MAC is the u64's first six bytes.
+        let rarp = |p: &[u8], nfds| parse(&hdr(code::SEND_RARP, p.len() as u32), p, nfds);
+        assert_eq!(rarp(&[0x52, 0x54, 0, 1, 2, 3, 0, 0], 0), Ok(Request::SendRarp([0x52, 0x54, 0, 1, 2, 3])));
+        assert!(matches!(rarp(&[0x52, 0x54, 0, 1, 2, 3], 0), Err(Error::Payload { .. })));
+        assert!(matches!(rarp(&[0; 8], 1), Err(Error::Fds { .. })));
     }
 
     #[test]

@@ -41,6 +41,9 @@ enum Mode {
     /// No flows, vm0 with an ingress cap and vm1 with an egress cap, both far above the
     /// traffic: what checking and charging the buckets costs.
     Capped,
+    /// NORMAL learned unicast with both VMs logging (a migration under way): what marking the
+    /// dirty log costs.
+    Logged,
 }
 
 /// How the sender lays a frame out in its TX ring.
@@ -88,7 +91,7 @@ fn ipv4_frame(dst: [u8; 6], src: [u8; 6], len: usize, i: usize) -> Vec<u8> {
 /// The cell's flow table (empty for NORMAL).
 fn flows(mode: Mode) -> Vec<String> {
     match mode {
-        Mode::Normal | Mode::Flood | Mode::Access | Mode::Trunk | Mode::Capped => vec![],
+        Mode::Normal | Mode::Flood | Mode::Access | Mode::Trunk | Mode::Capped | Mode::Logged => vec![],
         Mode::InPort => vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()],
         Mode::Flows1k => (0..DESTS)
             .flat_map(|i| {
@@ -154,10 +157,15 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
             b.vms[0].port.rates.apply(&cap(1 << 29, 0));
             b.vms[1].port.rates.apply(&cap(0, 1 << 29));
         }
+        Mode::Logged => {
+            // The logs stay open for the run (held by the backends); nothing syncs them.
+            start_logging(&mut b, 0);
+            start_logging(&mut b, 1);
+        }
         _ => {}
     }
     match mode {
-        Mode::Normal | Mode::Access | Mode::Capped => b.announce(1),
+        Mode::Normal | Mode::Access | Mode::Capped | Mode::Logged => b.announce(1),
         Mode::Trunk => {
             // The trunk's own frames are tagged.
             b.vms[1].guest.send(&tagged(&frame([0xff; 6], mac(1), 60, 0), 0x8100, 10));
@@ -248,6 +256,8 @@ cells! {
     trunk_1518: Trunk, 1518, One;
     capped_64: Capped, 64, One;
     capped_1518: Capped, 1518, One;
+    logged_64: Logged, 64, One;
+    logged_1518: Logged, 1518, One;
 }
 
 /// Every cell's traffic arrives whole, in order, under its table (a short run of each).

@@ -86,6 +86,9 @@ pub struct Driver {
     /// generator never negotiates GUEST_TSO4, so a receiving VM gets the segments the switch
     /// cuts; the probe fields follow the TCP header and arrive in the first segment.
     pub tso: u16,
+    /// Ack LOG_ALL and give the switch a dirty log, as a VMM does while it migrates the VM;
+    /// the generator syncs (reads and clears) it every 10 ms, as QEMU's migration does.
+    pub dirty_log: bool,
 }
 
 impl Driver {
@@ -99,6 +102,7 @@ impl Driver {
             (self.in_order, IN_ORDER),
             (self.mrg_rxbuf, MRG_RXBUF),
             (self.tso > 0, CSUM | HOST_TSO4),
+            (self.dirty_log, crate::frontend::LOG_ALL),
         ] {
             if on {
                 f |= bit;
@@ -184,6 +188,8 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
                    frame, polling): features=event_idx+indirect+in_order+mrg,
                    notify=poll|interrupt, reuse=lifo|fifo|random, chain=1|2|3 (descriptors per
                    frame), qsize=N, rxbuf=BYTES, verify=1 (pattern-fill and check payloads),
+                   log=1 (dirty logging on, as while its VMM migrates it: LOG_ALL and a
+                   dirty log the generator syncs every 10 ms; pages marked are reported),
                    tso=MSS (negotiate CSUM and HOST_TSO4, send TCP/IPv4 data frames asking
                    for TSO with this MSS, 88..65535; receivers get the switch's segments)
                    HOSTILE: pad=N (N zero-length descriptors in every indirect table, 0..253;
@@ -284,6 +290,7 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
                 vm.driver.rx_buf = Some(b);
             }
             "verify" => vm.driver.verify = v != "0",
+            "log" => vm.driver.dirty_log = v != "0",
             "pad" => {
                 vm.driver.pad = v.parse().ok().filter(|p| *p <= 253).ok_or(format!("--vm {s:?}: pad is 0..253"))?
             }

@@ -48,6 +48,9 @@ pub const HOST_TSO4: u64 = 1 << 11;
 pub const EVENT_IDX: u64 = 1 << 29;
 pub const IN_ORDER: u64 = 1 << 35;
 pub const INDIRECT: u64 = INDIRECT_DESC;
+/// vhost's "log all writes" bit: the VMM is migrating the VM and the switch must mark every
+/// page it writes in the dirty log (given with SET_LOG_BASE).
+pub const LOG_ALL: u64 = 1 << 26;
 
 /// Guest physical addresses of one split virtqueue's three parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -416,21 +419,58 @@ pub fn write_descs(mem: &GuestMemory, gpa: u64, descs: &[Desc]) {
     mem.write(gpa, &bytes);
 }
 
-/// SET_VRING_ADDR for queue `q` of `qsize` entries with its parts at guest-physical `at`.
-fn set_ring_addr(fe: &mut Frontend, q: usize, qsize: u16, mem: &GuestMemory, at: RingAt) -> Result<(), vhost::Error> {
+/// SET_VRING_ADDR for queue `q` of `qsize` entries with its parts at guest-physical `at`; with
+/// `log`, its used ring's writes are to be logged (VRING_F_LOG) at its guest address.
+fn set_ring_addr(
+    fe: &mut Frontend,
+    q: usize,
+    qsize: u16,
+    mem: &GuestMemory,
+    at: RingAt,
+    log: bool,
+) -> Result<(), vhost::Error> {
     let uva = |gpa: u64| mem.uva().wrapping_add(gpa);
     fe.set_vring_addr(
         q,
         &VringConfigData {
             queue_max_size: qsize,
             queue_size: qsize,
-            flags: 0,
+            flags: log as u32,
             desc_table_addr: uva(at.desc),
             used_ring_addr: uva(at.used),
             avail_ring_addr: uva(at.avail),
-            log_addr: None,
+            log_addr: log.then_some(at.used),
         },
     )
+}
+
+/// A dirty log as a VMM gives it while it migrates a VM: a memfd of one bit per 4 KiB page of
+/// guest memory.
+pub struct DirtyLog {
+    pub file: File,
+    pub len: u64,
+}
+
+impl DirtyLog {
+    pub fn new(mem_size: u64) -> DirtyLog {
+        let len = mem_size.div_ceil(4096).div_ceil(8).next_multiple_of(8);
+        // SAFETY: memfd_create with a valid C string; the fd is owned by the File below.
+        let fd = unsafe { libc::memfd_create(c"pvs-log".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: a new fd we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len).expect("sizing the dirty log");
+        DirtyLog { file, len }
+    }
+
+    /// Reads and clears the bitmap, as a VMM's dirty sync does; returns the pages marked.
+    pub fn sync(&self) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; self.len as usize];
+        self.file.read_exact_at(&mut b, 0).expect("reading the dirty log");
+        self.file.write_all_at(&vec![0u8; self.len as usize], 0).expect("clearing the dirty log");
+        b.iter().map(|x| x.count_ones() as u64).sum()
+    }
 }
 
 /// One VM: a vhost-user connection plus the driver side of queue pair 0 (`Guest`, which it
@@ -439,6 +479,8 @@ pub struct Vm {
     // Field order is drop order: close the connection before unmapping our side of memory.
     fe: Frontend,
     guest: Guest,
+    /// The dirty log, for a VM acked with LOG_ALL (as if its VMM were migrating it).
+    pub log: Option<std::sync::Arc<DirtyLog>>,
 }
 
 impl std::ops::Deref for Vm {
@@ -515,7 +557,12 @@ impl Vm {
         assert_eq!(offered & want, want, "the switch offers {offered:#x}");
         fe.set_features(want)?;
         let pf = fe.get_protocol_features()?;
-        fe.set_protocol_features(pf & (VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ))?;
+        let logging = want & LOG_ALL != 0;
+        let mut proto = VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ;
+        if logging {
+            proto |= VhostUserProtocolFeatures::LOG_SHMFD;
+        }
+        fe.set_protocol_features(pf & proto)?;
         if pf.contains(VhostUserProtocolFeatures::REPLY_ACK) {
             // Every request from here on is acked, so a refusal shows up as an error.
             fe.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
@@ -527,15 +574,21 @@ impl Vm {
             mmap_offset: 0,
             mmap_handle: mem.file.as_raw_fd(),
         }])?;
+        let log = logging.then(|| std::sync::Arc::new(DirtyLog::new(layout.mem_size)));
+        if let Some(l) = &log {
+            let region =
+                vhost::VhostUserDirtyLogRegion { mmap_size: l.len, mmap_offset: 0, mmap_handle: l.file.as_raw_fd() };
+            fe.set_log_base(0, Some(region))?;
+        }
         for (q, at) in layout.rings.iter().enumerate() {
             fe.set_vring_num(q, qsize)?;
             fe.set_vring_base(q, 0)?;
-            set_ring_addr(&mut fe, q, qsize, mem, *at)?;
+            set_ring_addr(&mut fe, q, qsize, mem, *at, logging)?;
             fe.set_vring_kick(q, guest.kick(q))?;
             fe.set_vring_call(q, guest.call(q))?;
             fe.set_vring_enable(q, true)?;
         }
-        Ok(Vm { fe, guest })
+        Ok(Vm { fe, guest, log })
     }
 
     /// Stops both rings as a VMM does before it disconnects or migrates (GET_VRING_BASE) and
@@ -566,7 +619,8 @@ impl Vm {
             }])
             .expect("SET_MEM_TABLE refused");
         for (q, at) in [self.guest.rx.at, self.guest.tx.at].into_iter().enumerate() {
-            set_ring_addr(&mut self.fe, q, self.guest.layout.qsize, &new, at).expect("SET_VRING_ADDR refused");
+            let log = self.log.is_some();
+            set_ring_addr(&mut self.fe, q, self.guest.layout.qsize, &new, at, log).expect("SET_VRING_ADDR refused");
         }
         let old = std::mem::replace(&mut self.guest.mem, new);
         // SAFETY: our own `size`-byte mapping.

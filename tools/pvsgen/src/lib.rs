@@ -84,6 +84,9 @@ pub struct VmReport {
     /// what the switch counts as received from this port.
     #[serde(flatten)]
     pub counters: engine::Counters,
+    /// With `log=1`: the pages the switch marked in this VM's dirty log, summed over the
+    /// generator's syncs (every 10 ms) from setup to the end of the run.
+    pub dirty_pages: u64,
     /// Data frames addressed to this VM (sum over the flows into it) and those that never
     /// arrived (sent minus distinct frames received, per flow).
     pub expected: u64,
@@ -163,6 +166,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         .unwrap();
 
     let threads = cfg.cpus.len();
+    let mut logs = Vec::new();
     let mut per_thread: Vec<Vec<Port>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, v) in cfg.vms.iter().enumerate() {
         // A buffer slot holds the largest frame any VM sends (a receive buffer without
@@ -173,6 +177,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
         let vm = Vm::connect_features(&v.socket.display().to_string(), layout, v.driver.features())
             .map_err(|e| format!("VM {}: vhost-user setup on {}: {e}", v.name, v.socket.display()))?;
+        if let Some(l) = &vm.log {
+            logs.push((i, l.clone()));
+        }
         let mut needs = Vec::new();
         if let Some(Some(j)) = target(i) {
             needs.push(j as u16);
@@ -187,6 +194,21 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     }
 
     let shared = Shared::new(n, threads);
+    let syncing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let syncer = (!logs.is_empty()).then(|| {
+        let syncing = syncing.clone();
+        std::thread::spawn(move || {
+            // What a migrating VMM does with the log: read and clear it, over and over.
+            let mut pages = vec![0u64; n];
+            while syncing.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                for (i, l) in &logs {
+                    pages[*i] += l.sync();
+                }
+            }
+            pages
+        })
+    });
     let mut handles = Vec::new();
     for (t, ports) in per_thread.into_iter().enumerate() {
         let (shared, cpu, seconds, burst) = (shared.clone(), cfg.cpus[t], cfg.seconds, cfg.burst as usize);
@@ -214,6 +236,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             ports[id] = Some((t, p));
         }
     }
+    syncing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let dirty_pages = syncer.map(|h| h.join().expect("the log syncer")).unwrap_or_else(|| vec![0; n]);
     let ports: Vec<(usize, Port)> = ports.into_iter().map(|p| p.unwrap()).collect();
     if !not_ready.is_empty() {
         return Err(format!(
@@ -257,6 +281,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             size: v.size,
             rate: v.rate,
             counters: p.c.clone(),
+            dirty_pages: dirty_pages[i],
             expected: sum(|f| f.sent),
             lost: sum(|f| f.lost),
             duplicates: sum(|f| f.duplicates),

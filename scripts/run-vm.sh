@@ -23,6 +23,8 @@
 #   --reboot          a guest reboot resets the machine (default: it ends QEMU)
 #   --mem MIB         guest RAM (default 256)
 #   --qmp PATH        a QMP monitor on unix socket PATH (live migration tests drive it)
+#   --paused          start with the CPUs stopped (-S): with --incoming, the migrated guest
+#                     waits for QMP `cont` (a test compares its memory with the source's first)
 #   --incoming URI    start as a migration destination (e.g. unix:/tmp/mig.sock): the guest
 #                     runs once the source's state arrived (give it the source's --mac/--name)
 #   --guest-dir DIR   where vmlinuz and initrd.img live (default target/guest; built if
@@ -42,7 +44,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= tap= qmp= incoming= mem=256 server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
+socket= tap= qmp= incoming= paused=0 mem=256 server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --mem)          mem=${2:?}; shift 2 ;;
     --qmp)          qmp=${2:?}; shift 2 ;;
     --incoming)     incoming=${2:?}; shift 2 ;;
+    --paused)       paused=1; shift ;;
     --vhost-server) server=1; shift ;;
     --mac)          mac=${2:?}; shift 2 ;;
     --ip)           ip=${2:?}; shift 2 ;;
@@ -147,6 +150,7 @@ args=(
 [ -z "$chardev" ] || args+=(-chardev "$chardev")
 [ -z "$qmp" ] || args+=(-qmp "unix:$qmp,server=on,wait=off")
 [ -z "$incoming" ] || args+=(-incoming "$incoming")
+[ "$paused" = 0 ] || args+=(-S)
 # A guest reboot ends QEMU unless --reboot (then it resets the machine: the driver re-creates
 # its rings on the same vhost-user connection).
 [ $reboot = 1 ] || args+=(-no-reboot)

@@ -300,6 +300,18 @@ fn dirty_log_without_its_fd() {
     socket_attack("h-logbase", "SET_LOG_BASE without its fd", &m);
 }
 
+#[test]
+fn send_rarp_without_the_feature() {
+    // SEND_RARP (19), version 1, a MAC in its u64, on a connection that negotiated no protocol
+    // features: refused, the connection closed, nothing announced, nobody else touched.
+    let mut m = Vec::new();
+    for w in [19u32, 1, 8] {
+        m.extend_from_slice(&w.to_le_bytes());
+    }
+    m.extend_from_slice(&[0x52, 0x54, 0, 0xee, 0, 1, 0, 0]);
+    socket_attack("h-rarp", "SEND_RARP without the RARP protocol feature", &m);
+}
+
 /// The memory table is fine but a ring lies (partly) outside it or is misaligned: pvswitchd
 /// must refuse the ring, never run it, and stay alive.
 #[test]

@@ -6,6 +6,8 @@
 //! ping every 10 ms from the peer measures the gap. Server-mode ports with a guest that
 //! announces itself (GUEST_ANNOUNCE); client-mode ports with one that cannot, so QEMU asks
 //! pvswitchd to (SEND_RARP). `ports` shows the source port logging while a move is active.
+//! A third test streams UDP (nothing retransmits a datagram a stale buffer lost) and stops
+//! both sides after each move to compare the guest's memory page by page.
 
 mod common;
 
@@ -74,6 +76,9 @@ struct Run {
     sw: Switch,
     server: bool,
     announce: Announce,
+    /// Destinations start paused, and each move ends by comparing the guest's memory on both
+    /// sides before the destination runs.
+    compare: bool,
 }
 
 /// How the moved guest is announced on its new port.
@@ -104,6 +109,9 @@ impl Run {
         if self.announce == Announce::Rarp {
             cmd.args(["--net-opts", "guest_announce=off"]);
         }
+        if self.compare && job.is_none() {
+            cmd.arg("--paused");
+        }
         match job {
             Some(j) => cmd.arg("--job").arg(j),
             None => cmd.arg("--incoming").arg(format!("unix:{}", self.dir.join(format!("mig-{n}.sock")).display())),
@@ -131,6 +139,25 @@ impl Run {
         }
     }
 
+    /// Once migration `n` completed: waits for the destination to hold the whole state, saves
+    /// the guest's RAM on both sides and counts the 4 KiB pages that differ.
+    fn differing_pages(&self, src: &mut Qmp, dst: &mut Qmp, n: usize) -> usize {
+        wait_for(&format!("destination {n} loaded"), || {
+            (dst.cmd("query-status", json!({}))["status"] != "inmigrate").then_some(())
+        });
+        let bytes = GUEST_MIB << 20;
+        let save = |q: &mut Qmp, side: &str| {
+            let f = self.dir.join(format!("ram-{side}-{n}"));
+            q.cmd("pmemsave", json!({ "val": 0, "size": bytes, "filename": f.display().to_string() }));
+            let b = std::fs::read(&f).unwrap();
+            std::fs::remove_file(&f).unwrap();
+            assert_eq!(b.len() as u64, bytes, "pmemsave of {side}");
+            b
+        };
+        let (a, b) = (save(src, "src"), save(dst, "dst"));
+        a.chunks(4096).zip(b.chunks(4096)).filter(|(x, y)| x != y).count()
+    }
+
     /// Port `name`'s `migration` in `ports`.
     fn migration(&self, name: &str) -> Value {
         let ports = self.sw.ctl("ports");
@@ -143,35 +170,75 @@ impl Run {
     }
 }
 
-/// Moves the guest three times (a -> b -> a -> b) while the peer streams 200 MiB to it.
-fn migrate_under_tcp(name: &str, server: bool, announce: Announce) {
+/// What the peer sends the moving guest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// 200 MiB over TCP (nc), its SHA-256 checked.
+    Tcp,
+    /// iperf3 UDP at 40 Mbit/s: a datagram the guest reads from a receive buffer that reached
+    /// the destination stale (a page the switch wrote but did not log) is an older datagram
+    /// again, which iperf3 counts as out of order; nothing retransmits it away.
+    Udp,
+}
+
+/// The peer's job for `load`: waits for the guest, starts pinging it every 10 ms, says
+/// PVS-START, sends, then reports.
+fn peer_job(load: Load) -> String {
+    let wait =
+        format!("i=0; until ping -c 1 -W 1 {VM_IP} >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || break; done\n");
+    let send = match load {
+        Load::Tcp => format!(
+            r#"dd if=/dev/urandom of=/tmp/r bs=1M count={CHUNK_MIB} 2>/dev/null
+(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | sha256sum | sed 's/^/PVS-SENT /'
+ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
+echo PVS-START
+(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | nc {VM_IP} 5000; echo PVS-NC-EXIT $?
+"#
+        ),
+        Load::Udp => format!(
+            r#"ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
+echo PVS-START
+# The server may still be starting: retry only a refused connection.
+for i in $(seq 1 20); do
+  iperf3 -u -c {VM_IP} -b 40M -l 1000 -t {UDP_SECS} --json > /tmp/u.json; rc=$?
+  grep -q 'unable to connect' /tmp/u.json || break; sleep 1
+done
+echo PVS-IPERF-EXIT $rc
+num() {{ grep -o "\"$1\":[[:space:]]*[0-9]*" /tmp/u.json | tail -1 | grep -o '[0-9]*$'; }}
+echo PVS-UDP out_of_order=$(num out_of_order) lost=$(num lost_packets) packets=$(num packets)
+"#
+        ),
+    };
+    let report = r#"kill -INT %1 2>/dev/null; kill -INT $! 2>/dev/null; sleep 1
+# The longest run of missing replies: the seq numbers answered, in order.
+grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {g=$1-p} {p=$1} END {print "PVS-GAP", g-1, NR}'
+"#;
+    format!("{wait}{send}{report}")
+}
+
+/// How long the UDP stream runs: through three moves, whatever the machine's speed.
+const UDP_SECS: u32 = 75;
+/// The moving guest's RAM (run-vm.sh's default).
+const GUEST_MIB: u64 = 256;
+
+/// Moves the guest three times (a -> b -> a -> b) while the peer streams `load` to it.
+fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
     let _g = serial();
     let dir = test_dir(name);
     let spec = |p: &str| if server { PortSpec::server(p) } else { PortSpec::server(p).client() };
     let text = Switch::config_text(&dir, &[1], &[spec("a"), spec("b"), spec("peer")], "");
     let sw = Switch::start_config(dir.clone(), &text);
-    let run = Run { dir: dir.clone(), sw, server, announce };
+    let run = Run { dir: dir.clone(), sw, server, announce, compare: load == Load::Udp };
     let job = |name: &str, text: String| {
         let p = dir.join(format!("job-{name}.sh"));
         std::fs::write(&p, text).unwrap();
         p
     };
-    let vm_job = job("vm", "nc -l -p 5000 | sha256sum | sed 's/^/PVS-SHA /'\n".into());
-    let peer_job = job(
-        "peer",
-        format!(
-            r#"i=0; until ping -c 1 -W 1 {VM_IP} >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || break; done
-dd if=/dev/urandom of=/tmp/r bs=1M count={CHUNK_MIB} 2>/dev/null
-(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | sha256sum | sed 's/^/PVS-SENT /'
-ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
-echo PVS-START
-(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | nc {VM_IP} 5000; echo PVS-NC-EXIT $?
-kill -INT %1 2>/dev/null; kill -INT $! 2>/dev/null; sleep 1
-# The longest run of missing replies: the seq numbers answered, in order.
-grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{p=$1}} END {{print "PVS-GAP", g-1, NR}}'
-"#
-        ),
-    );
+    let vm_job = match load {
+        Load::Tcp => job("vm", "nc -l -p 5000 | sha256sum | sed 's/^/PVS-SHA /'\n".into()),
+        Load::Udp => job("vm", "iperf3 -s -1 >/dev/null 2>&1; echo PVS-IPERF-SERVED $?\n".into()),
+    };
+    let peer_job = job("peer", peer_job(load));
     let root = env!("CARGO_MANIFEST_DIR");
     let peer_sock = if server { run.sw.sock("peer") } else { dir.join("peer.sock").display().to_string() };
     let mut peer_cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
@@ -193,6 +260,7 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
     let mut current = Qmp::connect(&dir.join("qmp-0.sock"));
     let mut report = Vec::new();
     let mut logging_seen = 0;
+    let mut differing = Vec::new();
     for n in 1..=3 {
         let port = if n % 2 == 1 { "b" } else { "a" };
         let announced = run.announcements(port);
@@ -220,6 +288,14 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
             std::thread::sleep(Duration::from_millis(100));
         };
         report.push(format!("move {n} to {port}: total {} ms, downtime {} ms", info["total-time"], info["downtime"]));
+        if run.compare {
+            // Both sides stopped: the source for good (the switch wrote its last frame before
+            // GET_VRING_BASE), the destination before its rings start. What the destination got
+            // must be what the source holds, page for page.
+            let pages = run.differing_pages(&mut current, &mut next, n);
+            differing.push(pages);
+            next.cmd("cont", json!({}));
+        }
         current.cmd("quit", json!({}));
         current = next;
         // The guest's next frame (its ACKs, its announcement) moves its MAC to the new port.
@@ -236,16 +312,42 @@ grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {{g=$1-p}} {{
         }
     }
     run.wait_log("peer", "PVS-GAP", 900);
-    run.wait_log("vm-3", "PVS-SHA", 120);
+    if load == Load::Tcp {
+        run.wait_log("vm-3", "PVS-SHA", 120);
+    }
     drop(qemus);
     let peer_log = run.log("peer");
     let pick = |log: &str, m: &str| log.lines().find(|l| l.starts_with(m)).map(|l| l[m.len()..].trim().to_string());
-    let sent = pick(&peer_log, "PVS-SENT").expect("the sender's SHA-256");
-    let got = pick(&run.log("vm-3"), "PVS-SHA").expect("the receiver's SHA-256");
     let gap = pick(&peer_log, "PVS-GAP").unwrap_or_default();
     eprintln!("{}\nping: longest gap, answered: {gap} (x 10 ms)", report.join("\n"));
-    assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
-    assert_eq!(got, sent, "the 200 MiB arrived changed");
+    match load {
+        Load::Tcp => {
+            let sent = pick(&peer_log, "PVS-SENT").expect("the sender's SHA-256");
+            let got = pick(&run.log("vm-3"), "PVS-SHA").expect("the receiver's SHA-256");
+            assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
+            assert_eq!(got, sent, "the 200 MiB arrived changed");
+        }
+        Load::Udp => {
+            let udp = pick(&peer_log, "PVS-UDP").expect("iperf3's report");
+            eprintln!("UDP: {udp}");
+            assert_eq!(pick(&peer_log, "PVS-IPERF-EXIT").as_deref(), Some("0"), "iperf3 failed:\n{peer_log}");
+            let field = |k: &str| -> u64 {
+                let v = udp.split_whitespace().find_map(|f| f.strip_prefix(k)?.strip_prefix('='));
+                v.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {k} in {udp:?}"))
+            };
+            assert!(field("packets") > 0, "{udp}");
+            // A datagram seen again after a move came from a receive buffer that arrived stale:
+            // a page the switch wrote and did not log.
+            assert_eq!(field("out_of_order"), 0, "datagrams out of order after the moves: {udp}");
+        }
+    }
+    if run.compare {
+        eprintln!("pages that differ between source and destination, per move: {differing:?}");
+        assert!(
+            differing.iter().all(|&d| d == 0),
+            "the destination's memory differs from the source's in {differing:?} pages (per move): pages written and not logged"
+        );
+    }
     // Dirty logging was used on each move, `ports` showed it on (sampled while the migration
     // was active), and it is off now that no migration is running.
     let logs = run.sw.log().matches("dirty log of").count();
@@ -265,7 +367,7 @@ fn a_guest_migrates_three_times_under_a_tcp_stream_server_ports() {
     if !require(QEMU) {
         return;
     }
-    migrate_under_tcp("migrate-server", true, Announce::Guest);
+    migrate_under("migrate-server", true, Announce::Guest, Load::Tcp);
 }
 
 #[test]
@@ -273,5 +375,13 @@ fn a_guest_without_guest_announce_migrates_three_times_under_a_tcp_stream_client
     if !require(QEMU) {
         return;
     }
-    migrate_under_tcp("migrate-client", false, Announce::Rarp);
+    migrate_under("migrate-client", false, Announce::Rarp, Load::Tcp);
+}
+
+#[test]
+fn a_guest_migrates_three_times_under_a_udp_stream_and_arrives_with_every_page_written() {
+    if !require(QEMU) {
+        return;
+    }
+    migrate_under("migrate-udp", true, Announce::Guest, Load::Udp);
 }

@@ -9,26 +9,27 @@
 //! takes it for a visit; any poll thread that delivers into a guest RX queue takes it for a burst;
 //! the control thread takes it to start, stop or remap the ring. Nobody holds two ring locks of
 //! the same kind, and the control thread holds one at a time, so there is no lock-order cycle.
-//! The lock is a spin lock: holders never block or sleep while holding it.
+//! The lock is a spin lock (`lock`): holders never block or sleep while holding it.
 
-use std::cell::UnsafeCell;
 use std::fs::File;
 use std::ptr;
 use std::sync::Arc;
 #[cfg(not(target_arch = "x86_64"))]
 use std::sync::atomic::fence;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::mem::GuestMem;
 
 pub use crate::mem::Segs;
 pub use crate::mem::segs::MAX_SEGS;
 pub mod call;
+mod lock;
 pub mod log;
 
 #[cfg(target_arch = "x86_64")]
 use crate::mem::segs::prefetch_for_write;
 pub use call::CallFd;
+pub use lock::{VringGuard, VringLock};
 
 const VRING_DESC_F_NEXT: u16 = 1;
 const VRING_DESC_F_WRITE: u16 = 2;
@@ -224,78 +225,6 @@ pub struct Vring {
     /// The port's dirty log and the guest address of this ring's used ring (if it is to be
     /// logged), for the ring's next start: set while the frontend migrates the VM.
     pub log: Option<(Arc<log::DirtyLog>, Option<u64>)>,
-}
-
-/// A ring plus the spin lock that guards it. `ready` is a hint readable without the lock.
-pub struct VringLock {
-    locked: AtomicBool,
-    ready: AtomicBool,
-    inner: UnsafeCell<Vring>,
-}
-
-// SAFETY: the `Vring` inside is only reached through `VringGuard`, which exists only while
-// `locked` is held, so at most one thread touches it at a time. The raw pointers in `ActiveRing`
-// point into the `GuestMem` it keeps alive, which is `Send + Sync`.
-unsafe impl Sync for VringLock {}
-// SAFETY: as above.
-unsafe impl Send for VringLock {}
-
-impl Default for VringLock {
-    fn default() -> Self {
-        VringLock {
-            locked: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
-            inner: UnsafeCell::new(Vring::default()),
-        }
-    }
-}
-
-pub struct VringGuard<'a> {
-    lock: &'a VringLock,
-}
-
-impl VringLock {
-    /// True when the ring is running and not broken (a hint; re-check under the lock).
-    #[inline]
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    pub fn lock(&self) -> VringGuard<'_> {
-        loop {
-            if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                return VringGuard { lock: self };
-            }
-            while self.locked.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        }
-    }
-}
-
-impl Drop for VringGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: we hold the lock, so no other guard exists.
-        let ready = unsafe { (*self.lock.inner.get()).is_ready() };
-        self.lock.ready.store(ready, Ordering::Release);
-        self.lock.locked.store(false, Ordering::Release);
-    }
-}
-
-impl std::ops::Deref for VringGuard<'_> {
-    type Target = Vring;
-    fn deref(&self) -> &Vring {
-        // SAFETY: the guard exists only while the lock is held (see `VringLock::lock`).
-        unsafe { &*self.lock.inner.get() }
-    }
-}
-
-impl std::ops::DerefMut for VringGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Vring {
-        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
-        unsafe { &mut *self.lock.inner.get() }
-    }
 }
 
 impl Vring {

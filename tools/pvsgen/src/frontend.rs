@@ -24,6 +24,8 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use crate::dirty_log::DirtyLog;
+
 /// The test layout's guest memory size.
 pub const MEM_SIZE: u64 = 16 << 20;
 /// The test layout's queue size.
@@ -442,35 +444,6 @@ fn set_ring_addr(
             log_addr: log.then_some(at.used),
         },
     )
-}
-
-/// A dirty log as a VMM gives it while it migrates a VM: a memfd of one bit per 4 KiB page of
-/// guest memory.
-pub struct DirtyLog {
-    pub file: File,
-    pub len: u64,
-}
-
-impl DirtyLog {
-    pub fn new(mem_size: u64) -> DirtyLog {
-        let len = mem_size.div_ceil(4096).div_ceil(8).next_multiple_of(8);
-        // SAFETY: memfd_create with a valid C string; the fd is owned by the File below.
-        let fd = unsafe { libc::memfd_create(c"pvs-log".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-        // SAFETY: a new fd we own.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(len).expect("sizing the dirty log");
-        DirtyLog { file, len }
-    }
-
-    /// Reads and clears the bitmap, as a VMM's dirty sync does; returns the pages marked.
-    pub fn sync(&self) -> u64 {
-        use std::os::unix::fs::FileExt;
-        let mut b = vec![0u8; self.len as usize];
-        self.file.read_exact_at(&mut b, 0).expect("reading the dirty log");
-        self.file.write_all_at(&vec![0u8; self.len as usize], 0).expect("clearing the dirty log");
-        b.iter().map(|x| x.count_ones() as u64).sum()
-    }
 }
 
 /// One VM: a vhost-user connection plus the driver side of queue pair 0 (`Guest`, which it

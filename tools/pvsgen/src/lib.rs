@@ -9,6 +9,7 @@
 //! [`run`], read the [`Report`].
 
 pub mod config;
+pub mod dirty_log;
 pub mod engine;
 pub mod free_ids;
 pub mod frontend;

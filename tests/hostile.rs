@@ -464,6 +464,46 @@ fn hugetlb_file_truncated(name: &str, page: u64) {
     b.assert_alive();
 }
 
+/// The evil VM logs (as while its VMM migrates it) into a memfd that cannot be sealed, then
+/// truncates it to nothing while good1 broadcasts to it: the switch's next mark in the log
+/// faults, the SIGBUS handler replaces the page, evil is disconnected with the reason, and the
+/// good VMs and the control socket carry on.
+#[test]
+fn dirty_log_file_truncated_under_traffic() {
+    let _g = serial();
+    let mut b = Bench::start("h-log-shrunk");
+    let features = pvsgen::frontend::FEATURES | pvsgen::frontend::LOG_ALL;
+    let mut evil = Vm::connect_features(&b.sw.sock("evil"), Layout::TEST, features).expect("evil's setup");
+    b.sw.wait_running("evil", 1);
+    assert_eq!(b.sw.port("evil")["migration"]["logging"], true, "{}", b.sw.port("evil"));
+    evil.post_rx_buffers(8, RX_BUF);
+    b.evil_broadcasts(&mut evil);
+    evil.log.as_ref().expect("evil's log").file.set_len(0).unwrap();
+    let err = wait_for("evil to be disconnected", || {
+        assert!(b.sw.alive(), "pvswitchd died after evil truncated its dirty log");
+        if b.good1.tx_pending() < 64 {
+            b.seq += 1;
+            b.good1.send(&frame(BCAST, MAC_A, 200, 0xaa, b.seq));
+        }
+        let n = b.good2.recv().len();
+        b.good2.post_rx_buffers(n as u16, RX_BUF);
+        let n = evil.recv().len();
+        evil.post_rx_buffers(n as u16, RX_BUF);
+        let p = b.sw.port("evil");
+        (p["state"] == "listening").then(|| p["last_error"].as_str().unwrap_or("").to_string())
+    });
+    assert!(err.contains("dirty log"), "evil's error: {err}");
+    b.assert_alive();
+    let good1 = &mut b.good1;
+    wait_for("good1's TX ring to be completed", || (good1.tx_pending() == 0).then_some(()));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let n = b.good2.recv().len();
+    b.good2.post_rx_buffers(n as u16, RX_BUF);
+    b.assert_good_ports_clean();
+    b.check_forwarding(100);
+    b.assert_alive();
+}
+
 #[test]
 fn hugetlb_2m_file_truncated_under_traffic() {
     if !require(&[Need::Hugepages(MEM_SIZE >> 21)]) {

@@ -459,12 +459,13 @@ impl VhostIo {
         sw.disconnected(i as u16, why);
     }
 
-    /// A guest's memory faulted at `addr` (its file shrank): disconnects the port it belongs to.
+    /// A guest's memory or dirty log faulted at `addr` (its file shrank): disconnects the port
+    /// it belongs to.
     pub fn memory_fault(&mut self, addr: usize, faults: u64, sw: &mut Switch) {
         for i in 0..self.ports.len() {
             if self.io(i).and_then(|io| io.conn.as_ref()).is_some_and(|c| c.backend.mem_contains(addr)) {
                 let msg = format!(
-                    "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory); disconnected"
+                    "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory or its dirty log); disconnected"
                 );
                 log::error!("port {}: {msg} ({faults} faults so far)", sw.port_name(i as u16));
                 self.detach(i, sw, msg);

@@ -44,6 +44,12 @@ impl DirtyLog {
         self.bytes == 0
     }
 
+    /// Whether host address `addr` lies in the bitmap's mapping (a fault there is the
+    /// frontend's: it shrank the log's file).
+    pub fn contains_host(&self, addr: usize) -> bool {
+        self.bitmap.contains_host(addr)
+    }
+
     /// Whether the bitmap has a bit for every page below guest address `end`.
     pub fn covers(&self, end: u64) -> bool {
         end.div_ceil(1 << PAGE_SHIFT).div_ceil(8) <= self.bytes

@@ -174,9 +174,11 @@ impl PortBackend {
         self.features
     }
 
-    /// Whether `addr` lies in this connection's guest memory mappings.
+    /// Whether `addr` lies in this connection's mappings of the frontend's files: its guest
+    /// memory, or its dirty log.
     pub fn mem_contains(&self, addr: usize) -> bool {
         self.mem.as_ref().is_some_and(|m| m.contains_host(addr))
+            || self.log.as_ref().is_some_and(|l| l.contains_host(addr))
     }
 
     /// The NUMA node of the memory holding the port's first configured ring.

@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn tso_headers_are_a_linux_guests() {
-        let (vh, f) = crate::engine::tso_headers(88, 65535);
+        let (vh, f) = crate::probe::tso_headers(88, 65535);
         assert_eq!(vh[..10], [1, 1, 54, 0, 88, 0, 34, 0, 16, 0]);
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 65521);
         // The IPv4 header sums to 0xffff with its checksum.

@@ -13,6 +13,7 @@ pub mod dirty_log;
 pub mod engine;
 pub mod free_ids;
 pub mod frontend;
+pub mod probe;
 pub mod stats;
 
 use std::fmt::Write as _;
@@ -20,8 +21,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 pub use config::{Config, Driver, Dst, Reuse, USAGE, VmSpec, parse_args};
-use engine::{Port, Role, Shared, mac_of};
+use engine::{Port, Role, Shared};
 use frontend::{HDR_LEN, Layout, Vm};
+use probe::mac_of;
 use stats::Histogram;
 
 /// Latency summary in nanoseconds (None: no samples).
@@ -162,7 +164,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let max_size = cfg
         .vms
         .iter()
-        .map(|v| if v.driver.tso > 0 { v.size.min(engine::TSO_HDRS + v.driver.tso as usize) } else { v.size })
+        .map(|v| if v.driver.tso > 0 { v.size.min(probe::TSO_HDRS + v.driver.tso as usize) } else { v.size })
         .max()
         .unwrap();
 
@@ -189,7 +191,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             needs.push(ping.unwrap().0 as u16);
         }
         let sources: Vec<bool> = (0..n).map(|s| streams_to(s, i)).collect();
-        let dst_mac = target(i).map(|t| t.map_or(engine::BCAST, |j| mac_of(j as u16)));
+        let dst_mac = target(i).map(|t| t.map_or(probe::BCAST, |j| mac_of(j as u16)));
         let port = Port::with_driver(i as u16, vm, dst_mac, v.size, v.rate, role(i), needs, &sources, v.driver);
         per_thread[i % threads].push(port);
     }

@@ -1,16 +1,5 @@
 //! The generator's data path: per-VM TX and RX rings, driven by one busy-polling thread per
-//! CPU, each serving many VMs.
-//!
-//! Wire format: a 12-byte virtio-net header (zero) and the Ethernet frame in one descriptor.
-//! The frame is dst MAC, src MAC 02:00:00:00:VV:VV (VV:VV = the VM's index), ethertype 0x88b5,
-//! then at offset 14: magic "PVSG" (u32 LE), kind (u8: data, hello, ping, pong), pad, source VM
-//! index (u16 LE), pad, sequence number (u64 LE, per source VM, from 0), TX timestamp
-//! (CLOCK_MONOTONIC ns, u64 LE); zeros up to the frame size.
-//!
-//! With TSO (`Driver::tso`) a data frame is TCP/IPv4 instead: ethertype 0x0800, a 20-byte IPv4
-//! header (10.0.0.1 to 10.0.0.2), a 20-byte TCP header, then the fields above from magic on
-//! (at offset 54, not 14); the virtio-net header asks for TSO. Receivers count each TCP/IPv4
-//! frame from a generator as a segment; the one carrying the fields counts as the data frame.
+//! CPU, each serving many VMs. What its frames look like is `probe`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,29 +8,16 @@ use std::sync::{Arc, Barrier};
 use crate::config::Driver;
 use crate::free_ids::FreeIds;
 use crate::frontend::{Desc, F_INDIRECT, F_NEXT, F_WRITE, HDR_LEN, Vm};
+use crate::probe::*;
 use crate::stats::{FlowRx, Histogram};
 
-pub const ETHERTYPE: u16 = 0x88b5;
-pub const MAGIC: u32 = u32::from_le_bytes(*b"PVSG");
-/// Bytes of the frame the generator writes and reads (Ethernet header and its fields).
-pub const PROBE_LEN: usize = 40;
-pub const KIND_DATA: u8 = 0;
-pub const KIND_HELLO: u8 = 1;
-pub const KIND_PING: u8 = 2;
-pub const KIND_PONG: u8 = 3;
-pub const BCAST: [u8; 6] = [0xff; 6];
+mod rx;
 
 /// An interrupt-driven driver looks at a ring this long after its last interrupt even without
 /// one; finding work then is a missed interrupt (`Counters::missed_interrupts`).
 const IRQ_TIMEOUT_NS: u64 = 500_000_000;
 /// Bytes at the end of each TX buffer slot for the frame's indirect table (3 descriptors).
 pub const TABLE_LEN: u64 = 48;
-
-/// The payload byte at offset `i` of a frame with sequence number `seq` (verify mode).
-#[inline]
-fn pattern(seq: u64, i: usize) -> u8 {
-    (seq as u8).wrapping_mul(31).wrapping_add(i as u8)
-}
 
 /// A received frame whose later buffers (MRG_RXBUF) are still to come.
 struct Partial {
@@ -62,12 +38,6 @@ const PING_TIMEOUT_NS: u64 = 100_000_000;
 /// Give up waiting for hellos, or for the switch to complete TX buffers at the end.
 pub const HELLO_DEADLINE_NS: u64 = 10_000_000_000;
 const DRAIN_DEADLINE_NS: u64 = 5_000_000_000;
-
-/// The MAC address of VM `id`.
-pub fn mac_of(id: u16) -> [u8; 6] {
-    let b = id.to_be_bytes();
-    [0x02, 0, 0, 0, b[0], b[1]]
-}
 
 /// CLOCK_MONOTONIC in nanoseconds (vDSO: no system call).
 #[inline]
@@ -305,48 +275,6 @@ impl Port {
         self.tx_free.len() / self.tx_descs()
     }
 
-    /// Posts receive buffers while free descriptors last (publish with `raw_rx().publish()`).
-    fn post_rx(&mut self) {
-        let l = *self.vm.layout();
-        let n = self.rx_descs();
-        while self.rx_free.len() >= n {
-            let ids: Vec<u16> = (0..n).map(|_| self.rx_free.take().unwrap()).collect();
-            let head = ids[0];
-            let at = l.rx_buf(head);
-            let mut rx = self.vm.raw_rx();
-            if self.driver.rx_chain > 1 {
-                // A long chain: the buffer's bytes in its first descriptor, then n - 1 of
-                // length zero (a chain may have 256 descriptors, but only 64 with bytes).
-                for k in 0..n {
-                    let last = k + 1 == n;
-                    let len = if k == 0 { self.rx_buf } else { 0 };
-                    let next = if last { 0 } else { ids[k + 1] };
-                    let flags = if last { F_WRITE } else { F_WRITE | F_NEXT };
-                    rx.desc(ids[k], Desc { addr: at, len, flags, next });
-                }
-                rx.stage(head);
-                if self.driver.in_order {
-                    self.rx_order.push_back(head);
-                }
-                self.rx_long[head as usize] = ids;
-                continue;
-            }
-            if n == 1 {
-                rx.desc(head, Desc { addr: at, len: self.rx_buf, flags: F_WRITE, next: 0 });
-            } else {
-                rx.desc(head, Desc { addr: at, len: HDR_LEN as u32, flags: F_WRITE | F_NEXT, next: ids[1] });
-                let rest = self.rx_buf - HDR_LEN as u32;
-                rx.desc(ids[1], Desc { addr: at + HDR_LEN as u64, len: rest, flags: F_WRITE, next: 0 });
-            }
-            rx.stage(head);
-            self.rx_chain[head as usize][..n].copy_from_slice(&ids);
-            if self.driver.in_order {
-                self.rx_order.push_back(head);
-            }
-        }
-        self.vm.raw_rx().publish();
-    }
-
     /// Interrupt mode: whether to look at ring `q` now (it was interrupted, or a timeout
     /// passed); polling mode: always.
     #[inline]
@@ -532,184 +460,6 @@ impl Port {
         }
     }
 
-    /// Drains the RX ring, handles every frame, and gives the buffers back.
-    fn poll_rx(&mut self, phase: Phase) {
-        let now = now_ns();
-        if !self.look_at(0, now) {
-            return;
-        }
-        let mut echoed = false;
-        let mut any = false;
-        loop {
-            let used = self.vm.raw_rx().used_idx();
-            while let Some((id, len)) = self.vm.raw_rx().next_used(used) {
-                any = true;
-                echoed |= self.rx_buffer(id, len as usize, phase, now);
-            }
-            if !self.driver.interrupts {
-                break;
-            }
-            let mut rx = self.vm.raw_rx();
-            rx.want_interrupts(true);
-            if rx.used_idx() == rx.last_used() {
-                break;
-            }
-        }
-        if any {
-            self.post_rx();
-        }
-        if echoed {
-            self.vm.raw_tx().publish();
-        }
-    }
-
-    /// One used receive buffer: the start of a frame, or (MRG_RXBUF) more of one. Returns
-    /// whether a pong was staged.
-    #[inline]
-    fn rx_buffer(&mut self, id: u32, len: usize, phase: Phase, now: u64) -> bool {
-        let l = *self.vm.layout();
-        assert!(id < l.qsize as u32, "the switch returned RX descriptor {id}");
-        let head = id as u16;
-        if self.driver.in_order && self.rx_order.pop_front() != Some(head) {
-            self.c.misordered += 1;
-        }
-        if self.driver.rx_chain > 1 {
-            for &d in &self.rx_long[head as usize] {
-                self.rx_free.give(d);
-            }
-        } else {
-            let n = self.rx_descs();
-            for &d in &self.rx_chain[head as usize][..n] {
-                self.rx_free.give(d);
-            }
-        }
-        let at = l.rx_buf(head);
-        if let Some(mut p) = self.rx_partial.take() {
-            // More of a frame spread over buffers: check its bytes, count them.
-            if self.driver.verify {
-                let seq = u64::from_le_bytes(p.h[24..32].try_into().unwrap());
-                let got = self.vm.mem.read(at, len);
-                p.corrupt |= got.iter().enumerate().any(|(i, &b)| b != pattern(seq, p.len + i));
-            }
-            p.len += len;
-            p.left -= 1;
-            if p.left > 0 {
-                self.rx_partial = Some(p);
-                return false;
-            }
-            return self.rx_frame(p, phase, now);
-        }
-        self.c.rx_frames += 1;
-        if len == 0 {
-            // A buffer given back unused (a frame did not fit it).
-            return false;
-        }
-        let mut hdr = [0u8; HDR_LEN];
-        self.vm.mem.read_into(at, &mut hdr[..len.min(HDR_LEN)]);
-        let nbufs = if self.driver.mrg_rxbuf { u16::from_le_bytes([hdr[10], hdr[11]]) } else { 1 };
-        let flen = len.saturating_sub(HDR_LEN);
-        let mut p = Partial {
-            h: [0u8; PROBE_LEN],
-            len: flen,
-            left: nbufs.saturating_sub(1),
-            corrupt: nbufs == 0,
-            segment: false,
-        };
-        if flen >= PROBE_LEN {
-            self.vm.mem.read_into(at + HDR_LEN as u64, &mut p.h);
-            if p.h[12..14] == [0x08, 0x00] && p.h[23] == 6 {
-                // TCP/IPv4: a segment of a TSO sender's frame. Its probe fields, if it is the
-                // first segment, follow the TCP header (within the first buffer: a receive
-                // buffer has room for 80 bytes of frame).
-                p.segment = true;
-                let tail = TSO_PROBE_END - TSO_HDRS;
-                if flen >= TSO_PROBE_END && len >= HDR_LEN + TSO_PROBE_END {
-                    let mut f = [0u8; TSO_PROBE_END - TSO_HDRS];
-                    self.vm.mem.read_into(at + (HDR_LEN + TSO_HDRS) as u64, &mut f);
-                    p.h[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-                    p.h[14..14 + tail].copy_from_slice(&f);
-                } else {
-                    p.h[14..18].fill(0);
-                }
-            }
-            if self.driver.verify && flen > PROBE_LEN {
-                let seq = u64::from_le_bytes(p.h[24..32].try_into().unwrap());
-                let got = self.vm.mem.read(at + (HDR_LEN + PROBE_LEN) as u64, flen - PROBE_LEN);
-                p.corrupt |= got.iter().enumerate().any(|(i, &b)| b != pattern(seq, PROBE_LEN + i));
-            }
-        }
-        if p.left > 0 {
-            self.rx_partial = Some(p);
-            return false;
-        }
-        self.rx_frame(p, phase, now)
-    }
-
-    /// One whole received frame. Returns whether a pong was staged.
-    fn rx_frame(&mut self, p: Partial, phase: Phase, now: u64) -> bool {
-        let (h, len) = (p.h, p.len);
-        if p.corrupt {
-            self.c.corrupt += 1;
-        }
-        if p.segment {
-            self.c.segments += 1;
-            self.c.received_bytes += len as u64;
-            if h[14..18] != MAGIC.to_le_bytes() {
-                // A later segment: no probe fields.
-                return false;
-            }
-        }
-        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
-        let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
-        let src = u16_at(20) as usize;
-        if len < PROBE_LEN
-            || h[12..14] != ETHERTYPE.to_be_bytes()
-            || h[14..18] != MAGIC.to_le_bytes()
-            || src >= self.flows.len()
-            || (h[0..6] != self.mac && h[0..6] != BCAST)
-        {
-            self.c.foreign += 1;
-            return false;
-        }
-        let (seq, ts) = (u64_at(24), u64_at(32));
-        match h[18] {
-            KIND_DATA => match &mut self.flows[src] {
-                Some(f) => {
-                    f.record(seq);
-                    self.c.received += 1;
-                    if !p.segment {
-                        self.c.received_bytes += len as u64;
-                    }
-                    self.latency.record(now.saturating_sub(ts));
-                }
-                None => self.c.foreign += 1,
-            },
-            KIND_HELLO => {
-                self.c.hellos_received += 1;
-                self.have_hello[src] = true;
-            }
-            KIND_PING if self.role == Role::Pong => {
-                self.c.pings_received += 1;
-                if phase == Phase::Measure {
-                    let to: [u8; 6] = h[6..12].try_into().unwrap();
-                    if self.put(to, KIND_PONG, seq, ts) {
-                        self.c.pongs_sent += 1;
-                        return true;
-                    }
-                }
-            }
-            KIND_PONG if self.role == Role::Ping => {
-                self.c.pongs_received += 1;
-                if self.ping.is_some_and(|(s, _)| s == seq) {
-                    self.rtt.record(now_ns().saturating_sub(ts));
-                    self.ping = None;
-                }
-            }
-            _ => self.c.foreign += 1,
-        }
-        false
-    }
-
     /// Puts what is due on the TX ring. `elapsed` is the time since the measurement started.
     #[inline]
     fn transmit(&mut self, elapsed: u64, burst: usize) {
@@ -765,58 +515,6 @@ impl Port {
             self.vm.raw_tx().publish();
         }
     }
-}
-
-/// Bytes of a TSO data frame's Ethernet, IPv4 and TCP headers.
-pub const TSO_HDRS: usize = 54;
-pub use crate::config::TSO_PROBE_END;
-
-/// The virtio-net header and the Ethernet (type only: the MACs are the caller's), IPv4 and TCP
-/// headers of a TSO data frame of `size` bytes with MSS `mss`, as a Linux guest sends it:
-/// NEEDS_CSUM from the TCP header, the TCP checksum field holding the pseudo header's sum.
-pub fn tso_headers(mss: u16, size: usize) -> ([u8; HDR_LEN], [u8; TSO_HDRS]) {
-    let mut vh = [0u8; HDR_LEN];
-    vh[0] = 1; // NEEDS_CSUM
-    vh[1] = 1; // GSO_TCPV4
-    vh[2..4].copy_from_slice(&(TSO_HDRS as u16).to_le_bytes());
-    vh[4..6].copy_from_slice(&mss.to_le_bytes());
-    vh[6..8].copy_from_slice(&34u16.to_le_bytes()); // csum_start: the TCP header
-    vh[8..10].copy_from_slice(&16u16.to_le_bytes()); // csum_offset: TCP's checksum field
-    let mut f = [0u8; TSO_HDRS];
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip_len = (size - 14) as u16;
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[6] = 0x40; // don't fragment
-    ip[8] = 64;
-    ip[9] = 6; // TCP
-    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    let sum = |b: &[u8], init: u32| {
-        let mut s = init;
-        for w in b.chunks(2) {
-            s += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
-        }
-        while s > 0xffff {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        s as u16
-    };
-    let c = !sum(ip, 0);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let tcp = &mut f[34..54];
-    tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
-    tcp[2..4].copy_from_slice(&5201u16.to_be_bytes());
-    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
-    tcp[8..12].copy_from_slice(&1u32.to_be_bytes());
-    tcp[12..14].copy_from_slice(&(5u16 << 12 | 0x18).to_be_bytes()); // PSH, ACK
-    tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
-    // The pseudo header: addresses, protocol, TCP length.
-    let tcp_len = ip_len as u32 - 20;
-    let pseudo = sum(&f[26..34], 6 + tcp_len);
-    f[34 + 16..34 + 18].copy_from_slice(&pseudo.to_be_bytes());
-    (vh, f)
 }
 
 /// State shared by the generator threads.

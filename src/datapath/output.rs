@@ -476,10 +476,18 @@ fn deliver_in_order(
                 for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
-                        for f in &frames[i..i + run] {
+                        for (k, f) in frames[i..i + run].iter().enumerate() {
                             let wrote = if vid == NO_VLAN { o.write(f, AS_IS, dv) } else { o.write_vlan(env, f, dv) };
-                            if let Err(why) = wrote {
-                                pc.drop(why, 1);
+                            match wrote {
+                                Ok(()) => {}
+                                // A port out of buffers takes none of the rest of the run
+                                // either: they are dropped at once, without a frame's work
+                                // each (a flood costs what it delivers, not what exists).
+                                Err(DropReason::RxRingFull) => {
+                                    pc.drop(DropReason::RxRingFull, (run - k) as u64);
+                                    break;
+                                }
+                                Err(why) => pc.drop(why, 1),
                             }
                         }
                         o.close(pc, dv);

@@ -41,6 +41,9 @@ enum Mode {
     /// No flows, vm0 with an ingress cap and vm1 with an egress cap, both far above the
     /// traffic: what checking and charging the buckets costs.
     Capped,
+    /// `Flood`, with 14 more VMs whose receive rings are full (they never take a frame): what
+    /// the ports that cannot take a flood cost it.
+    FloodFull,
     /// NORMAL learned unicast with both VMs logging (a migration under way): what marking the
     /// dirty log costs.
     Logged,
@@ -91,7 +94,9 @@ fn ipv4_frame(dst: [u8; 6], src: [u8; 6], len: usize, i: usize) -> Vec<u8> {
 /// The cell's flow table (empty for NORMAL).
 fn flows(mode: Mode) -> Vec<String> {
     match mode {
-        Mode::Normal | Mode::Flood | Mode::Access | Mode::Trunk | Mode::Capped | Mode::Logged => vec![],
+        Mode::Normal | Mode::Flood | Mode::FloodFull | Mode::Access | Mode::Trunk | Mode::Capped | Mode::Logged => {
+            vec![]
+        }
         Mode::InPort => vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()],
         Mode::Flows1k => (0..DESTS)
             .flat_map(|i| {
@@ -134,9 +139,10 @@ fn send_indirect(g: &mut Guest, frames: &[&Vec<u8>]) {
 /// Runs one cell: `warm` bursts, then `bursts` bursts through `measured_step`, every burst
 /// checked to arrive whole and unchanged; returns the frames the measured steps took.
 fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
-    let mut b = Bench::new(BenchCfg { mac_buckets: 1, ..BenchCfg::default() });
+    let vms = if mode == Mode::FloodFull { 16 } else { 2 };
+    let mut b = Bench::new(BenchCfg { vms, mac_buckets: 1, ..BenchCfg::default() });
     let (dst, src) = match mode {
-        Mode::Flood => (FLOWGEN_DST, FLOWGEN_SRC),
+        Mode::Flood | Mode::FloodFull => (FLOWGEN_DST, FLOWGEN_SRC),
         _ => (mac(1), mac(0)),
     };
     match mode {
@@ -184,7 +190,7 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
     let mut taken = 0;
     for burst in 0..warm + bursts {
         // Flood: the two VMs take turns sending, so the source MAC moves every burst.
-        let from = if mode == Mode::Flood { burst % 2 } else { 0 };
+        let from = if matches!(mode, Mode::Flood | Mode::FloodFull) { burst % 2 } else { 0 };
         let batch: Vec<&Vec<u8>> = (0..BURST).map(|j| &frames[(burst * BURST + j) % DESTS]).collect();
         let g = &mut b.vms[from].guest;
         match lay {
@@ -256,6 +262,7 @@ cells! {
     trunk_1518: Trunk, 1518, One;
     capped_64: Capped, 64, One;
     capped_1518: Capped, 1518, One;
+    flood_full_64: FloodFull, 64, One;
     logged_64: Logged, 64, One;
     logged_1518: Logged, 1518, One;
 }

@@ -204,3 +204,31 @@ fn a_broken_ring_stops_only_its_queue() {
     b.settle(10);
     assert_eq!(b.vms[2].recv(), vec![f]);
 }
+
+/// A flood toward a VM whose receive ring is full: the rest of each run is dropped at once and
+/// every frame counted, while the VM with room gets them all; once it takes its frames (and
+/// posts the buffers again), the next flood reaches it.
+#[test]
+fn a_flood_counts_every_frame_a_full_ring_misses() {
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    let qsize = b.vms[2].guest.layout().qsize as u32;
+    let mut sent = 0u32;
+    let mut flood = |b: &mut Bench, n: u32| {
+        for _ in 0..n {
+            sent += 1;
+            b.vms[0].guest.send(&frame([0xff; 6], mac(0), 60, sent));
+            if sent % 32 == 0 {
+                b.settle(10);
+                assert_eq!(b.vms[1].recv().len(), 32, "vm1 takes every frame (and reposts)");
+            }
+        }
+    };
+    // vm2 never drains: its ring fills after `qsize` frames, then misses the next 96.
+    flood(&mut b, qsize + 96);
+    assert_eq!(b.drops(2, DropReason::RxRingFull), 96);
+    assert_eq!(b.totals(2).tx_packets, qsize as u64);
+    assert_eq!(b.vms[2].recv().len(), qsize as usize);
+    flood(&mut b, 32);
+    assert_eq!(b.vms[2].recv().len(), 32, "room again: the flood reaches it");
+    assert_eq!(b.drops(2, DropReason::RxRingFull), 96);
+}

@@ -217,7 +217,7 @@ fn a_flood_counts_every_frame_a_full_ring_misses() {
         for _ in 0..n {
             sent += 1;
             b.vms[0].guest.send(&frame([0xff; 6], mac(0), 60, sent));
-            if sent % 32 == 0 {
+            if sent.is_multiple_of(32) {
                 b.settle(10);
                 assert_eq!(b.vms[1].recv().len(), 32, "vm1 takes every frame (and reposts)");
             }

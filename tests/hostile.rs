@@ -439,18 +439,29 @@ fn hugetlb_file_truncated(name: &str, page: u64) {
     b.evil_broadcasts(&mut evil);
     // Truncated under traffic: good1 broadcasts (to evil's RX ring too) and forwards to good2.
     evil.mem.set_file_len(0);
+    let err = shrunk_under_traffic(&mut b, &format!("its {page}-byte-page memory file"), || {});
+    assert!(err.contains("guest memory fault"), "evil's error: {err}");
+    assert!(b.sw.ctl("ports").is_array() || b.sw.ctl("ports").is_object(), "no answer to ports");
+    b.assert_alive();
+}
+
+/// After evil shrank a file the switch maps for it (`what`): good1 broadcasts (to evil's RX
+/// ring too) and forwards to good2 until evil is disconnected (`drain_evil` takes what evil
+/// receives meanwhile); then pvswitchd lives and the good VMs forward cleanly. Returns evil's
+/// last error.
+fn shrunk_under_traffic(b: &mut Bench, what: &str, mut drain_evil: impl FnMut()) -> String {
     let err = wait_for("evil to be disconnected", || {
-        assert!(b.sw.alive(), "pvswitchd died after evil truncated its {page}-byte-page memory file");
+        assert!(b.sw.alive(), "pvswitchd died after evil truncated {what}");
         if b.good1.tx_pending() < 64 {
             b.seq += 1;
             b.good1.send(&frame(BCAST, MAC_A, 200, 0xaa, b.seq));
         }
         let n = b.good2.recv().len();
         b.good2.post_rx_buffers(n as u16, RX_BUF);
+        drain_evil();
         let p = b.sw.port("evil");
         (p["state"] == "listening").then(|| p["last_error"].as_str().unwrap_or("").to_string())
     });
-    assert!(err.contains("guest memory fault"), "evil's error: {err}");
     b.assert_alive();
     // good2 takes the last of those broadcasts before the forwarding check.
     let good1 = &mut b.good1;
@@ -460,8 +471,8 @@ fn hugetlb_file_truncated(name: &str, page: u64) {
     b.good2.post_rx_buffers(n as u16, RX_BUF);
     b.assert_good_ports_clean();
     b.check_forwarding(100);
-    assert!(b.sw.ctl("ports").is_array() || b.sw.ctl("ports").is_object(), "no answer to ports");
     b.assert_alive();
+    err
 }
 
 /// The evil VM logs (as while its VMM migrates it) into a memfd that cannot be sealed, then
@@ -479,29 +490,11 @@ fn dirty_log_file_truncated_under_traffic() {
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
     evil.log.as_ref().expect("evil's log").file.set_len(0).unwrap();
-    let err = wait_for("evil to be disconnected", || {
-        assert!(b.sw.alive(), "pvswitchd died after evil truncated its dirty log");
-        if b.good1.tx_pending() < 64 {
-            b.seq += 1;
-            b.good1.send(&frame(BCAST, MAC_A, 200, 0xaa, b.seq));
-        }
-        let n = b.good2.recv().len();
-        b.good2.post_rx_buffers(n as u16, RX_BUF);
+    let err = shrunk_under_traffic(&mut b, "its dirty log", || {
         let n = evil.recv().len();
         evil.post_rx_buffers(n as u16, RX_BUF);
-        let p = b.sw.port("evil");
-        (p["state"] == "listening").then(|| p["last_error"].as_str().unwrap_or("").to_string())
     });
     assert!(err.contains("dirty log"), "evil's error: {err}");
-    b.assert_alive();
-    let good1 = &mut b.good1;
-    wait_for("good1's TX ring to be completed", || (good1.tx_pending() == 0).then_some(()));
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    let n = b.good2.recv().len();
-    b.good2.post_rx_buffers(n as u16, RX_BUF);
-    b.assert_good_ports_clean();
-    b.check_forwarding(100);
-    b.assert_alive();
 }
 
 #[test]

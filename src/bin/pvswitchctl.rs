@@ -7,12 +7,20 @@ use std::time::Duration;
 
 use pvswitch::config::DEFAULT_CONTROL_SOCKET;
 use pvswitch::ctl::human;
-use pvswitch::ctl::proto::{Reply, Request};
+use pvswitch::ctl::proto::{CtlError, Reply, Request};
 use serde_json::Value;
 
 const USAGE: &str = "usage: pvswitchctl [--control PATH] [--json] [--watch SECONDS] COMMAND
 commands:
-  ports     each port: connection state, negotiated features, queues, rx/tx/drop counters
+  ports [NAME]
+            each port (or one): connection state, negotiated features, queues, rx/tx/drop counters
+  add-port [--may-exist] NAME KEY=VALUE...
+            add a port (the keys of a [[port]] table: type=vhost-user socket=PATH mode=client ...),
+            kept in the port directory (ports.d) across restarts
+  del-port [--if-exists] NAME
+            remove a port added with add-port, and its file
+  set-port NAME KEY=VALUE...
+            change settings of a port added with add-port (KEY= returns one to its default)
   stats     each poll thread: core, NUMA node, queues, busy/idle cycles, frames, rates over the
             last second, burst sizes, cycles per frame, interrupts, drops by reason
             (stats --clear restarts what stats shows; ports and Prometheus keep totals)
@@ -25,7 +33,9 @@ commands:
             recompute receive-queue placement (default: rxq_assign) and move queues live
   move P:Q N
             move receive queue Q of port P to poll thread N, live
-  version   pvswitchd's version";
+  version   pvswitchd's version
+exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,
+             3 invalid request or setting, 4 already exists, 5 not found";
 
 fn main() -> ExitCode {
     let mut control = std::env::var("PVSWITCH_CONTROL").unwrap_or_else(|_| DEFAULT_CONTROL_SOCKET.to_string());
@@ -38,7 +48,7 @@ fn main() -> ExitCode {
         match a.as_str() {
             "--control" => control = args.next().unwrap_or_default(),
             "--json" => as_json = true,
-            "--clear" => rest.push(a.clone()),
+            "--clear" | "--may-exist" | "--if-exists" => rest.push(a.clone()),
             "--watch" => watch = args.next().and_then(|s| s.parse().ok()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -60,15 +70,16 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("pvswitchctl: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(2);
         }
     };
     loop {
-        match ask(&control, &request).and_then(|result| output(&request, result, as_json)) {
+        let out = ask(&control, &request).and_then(|result| output(&request, result, as_json).map_err(CtlError::from));
+        match out {
             Ok(text) => print!("{text}"),
             Err(e) => {
-                eprintln!("pvswitchctl: {e}");
-                return ExitCode::FAILURE;
+                eprintln!("pvswitchctl: {}", e.message);
+                return ExitCode::from(e.code.map_or(1, |c| c.exit_status()));
             }
         }
         match watch {
@@ -88,7 +99,7 @@ fn output(request: &Request, result: Value, as_json: bool) -> Result<String, Str
 }
 
 /// Sends `request` and returns the reply's result (its own type is read by `human::render`).
-fn ask(path: &str, request: &Request) -> Result<Value, String> {
+fn ask(path: &str, request: &Request) -> Result<Value, CtlError> {
     let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
             format!("pvswitchd is not running (no control socket at {path}: {e})")
@@ -101,5 +112,5 @@ fn ask(path: &str, request: &Request) -> Result<Value, String> {
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
     let reply: Reply<Value> = serde_json::from_str(&line).map_err(|e| format!("malformed reply: {e}"))?;
-    reply.into_result()
+    reply.into_outcome()
 }

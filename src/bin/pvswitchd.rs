@@ -46,7 +46,12 @@ fn main() -> ExitCode {
         }
     }
     let cfg = match Config::load(&config) {
-        Ok(c) => c,
+        Ok(c) => {
+            for e in &c.dropin_errors {
+                eprintln!("pvswitchd: {e}\npvswitchd: that port is not started; the others are");
+            }
+            c
+        }
         Err(e) => {
             eprintln!("pvswitchd: {e}");
             return ExitCode::from(2);

@@ -76,6 +76,31 @@ impl Config {
         self.check_port(&port.config).map_err(|c| clash_error(&c, &port, &cx))?;
         Ok(port.config)
     }
+
+    /// A drop-in (`dropin.rs`): `parse_port`, and the file must be named after its port; a
+    /// name the main file defines too is the main file's.
+    pub(super) fn parse_dropin(&self, d: &super::dropin::DropIn) -> Result<PortConfig, ConfigError> {
+        let file = d.path.display().to_string();
+        let cx = Ctx { file: &file, text: &d.text };
+        let mut port = super::port::read_one(&cx, &self.defaults)?;
+        let stem = d.path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if stem != port.config.name {
+            let msg = format!(
+                "port \"{}\" in a file named {stem}.toml: the file must be {}.toml",
+                port.config.name, port.config.name
+            );
+            return Err(cx.err(Some(port.name.clone()), msg));
+        }
+        if let Some(other) = self.ports.iter().find(|p| p.name == port.config.name) {
+            let there = other.origin.as_ref().map_or("the main file".to_string(), |o| o.display().to_string());
+            let msg =
+                format!("port \"{}\" is defined in {there} too, whose definition is used; remove one", other.name);
+            return Err(cx.err(Some(port.name.clone()), msg));
+        }
+        self.check_port(&port.config).map_err(|c| clash_error(&c, &port, &cx))?;
+        port.config.origin = Some(d.path.clone());
+        Ok(port.config)
+    }
 }
 
 /// A clash positioned at the key it is about: the name, socket or device (the name for an

@@ -6,7 +6,7 @@ use std::ops::Range;
 use toml::Spanned;
 
 /// A config error with its position, printed as `file:line:col: message` plus the line.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ConfigError {
     pub file: String,
     pub line: usize,

@@ -27,6 +27,7 @@
 
 mod checks;
 mod dpdk;
+pub mod dropin;
 mod endpoint;
 mod error;
 mod flows;
@@ -97,6 +98,10 @@ pub struct Config {
     /// What every port takes from `[switch]` when it does not say.
     pub defaults: PortDefaults,
     pub ports: Vec<PortConfig>,
+    /// Where ports added at run time are kept (`dropin.rs`; None: not kept).
+    pub ports_dir: Option<PathBuf>,
+    /// The drop-ins that failed, each alone (the other ports load).
+    pub dropin_errors: Vec<ConfigError>,
     pub flows: Vec<FlowSource>,
     pub dpdk: DpdkConfig,
 }
@@ -111,12 +116,29 @@ impl Config {
             message: format!("cannot read: {e}"),
             snippet: String::new(),
         })?;
-        Config::parse(&file, &text)
+        let mut config = Config::parse_main(&file, &text)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let dir = base.join(config.ports_dir.take().unwrap_or_else(|| "ports.d".into()));
+        let (dropins, errors) = dropin::read_dir(&dir);
+        config.dropin_errors = errors;
+        config.ports_dir = Some(dir);
+        for d in &dropins {
+            match config.parse_dropin(d) {
+                Ok(p) => config.ports.push(p),
+                Err(e) => config.dropin_errors.push(e),
+            }
+        }
+        config.finish(&file, &text)
     }
 
     /// The sections in order: `[switch]` first (ports inherit from it), each
     /// port checked against those before it, flows against the ports, then `[dpdk]`.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        Config::parse_main(file, text)?.finish(file, text)
+    }
+
+    /// `[switch]` and the file's ports.
+    fn parse_main(file: &str, text: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
         let mut config = switch::validate(raw.switch.unwrap_or_default(), &cx)?;
@@ -128,9 +150,16 @@ impl Config {
             config.check_port(&port.config).map_err(|c| checks::clash_error(&c, &port, &cx))?;
             config.ports.push(port.config);
         }
-        config.flows = flows::validate(raw.flows, &config.ports, &cx)?;
-        config.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         Ok(config)
+    }
+
+    /// The file's flows (against every port, the drop-ins' too) and `[dpdk]`.
+    fn finish(mut self, file: &str, text: &str) -> Result<Config, ConfigError> {
+        let cx = Ctx { file, text };
+        let raw: RawConfig = raw::read(&cx)?;
+        self.flows = flows::validate(raw.flows, &self.ports, &cx)?;
+        self.dpdk = dpdk::validate(raw.dpdk, &cx)?;
+        Ok(self)
     }
 
     /// How long the poll thread on `core` polls without frames before it sleeps (None: never).

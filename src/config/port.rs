@@ -35,6 +35,8 @@ pub struct PortConfig {
     pub vlan: PortVlan,
     /// Its rate caps, per direction.
     pub rates: RateCaps,
+    /// The drop-in file it came from (`dropin.rs`), or None: the main file.
+    pub origin: Option<std::path::PathBuf>,
 }
 
 impl PortConfig {
@@ -146,6 +148,7 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
             queue_cfg,
             vlan,
             rates,
+            origin: None,
         },
     })
 }

@@ -159,6 +159,8 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
         core_poll_mode,
         defaults,
         ports: Vec::new(),
+        ports_dir: sw.ports_dir.as_ref().map(PathBuf::from),
+        dropin_errors: Vec::new(),
         flows: Vec::new(),
         dpdk: DpdkConfig::default(),
     })

@@ -232,6 +232,7 @@ mod placement_tests {
     }
 }
 
+mod dropins;
 mod one_port;
 mod sections;
 mod tenant;

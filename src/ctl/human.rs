@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::proto::{
-    Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortVlanInfo, QueueInfo, RateCapsInfo,
+    Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo,
     RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply,
 };
 use crate::datapath::counters::DROP_REASONS;
@@ -26,6 +26,10 @@ pub fn render(req: &Request, result: Value) -> Result<String, String> {
         Request::Move { port, queue, .. } => moved(&format!("{port}:{queue}"), &typed(result)?),
         Request::Reload => reload(&typed(result)?),
         Request::Version => version(&typed(result)?),
+        Request::Port { .. } => ports(&[typed::<PortInfo>(result)?]),
+        Request::AddPort { .. } | Request::DelPort { .. } | Request::SetPort { .. } => {
+            format!("{}\n", typed::<PortReply>(result)?.summary)
+        }
     })
 }
 

@@ -20,8 +20,8 @@ use crate::switch::{Endpoints, PortState, Switch};
 use crate::wire::gso::Negotiated;
 use crate::wire::vlan::{PortVlan, VlanMode};
 use proto::{
-    Cleared, FdbEntry, MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo,
-    RateTokens, ReloadReply, Reply, Request, VersionReply,
+    Cleared, CtlError, ErrorCode, FdbEntry, MigrationInfo, PortInfo, PortOffloads, PortReply, PortVlanInfo, QueueInfo,
+    QueueKind, RateCapsInfo, RateTokens, ReloadReply, Reply, Request, VersionReply,
 };
 
 /// The reply line for an error.
@@ -36,12 +36,14 @@ pub fn is_reload(req: &[u8]) -> bool {
 
 /// Answers one request line. `ep` is the control loop's side of the ports (for reload).
 pub fn handle(c: &mut Switch, ep: &mut dyn Endpoints, req: &[u8]) -> String {
-    Reply::new(Request::parse(req).and_then(|r| answer(c, ep, r))).to_line()
+    let parsed = Request::parse(req).map_err(|message| CtlError { code: Some(ErrorCode::Invalid), message });
+    Reply::coded(parsed.and_then(|r| answer(c, ep, r))).to_line()
 }
 
 /// The reply to one request (each command's own type, as JSON).
-pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<Value, String> {
-    match req {
+pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<Value, CtlError> {
+    let done = |summary: String| json(PortReply { summary });
+    Ok(match req {
         Request::Ports => json(ports(c)),
         Request::Stats { clear: true } => {
             c.clear_stats();
@@ -52,6 +54,13 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<Va
         Request::Fdb => json(fdb(c)),
         Request::Flows => json(flows::flows(c)),
         Request::Trace { fields } => json(flows::trace(c, &fields)?),
+        Request::Port { name } => match c.ports.iter().flatten().find(|ps| ps.name() == name) {
+            Some(ps) => json(port(c, ps)),
+            None => return Err(CtlError { code: Some(ErrorCode::NotFound), message: format!("no port \"{name}\"") }),
+        },
+        Request::AddPort { name, settings, may_exist } => done(c.add_port_cmd(ep, &name, &settings, may_exist)?),
+        Request::DelPort { name, if_exists } => done(c.del_port_cmd(ep, &name, if_exists)?),
+        Request::SetPort { name, settings } => done(c.set_port_cmd(ep, &name, &settings)?),
         Request::Rebalance { mode } => json(c.rebalance(mode)),
         Request::Move { port, queue, thread } => json(c.move_queue(&port, queue, thread)?),
         Request::Reload => match c.reload(ep) {
@@ -59,7 +68,7 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<Va
             Err(e) => Err(format!("reload rejected, running configuration unchanged: {e}")),
         },
         Request::Version => json(VersionReply::current()),
-    }
+    }?)
 }
 
 fn json(reply: impl Serialize) -> Result<Value, String> {

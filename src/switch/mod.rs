@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod placement;
+pub mod portcmd;
 pub mod rebalance;
 pub mod reload;
 pub mod samples;

@@ -20,7 +20,20 @@ impl Switch {
     pub fn reload(&mut self, ep: &mut dyn Endpoints) -> Result<String, String> {
         let path = self.config_path.clone().ok_or("pvswitchd was started without a configuration file")?;
         let new = Config::load(&path).map_err(|e| e.to_string())?;
+        let failed: Vec<String> = new.dropin_errors.iter().map(|e| e.to_string()).collect();
+        for e in &failed {
+            log::error!("{e}; that port is not started");
+        }
+        let mut summary = self.apply_config(ep, new)?;
+        if !failed.is_empty() {
+            summary.push_str(&format!("; {} port files failed: {}", failed.len(), failed.join("; ")));
+        }
+        Ok(summary)
+    }
 
+    /// Applies `new` in place of the running configuration (reload, and the port commands).
+    /// It must have been checked whole; only opening new ports may still fail.
+    pub fn apply_config(&mut self, ep: &mut dyn Endpoints, new: Config) -> Result<String, String> {
         // Ids for the new port set: kept ports keep theirs, new ones take free slots.
         let mut removed = Vec::new();
         let mut updated = Vec::new();

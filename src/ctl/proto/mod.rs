@@ -57,10 +57,76 @@ pub enum Request {
     Reload,
     /// pvswitchd's version (reply: [`VersionReply`]).
     Version,
+    /// One port (reply: [`PortInfo`]; error code `not-found`).
+    Port { name: String },
+    /// Adds a port with these settings, kept in the drop-in directory (reply: [`PortReply`]).
+    /// `may_exist`: a port of that name is not an error (and is left as it is).
+    AddPort { name: String, settings: Vec<(String, String)>, may_exist: bool },
+    /// Removes a port added at run time (reply: [`PortReply`]); `if_exists`: no such port is
+    /// not an error.
+    DelPort { name: String, if_exists: bool },
+    /// Changes settings of a port added at run time (reply: [`PortReply`]).
+    SetPort { name: String, settings: Vec<(String, String)> },
+}
+
+/// Why a request was refused, for a caller that acts on it (pvswitchctl's exit status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    /// The request or a setting is not valid; nothing changed.
+    Invalid,
+    /// What it would create exists.
+    Exists,
+    /// What it names does not exist.
+    NotFound,
+}
+
+impl ErrorCode {
+    /// pvswitchctl's exit status for it (README: 3 invalid, 4 exists, 5 not found).
+    pub fn exit_status(self) -> u8 {
+        match self {
+            ErrorCode::Invalid => 3,
+            ErrorCode::Exists => 4,
+            ErrorCode::NotFound => 5,
+        }
+    }
+}
+
+/// A refused request: what to show, and its code if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CtlError {
+    pub code: Option<ErrorCode>,
+    pub message: String,
+}
+
+impl From<String> for CtlError {
+    fn from(message: String) -> CtlError {
+        CtlError { code: None, message }
+    }
+}
+
+impl From<crate::switch::portcmd::PortCmdError> for CtlError {
+    fn from(e: crate::switch::portcmd::PortCmdError) -> CtlError {
+        use crate::switch::portcmd::PortCmdError as E;
+        let code = match &e {
+            E::Exists(_) => Some(ErrorCode::Exists),
+            E::NotFound(_) => Some(ErrorCode::NotFound),
+            E::Invalid(_) => Some(ErrorCode::Invalid),
+            E::Failed(_) => None,
+        };
+        CtlError { code, message: e.to_string() }
+    }
+}
+
+/// `add-port`, `del-port`, `set-port`: what was done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortReply {
+    pub summary: String,
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version";
+pub const COMMANDS: &str =
+    "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -83,7 +149,28 @@ impl Request {
     /// The request for `command` with `args` (pvswitchctl's command line, or the wire's).
     pub fn from_parts(command: &str, args: &[String]) -> Result<Request, String> {
         Ok(match command {
-            "ports" => Request::Ports,
+            "ports" => match args {
+                [] => Request::Ports,
+                [name] => Request::Port { name: name.clone() },
+                _ => return Err("ports: expected at most one port name".into()),
+            },
+            "add-port" => {
+                let (may_exist, rest) = flag(args, "--may-exist");
+                let (name, settings) = port_settings("add-port", &rest)?;
+                Request::AddPort { name, settings, may_exist }
+            }
+            "del-port" => {
+                let (if_exists, rest) = flag(args, "--if-exists");
+                let [name] = rest.as_slice() else { return Err("del-port: expected [--if-exists] NAME".into()) };
+                Request::DelPort { name: name.to_string(), if_exists }
+            }
+            "set-port" => {
+                let (name, settings) = port_settings("set-port", args)?;
+                if settings.is_empty() {
+                    return Err("set-port: expected NAME KEY=VALUE...".into());
+                }
+                Request::SetPort { name, settings }
+            }
             "stats" => Request::Stats { clear: args.iter().any(|a| a == "--clear") },
             "rxq" => Request::Rxq,
             "fdb" => Request::Fdb,
@@ -113,6 +200,10 @@ impl Request {
             Request::Move { .. } => "move",
             Request::Reload => "reload",
             Request::Version => "version",
+            Request::Port { .. } => "ports",
+            Request::AddPort { .. } => "add-port",
+            Request::DelPort { .. } => "del-port",
+            Request::SetPort { .. } => "set-port",
         }
     }
 
@@ -123,6 +214,15 @@ impl Request {
             Request::Trace { fields } => vec![fields.clone()],
             Request::Rebalance { mode: Some(m) } => vec![m.to_string()],
             Request::Move { port, queue, thread } => vec![format!("{port}:{queue}"), thread.to_string()],
+            Request::Port { name } => vec![name.clone()],
+            Request::AddPort { name, settings, may_exist } => {
+                let flag = may_exist.then(|| "--may-exist".to_string());
+                flag.into_iter().chain(std::iter::once(name.clone())).chain(pairs(settings)).collect()
+            }
+            Request::DelPort { name, if_exists } => {
+                if_exists.then(|| "--if-exists".to_string()).into_iter().chain(std::iter::once(name.clone())).collect()
+            }
+            Request::SetPort { name, settings } => std::iter::once(name.clone()).chain(pairs(settings)).collect(),
             _ => Vec::new(),
         }
     }
@@ -138,6 +238,35 @@ impl Request {
         let line = Line { args: self.args(), command: self.command() };
         serde_json::to_string(&line).expect("strings serialize")
     }
+}
+
+/// Whether `args` hold `flag` (anywhere), and the others.
+fn flag<'a>(args: &'a [String], flag: &str) -> (bool, Vec<&'a String>) {
+    (args.iter().any(|a| a == flag), args.iter().filter(|a| *a != flag).collect())
+}
+
+/// `NAME KEY=VALUE...` (a value may hold '=': the key is before the first).
+fn port_settings<S: AsRef<str>>(command: &str, args: &[S]) -> Result<(String, Vec<(String, String)>), String> {
+    let Some((name, rest)) = args.split_first() else { return Err(format!("{command}: expected NAME KEY=VALUE...")) };
+    let name = name.as_ref();
+    if name.starts_with('-') || name.contains('=') {
+        return Err(format!("{command}: expected NAME KEY=VALUE..., found \"{name}\" first"));
+    }
+    let settings = rest
+        .iter()
+        .map(|kv| {
+            let kv = kv.as_ref();
+            kv.split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("{command}: expected KEY=VALUE, found \"{kv}\""))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((name.to_string(), settings))
+}
+
+fn pairs(settings: &[(String, String)]) -> impl Iterator<Item = String> + '_ {
+    settings.iter().map(|(k, v)| format!("{k}={v}"))
 }
 
 /// `move PORT:QUEUE THREAD` (a port name may itself hold ':'; the queue is after the last).
@@ -157,21 +286,35 @@ pub struct Reply<T> {
     pub result: Option<T>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why, for a caller that acts on it (absent: no particular reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
 }
 
 impl<T> Reply<T> {
     pub fn new(r: Result<T, String>) -> Reply<T> {
+        Reply::coded(r.map_err(CtlError::from))
+    }
+
+    pub fn coded(r: Result<T, CtlError>) -> Reply<T> {
         match r {
-            Ok(t) => Reply { ok: true, result: Some(t), error: None },
-            Err(e) => Reply { ok: false, result: None, error: Some(e) },
+            Ok(t) => Reply { ok: true, result: Some(t), error: None, code: None },
+            Err(e) => Reply { ok: false, result: None, error: Some(e.message), code: e.code },
         }
     }
 
     pub fn into_result(self) -> Result<T, String> {
+        self.into_outcome().map_err(|e| e.message)
+    }
+
+    /// The result, or the error with its code.
+    pub fn into_outcome(self) -> Result<T, CtlError> {
         match (self.ok, self.result) {
             (true, Some(t)) => Ok(t),
-            (true, None) => Err("malformed reply: no result".into()),
-            (false, _) => Err(self.error.unwrap_or_else(|| "unknown error".into())),
+            (true, None) => Err(CtlError::from("malformed reply: no result".to_string())),
+            (false, _) => {
+                Err(CtlError { code: self.code, message: self.error.unwrap_or_else(|| "unknown error".into()) })
+            }
         }
     }
 }

@@ -31,6 +31,29 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         (req("move", &["a:b:3", "2"]), Request::Move { port: "a:b".into(), queue: 3, thread: 2 }),
         (req("reload", &[]), Request::Reload),
         (req("version", &[]), Request::Version),
+        (req("ports", &["vm1"]), Request::Port { name: "vm1".into() }),
+        (
+            req("add-port", &["vm7", "type=vhost-user", "socket=/run/a=b.sock", "mac_limit=4"]),
+            Request::AddPort {
+                name: "vm7".into(),
+                settings: vec![
+                    ("type".into(), "vhost-user".into()),
+                    ("socket".into(), "/run/a=b.sock".into()),
+                    ("mac_limit".into(), "4".into()),
+                ],
+                may_exist: false,
+            },
+        ),
+        (
+            req("add-port", &["vm7", "--may-exist", "mode=client"]),
+            Request::AddPort { name: "vm7".into(), settings: vec![("mode".into(), "client".into())], may_exist: true },
+        ),
+        (req("del-port", &["vm7"]), Request::DelPort { name: "vm7".into(), if_exists: false }),
+        (req("del-port", &["--if-exists", "vm7"]), Request::DelPort { name: "vm7".into(), if_exists: true }),
+        (
+            req("set-port", &["vm7", "mac_limit="]),
+            Request::SetPort { name: "vm7".into(), settings: vec![("mac_limit".into(), "".into())] },
+        ),
     ];
     let line = Request::Move { port: "vm1".into(), queue: 1, thread: 0 }.to_line();
     assert_eq!(line, r#"{"args":["vm1:1","0"],"command":"move"}"#);
@@ -49,7 +72,7 @@ fn the_wire_stays_lenient_about_args() {
         Request::parse(br#"{"command": "stats", "args": [1, "--clear", null]}"#),
         Ok(Request::Stats { clear: true })
     );
-    assert_eq!(Request::parse(br#"{"command": "ports", "args": ["x"], "extra": 1}"#), Ok(Request::Ports));
+    assert_eq!(Request::parse(br#"{"command": "ports", "args": [1], "extra": 1}"#), Ok(Request::Ports));
     assert_eq!(
         Request::parse(br#"{"command": "move", "args": ["a:0", 7, "1"]}"#).ok(),
         req("move", &["a:0", "1"]).ok()
@@ -68,6 +91,16 @@ fn bad_arguments_say_what_was_expected() {
         let e = req("trace", args).unwrap_err();
         assert!(e.starts_with("trace: expected a frame description"), "{e}");
     }
+    assert_eq!(req("add-port", &[]), Err("add-port: expected NAME KEY=VALUE...".into()));
+    assert_eq!(req("add-port", &["vm1", "socket"]), Err("add-port: expected KEY=VALUE, found \"socket\"".into()));
+    assert_eq!(req("add-port", &["vm1", "=x"]), Err("add-port: expected KEY=VALUE, found \"=x\"".into()));
+    assert_eq!(
+        req("add-port", &["type=dpdk", "vm1"]),
+        Err("add-port: expected NAME KEY=VALUE..., found \"type=dpdk\" first".into())
+    );
+    assert_eq!(req("del-port", &["a", "b"]), Err("del-port: expected [--if-exists] NAME".into()));
+    assert_eq!(req("set-port", &["a"]), Err("set-port: expected NAME KEY=VALUE...".into()));
+    assert_eq!(req("ports", &["a", "b"]), Err("ports: expected at most one port name".into()));
 }
 
 #[test]
@@ -80,7 +113,8 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(Request::parse(br#"{"args": []}"#), Err(expected_command.into()));
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
-        Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version)"
+        Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
+             add-port, del-port, set-port)"
             .into())
     );
 }
@@ -94,6 +128,10 @@ fn the_envelope_is_the_same_json_as_before() {
     assert_eq!(back.into_result(), Ok(MoveReply { moved: true, from: 0, to: 1, took_us: 5 }));
     let err: Reply<MoveReply> = serde_json::from_str(r#"{"error":"no","ok":false}"#).unwrap();
     assert_eq!(err.into_result(), Err("no".into()));
+    let coded = Reply::<()>::coded(Err(CtlError { code: Some(ErrorCode::NotFound), message: "no".into() }));
+    assert_eq!(coded.to_line(), r#"{"code":"not-found","error":"no","ok":false}"#);
+    let back: Reply<()> = serde_json::from_str(&coded.to_line()).unwrap();
+    assert_eq!(back.into_outcome().unwrap_err().code.map(ErrorCode::exit_status), Some(5));
     let empty: Reply<MoveReply> = serde_json::from_str(r#"{"ok":true}"#).unwrap();
     assert!(empty.into_result().is_err());
 }

@@ -1,0 +1,208 @@
+//! Ports at run time, as an orchestrator drives them: `pvswitchctl add-port`, `set-port`,
+//! `del-port` and `ports NAME`, with the exit codes a script acts on, the drop-in files that
+//! keep the ports across a restart, and what is refused (nothing else disturbed).
+
+mod common;
+mod frontend;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use frontend::Vm;
+use serde_json::Value;
+
+/// `pvswitchctl --json ARGS`: exit status, the JSON reply (Null if none), stderr.
+fn ctl(sw: &Switch, args: &[&str]) -> (i32, Value, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn ok(sw: &Switch, args: &[&str]) -> Value {
+    let (code, v, err) = ctl(sw, args);
+    assert_eq!(code, 0, "pvswitchctl {args:?}: {err}\n{}", sw.log());
+    v
+}
+
+/// Refused with exit status `code`, stderr holding `text`.
+fn refused(sw: &Switch, args: &[&str], code: i32, text: &str) {
+    let (got, _, err) = ctl(sw, args);
+    assert_eq!(got, code, "pvswitchctl {args:?}: {err}");
+    assert!(err.contains(text), "pvswitchctl {args:?}: expected {text:?} in {err:?}");
+}
+
+fn names(sw: &Switch) -> Vec<String> {
+    sw.ctl("ports").as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// a forwards a broadcast to b.
+fn forwards(sw: &Switch, a: &mut Vm, b: &mut Vm, seq: u32) {
+    let f = frame([0xff; 6], MAC_A, 60, 3, seq);
+    a.send(&f);
+    let got = wait_for(&format!("frame {seq} at the other VM"), || b.recv().pop());
+    b.post_rx_buffers(1, 4096);
+    assert_eq!(got, f, "{}", sw.log());
+}
+
+#[test]
+fn an_added_port_carries_traffic_survives_a_restart_and_goes_with_del_port() {
+    let _g = serial();
+    let dir = test_dir("portcmd");
+    let mut sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[PortSpec::server("a")], ""));
+    let added = ok(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock", "mac_limit=4", "weight_packets=16"]);
+    assert!(added["summary"].as_str().unwrap().starts_with("added port c (kept in "), "{added}");
+    let file = dir.join("ports.d/c.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("mac_limit = 4") && text.contains("socket = \"c.sock\""), "{text}");
+    let c = ok(&sw, &["ports", "c"]);
+    assert_eq!((c["mac_limit"].as_u64(), c["weight_packets"].as_u64()), (Some(4), Some(16)), "{c}");
+    assert_eq!(names(&sw), ["a", "c"]);
+
+    let mut vm_a = Vm::connect(&sw.sock("a"));
+    let mut vm_c = Vm::connect(&sw.sock("c"));
+    sw.wait_running("a", 1);
+    sw.wait_running("c", 1);
+    vm_a.post_rx_buffers(64, 4096);
+    vm_c.post_rx_buffers(64, 4096);
+    forwards(&sw, &mut vm_a, &mut vm_c, 0);
+
+    // set-port changes it in place: the same connection, the new limit in the data path's
+    // view and in the file.
+    let set = ok(&sw, &["set-port", "c", "mac_limit=9", "weight_packets="]);
+    assert_eq!(set["summary"], "port c: weights, queues, mac_limit", "{set}");
+    let c = sw.port("c");
+    assert_eq!((c["mac_limit"].as_u64(), c["connects"].as_u64()), (Some(9), Some(1)), "{c}");
+    assert_eq!(c["weight_packets"], sw.port("a")["weight_packets"], "weight_packets= is the default again");
+    assert!(std::fs::read_to_string(&file).unwrap().contains("mac_limit = 9"));
+    forwards(&sw, &mut vm_a, &mut vm_c, 1);
+    drop((vm_a, vm_c));
+
+    // A restart reads the drop-in: c is back as set.
+    sw.restart(false);
+    assert_eq!(names(&sw), ["a", "c"]);
+    assert_eq!(sw.port("c")["mac_limit"], 9);
+    // So does a reload of the main file.
+    let r = sw.ctl("reload");
+    assert_eq!(names(&sw), ["a", "c"], "{r}");
+
+    let gone = ok(&sw, &["del-port", "c"]);
+    assert_eq!(gone["summary"], "removed port c");
+    assert_eq!(names(&sw), ["a"]);
+    assert!(!file.exists(), "c.toml stays after del-port");
+    assert!(!Path::new(&sw.sock("c")).exists(), "c's socket stays after del-port");
+    sw.restart(false);
+    assert_eq!(names(&sw), ["a"]);
+}
+
+#[test]
+fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
+    let _g = serial();
+    let dir = test_dir("portcmd-bad");
+    let sw = Switch::start_config(
+        dir.clone(),
+        &Switch::config_text(&dir, &[1], &[PortSpec::server("a"), PortSpec::server("b")], ""),
+    );
+    let mut vm_a = Vm::connect(&sw.sock("a"));
+    let mut vm_b = Vm::connect(&sw.sock("b"));
+    sw.wait_running("a", 1);
+    sw.wait_running("b", 1);
+    vm_b.post_rx_buffers(64, 4096);
+    forwards(&sw, &mut vm_a, &mut vm_b, 0);
+
+    // Exists (4), and the idempotent form.
+    refused(&sw, &["add-port", "a", "type=vhost-user", "socket=x.sock"], 4, "port \"a\" exists");
+    ok(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=x.sock"]);
+    // Not found (5), and the idempotent form.
+    refused(&sw, &["del-port", "nope"], 5, "no port \"nope\"");
+    refused(&sw, &["set-port", "nope", "mtu=9000"], 5, "no port \"nope\"");
+    refused(&sw, &["ports", "nope"], 5, "no port \"nope\"");
+    ok(&sw, &["del-port", "--if-exists", "nope"]);
+    // Invalid (3): the validator's own message, positioned in the port's text.
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=d.sock", "mac_limit=0"], 3, "mac_limit");
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=d.sock", "colour=blue"], 3, "unknown field `colour`");
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=b.sock"], 3, "b.sock");
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=/run/d.sock"], 3, "outside socket_dir");
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=../d.sock"], 3, "outside socket_dir");
+    std::fs::create_dir(dir.join("real")).unwrap();
+    std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=link/d.sock"], 3, "a symbolic link; not followed");
+    // The main file's ports are the operator's.
+    refused(&sw, &["del-port", "a"], 3, "change it there and reload");
+    refused(&sw, &["set-port", "b", "mtu=9000"], 3, "change it there and reload");
+    // A malformed command line (2) is refused by pvswitchctl, and by pvswitchd on the wire.
+    refused(&sw, &["add-port", "d", "socket"], 2, "expected KEY=VALUE");
+    let e = sw.try_ctl_args("add-port", &["d", "socket"]).unwrap_err();
+    assert!(e.contains("expected KEY=VALUE"), "{e}");
+
+    assert_eq!(names(&sw), ["a", "b"]);
+    let files = std::fs::read_dir(dir.join("ports.d")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(files, 0, "a refused command left a file");
+    forwards(&sw, &mut vm_a, &mut vm_b, 1);
+    assert_eq!(sw.port("a")["connects"], 1);
+}
+
+#[test]
+fn two_orchestrators_adding_and_removing_at_once_leave_files_and_ports_agreeing() {
+    let _g = serial();
+    let dir = test_dir("portcmd-race");
+    let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[PortSpec::server("a")], ""));
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let sw = &sw;
+            s.spawn(move || {
+                for i in 0..15 {
+                    // Both work on the same names, one adding while the other removes.
+                    let name = format!("p{}", i % 4);
+                    if (i + t) % 2 == 0 {
+                        let sock = format!("socket={name}.sock");
+                        ok(sw, &["add-port", "--may-exist", &name, "type=vhost-user", &sock]);
+                    } else {
+                        ok(sw, &["del-port", "--if-exists", &name]);
+                    }
+                }
+            });
+        }
+    });
+    let mut running = names(&sw);
+    running.retain(|n| n != "a");
+    running.sort();
+    let mut kept: Vec<String> = std::fs::read_dir(dir.join("ports.d"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().trim_end_matches(".toml").to_string()).collect())
+        .unwrap_or_default();
+    kept.sort();
+    assert_eq!(running, kept, "ports running and ports kept differ");
+    for n in &running {
+        assert!(Path::new(&sw.sock(n)).exists(), "{n} runs without its socket");
+    }
+    assert_eq!(sw.port("a")["state"], "listening");
+}
+
+#[test]
+fn a_broken_port_file_fails_alone_at_startup() {
+    let _g = serial();
+    let dir = test_dir("portcmd-start");
+    std::fs::create_dir_all(dir.join("ports.d")).unwrap();
+    let d = dir.display();
+    std::fs::write(
+        dir.join("ports.d/good.toml"),
+        format!("name = \"good\"\ntype = \"vhost-user\"\nsocket = \"{d}/good.sock\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ports.d/bad.toml"),
+        format!("name = \"bad\"\ntype = \"vhost-user\"\nsocket = \"{d}/bad.sock\"\nmtu = 1\n"),
+    )
+    .unwrap();
+    let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[PortSpec::server("a")], ""));
+    assert_eq!(names(&sw), ["a", "good"]);
+    let log = sw.log();
+    assert!(log.contains("ports.d/bad.toml:4:7") && log.contains("mtu"), "{log}");
+    // A reload says so too.
+    let r = sw.ctl("reload");
+    assert!(r["summary"].as_str().unwrap().contains("1 port files failed"), "{r}");
+}

@@ -133,16 +133,88 @@ fn reload_names_the_settings_that_wait_for_a_restart() {
     let r = sw.ctl("reload");
     assert!(!r["summary"].as_str().unwrap().contains("restart"), "nothing changed: {r}");
 
-    let changed = "rx_retry_us = 2000\nburst = 16\npoll_mode = \"adaptive\"\n[dpdk]\nmbufs = 16384";
+    let changed = "rx_retry_us = 2000\nburst = 16\npoll_mode = \"adaptive\"\nmetrics_listen = \"127.0.0.1:0\"\n[dpdk]\nmbufs = 16384";
     sw.write_config(&Switch::config_text(&dir, &[1], &ports, changed));
     let r = sw.ctl("reload");
     let summary = r["summary"].as_str().unwrap();
-    for name in ["burst", "rx_retry_us", "polling mode", "[dpdk]"] {
+    for name in ["metrics_listen", "[dpdk] eal_args and mbufs"] {
         assert!(summary.contains(name), "{name} not named: {summary}");
     }
     assert!(summary.contains("take effect at restart"), "{summary}");
-    assert!(!summary.contains("metrics_listen"), "{summary}");
+    // Applied live, so not named as waiting.
+    for name in ["burst", "rx_retry_us", "polling mode"] {
+        assert!(!summary.contains(name), "{name} named: {summary}");
+    }
+    assert!(summary.contains("poll threads retuned"), "{summary}");
     assert_eq!(ports_named(&sw), ["a", "b"]);
+}
+
+/// Each poll-thread setting a reload changes reaches the running thread (its data path, not
+/// the control side's copy): burst, the polling mode and the retry time of a full ring.
+#[test]
+fn reload_retunes_running_poll_threads() {
+    let _g = serial();
+    let dir = test_dir("rl-tune");
+    let text = |extra: &str| base(&dir, &[], "").replace("rx_retry_us = 60000000", extra);
+    let sw = Switch::start_config(dir.clone(), &text("rx_retry_us = 60000000"));
+    let mut vm_a = Vm::connect(&sw.sock("a"));
+    let mut vm_b = Vm::connect(&sw.sock("b"));
+    sw.wait_running("a", 1);
+    sw.wait_running("b", 1);
+    let thread = |sw: &Switch| sw.ctl("stats")["threads"][0].clone();
+
+    // rx_retry_us: once b's MAC is learned, a frame toward b, whose ring has no buffer,
+    // waits (60 s) ...
+    vm_b.send(&frame([0xff; 6], MAC_B, 60, 9, 0));
+    wait_for("b's MAC learned", || sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
+    vm_a.send(&frame(MAC_B, MAC_A, 60, 0, 0));
+    // (It stays in a's ring meanwhile: nothing counts it yet.)
+    assert_eq!(sw.port("b")["drops"]["rx_ring_full"], 0);
+    // ... until a reload says frames wait 0 us: the thread holding it drops it at once.
+    sw.write_config(&text("rx_retry_us = 0"));
+    sw.ctl("reload");
+    wait_for("the waiting frame dropped under the new retry time", || {
+        (sw.port("b")["drops"]["rx_ring_full"] == 1).then_some(())
+    });
+
+    // burst: 100 frames made available at once go in visits of at most 4.
+    vm_b.post_rx_buffers(256, 4096);
+    sw.write_config(&text("rx_retry_us = 60000000\nburst = 4"));
+    sw.ctl("reload");
+    let b0 = sw.counter("a", "rx_bursts");
+    let frames: Vec<Vec<u8>> = (0..100).map(|i| frame(MAC_B, MAC_A, 60, 1, i)).collect();
+    vm_a.send_all(&frames);
+    let mut got = Vec::new();
+    wait_for("100 frames at b", || {
+        got.extend(vm_b.recv());
+        (got.len() >= 100).then_some(())
+    });
+    assert_eq!(got, frames);
+    let bursts = sw.counter("a", "rx_bursts") - b0;
+    assert!(bursts >= 25, "100 frames in {bursts} bursts under burst = 4");
+
+    // The polling mode: busy never sleeps; adaptive sleeps once idle; busy again wakes it.
+    assert_eq!(thread(&sw)["sleeps"], 0);
+    sw.write_config(&text("rx_retry_us = 60000000\npoll_mode = \"adaptive\"\nidle_before_sleep_us = 1000"));
+    sw.ctl("reload");
+    wait_for("the thread asleep", || (thread(&sw)["sleeping"] == true).then_some(()));
+    assert_eq!(thread(&sw)["poll_mode"], "adaptive");
+    sw.write_config(&text("rx_retry_us = 60000000"));
+    sw.ctl("reload");
+    wait_for("the thread awake", || (thread(&sw)["sleeping"] == false).then_some(()));
+    let sleeps = thread(&sw)["sleeps"].as_u64().unwrap();
+    // Frames still flow, and a thread told to poll busily does not sleep again.
+    vm_b.post_rx_buffers(100, 4096);
+    let more: Vec<Vec<u8>> = (0..50).map(|i| frame(MAC_B, MAC_A, 60, 2, i)).collect();
+    vm_a.send_all(&more);
+    let mut got = Vec::new();
+    wait_for("50 more frames at b", || {
+        got.extend(vm_b.recv());
+        (got.len() >= 50).then_some(())
+    });
+    assert_eq!(got, more);
+    let t = thread(&sw);
+    assert_eq!((t["sleeps"].as_u64(), t["poll_mode"].as_str()), (Some(sleeps), Some("busy")), "{t}");
 }
 
 /// 64-byte frames from VM A to VM B through pvswitchd while the file is reloaded again and

@@ -9,7 +9,6 @@ use log::{error, info};
 use pvswitch::config::Config;
 use pvswitch::control::Control;
 use pvswitch::control::os::SignalFd;
-use pvswitch::datapath::counters::cycles_per_sec;
 use pvswitch::datapath::mac_table::MacTable;
 use pvswitch::datapath::plan::ThreadStart;
 use pvswitch::datapath::{Ctx, PollThread};
@@ -112,11 +111,9 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
             error!("dpdk: {e}; dpdk ports will not start");
         }
     }
-    let nic_poll_interval_us = cfg.dpdk.nic_poll_interval_us;
     // 16384 buckets of 8: 1 MiB, 131072 entries; each port learns at most its `mac_limit`.
     let mac = Arc::new(MacTable::new(16384, pvswitch::config::MAX_PORTS, pvswitch::config::DEFAULT_MAC_LIMIT));
     let shutdown = Arc::new(AtomicBool::new(false));
-    let (burst, retry_us) = (cfg.burst, cfg.rx_retry_us);
     // The control thread opens every port and decides the initial placement (round robin).
     let sw = Switch::new(cfg, Some(config_path), mac.clone()).map_err(std::io::Error::other)?;
     let mut control = Control::new(sw, ctl, signals)?;
@@ -136,16 +133,17 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
                 t.stats.numa_node,
                 t.plan.rxqs.len()
             );
+            let tuning = t.plan.tuning.expect("the switch's plans say how to poll");
             let cx = Ctx {
                 index: t.index,
                 mac: mac.clone(),
                 stats: t.stats,
-                burst,
-                retry_cycles: retry_us as u64 * cycles_per_sec() / 1_000_000,
+                burst: tuning.burst,
+                retry_cycles: tuning.retry_cycles,
                 shutdown: shutdown.clone(),
                 mailbox: t.mailbox,
-                sleep_after_us: t.sleep_after_us,
-                nic_poll_interval_us,
+                sleep_after_us: tuning.sleep_after_us,
+                nic_poll_interval_us: tuning.nic_poll_interval_us,
             };
             let pinned = online.iter().find(|c| c.id == t.core).copied();
             if pinned.is_none() {

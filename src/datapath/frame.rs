@@ -94,6 +94,11 @@ impl Frames {
         Frames((0..n).map(|_| Frame::default()).collect())
     }
 
+    /// How many frames one loan may hold.
+    pub fn capacity(&self) -> usize {
+        self.0.len()
+    }
+
     /// Lends the first `n` frames (at most all) for `'m`, their sender's buffers forgotten.
     #[inline]
     pub fn lend<'m>(&'m mut self, n: usize) -> &'m mut [Frame<'m>] {

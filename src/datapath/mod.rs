@@ -51,7 +51,8 @@ use crate::flow::table::FlowTable;
 use crate::port::Port;
 use crate::vring::RingError;
 
-/// What a poll thread is given at start and never changes.
+/// What a poll thread is given at start. Its polling (`burst`, `retry_cycles`,
+/// `sleep_after_us`, `nic_poll_interval_us`) follows each plan's `Tuning`.
 pub struct Ctx {
     pub index: usize,
     pub mac: Arc<MacTable>,
@@ -136,29 +137,54 @@ pub struct PollThread {
 
 impl PollThread {
     pub fn new(cx: Ctx, plan: Plan) -> PollThread {
-        let burst = cx.burst as usize;
+        // Room for the largest burst a reload may set.
+        let room = crate::config::MAX_BURST.max(cx.burst) as usize;
         let mut t = PollThread {
             cx,
-            plan: Box::new(Plan { ports: Default::default(), flows: Default::default(), rxqs: Vec::new() }),
+            plan: Box::new(Plan {
+                ports: Default::default(),
+                flows: Default::default(),
+                rxqs: Vec::new(),
+                tuning: None,
+            }),
             generation: 0,
             rxqs: Vec::new(),
-            work: Work { frames: Frames::new(burst), emc: Box::new(Emc::default()), delivery: Delivery::default() },
+            work: Work { frames: Frames::new(room), emc: Box::new(Emc::default()), delivery: Delivery::default() },
             nic_rx: NicRx::default(),
             sleeper: None,
         };
-        if let Some(us) = t.cx.sleep_after_us {
-            match Sleeper::new(&t.cx.mailbox, us, t.cx.nic_poll_interval_us) {
-                Ok(s) => t.sleeper = Some(s),
-                Err(e) => log::warn!("poll thread {}: cannot sleep ({e}); polling busily", t.cx.index),
-            }
-        }
+        t.sleeper = t.new_sleeper();
         t.adopt(Box::new(plan));
         t
+    }
+
+    /// The sleeper adaptive polling needs (None: busy polling, or it cannot be made).
+    fn new_sleeper(&self) -> Option<Sleeper> {
+        let us = self.cx.sleep_after_us?;
+        Sleeper::new(&self.cx.mailbox, us, self.cx.nic_poll_interval_us)
+            .map_err(|e| log::warn!("poll thread {}: cannot sleep ({e}); polling busily", self.cx.index))
+            .ok()
+    }
+
+    /// Takes a plan's polling settings; a changed polling mode gets a new sleeper (or none).
+    fn tune(&mut self, t: crate::datapath::plan::Tuning) {
+        let room = self.work.frames.capacity() as u32;
+        self.cx.burst = t.burst.min(room);
+        self.cx.retry_cycles = t.retry_cycles;
+        let sleeping = (self.cx.sleep_after_us, self.cx.nic_poll_interval_us);
+        if sleeping != (t.sleep_after_us, t.nic_poll_interval_us) {
+            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us) = (t.sleep_after_us, t.nic_poll_interval_us);
+            self.sleeper = None;
+            self.sleeper = self.new_sleeper();
+        }
     }
 
     /// Switches to a new plan. Queues that stay keep their state; the plan's tables replace
     /// the old ones whole. Called between loop iterations, holding no ring.
     fn adopt(&mut self, plan: Box<Plan>) {
+        if let Some(t) = plan.tuning {
+            self.tune(t);
+        }
         let mut old = std::mem::take(&mut self.rxqs);
         self.rxqs = plan
             .rxqs

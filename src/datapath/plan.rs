@@ -130,6 +130,22 @@ pub struct Plan {
     pub ports: Arc<PortTable>,
     pub flows: Arc<FlowTable>,
     pub rxqs: Vec<RxqSpec>,
+    /// How to poll from this plan on (None: as before).
+    pub tuning: Option<Tuning>,
+}
+
+/// How a poll thread polls, from `[switch]` (and `[dpdk]`'s NIC poll interval). The switch's
+/// plans carry it, so a reload that changes it reaches running threads with their next plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Most frames one visit takes from a queue (at most `config::MAX_BURST`).
+    pub burst: u32,
+    /// How long a frame may wait for room in a full guest RX ring, in TSC cycles.
+    pub retry_cycles: u64,
+    /// Adaptive polling: sleep after this long without frames. None: busy polling.
+    pub sleep_after_us: Option<u32>,
+    /// Adaptive polling: a thread with NIC queues sleeps at most this long.
+    pub nic_poll_interval_us: u32,
 }
 
 /// One poll thread's inbox. `posted` and `taken` count plans; the thread adopts a plan when
@@ -309,7 +325,7 @@ mod tests {
         for _ in 0..200_000 {
             let ports = Arc::new(PortTable::default());
             posted.insert(
-                mb.post(Plan { ports: ports.clone(), flows: Default::default(), rxqs: Vec::new() }),
+                mb.post(Plan { ports: ports.clone(), flows: Default::default(), rxqs: Vec::new(), tuning: None }),
                 Arc::as_ptr(&ports) as usize,
             );
             keep.push(ports);

@@ -28,7 +28,7 @@ use log::{info, warn};
 use crate::config::{Config, PortConfig, SocketMode};
 use crate::datapath::counters::{PortTotals, RxqStats, ThreadStats, Total};
 use crate::datapath::mac_table::MacTable;
-use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec, Spawner, ThreadStart};
+use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec, Spawner, ThreadStart, Tuning};
 use crate::flow::table::FlowTable;
 use crate::port::nic::NicPort;
 use crate::port::vhost::Status;
@@ -333,6 +333,16 @@ impl Switch {
         self.wake_owners(id);
     }
 
+    /// How the poll thread on `core` polls, as the configuration says now.
+    pub fn tuning(&self, core: usize) -> Tuning {
+        Tuning {
+            burst: self.cfg.burst,
+            retry_cycles: self.cfg.rx_retry_us as u64 * crate::counter::cycles_per_sec() / 1_000_000,
+            sleep_after_us: self.cfg.sleep_after_us(core),
+            nic_poll_interval_us: self.cfg.dpdk.nic_poll_interval_us,
+        }
+    }
+
     /// Each poll thread's plan as things stand.
     pub fn plans(&self) -> Vec<Plan> {
         let entries: Vec<(Arc<Port>, PortPolicy)> =
@@ -343,6 +353,7 @@ impl Switch {
             .map(|t| Plan {
                 ports: table.clone(),
                 flows: self.flows.clone(),
+                tuning: Some(self.tuning(t.core())),
                 rxqs: t
                     .queues
                     .iter()

@@ -122,8 +122,21 @@ impl Switch {
         let (ctl, mode) = (self.cfg.control_socket.clone(), self.cfg.control_socket_mode);
         let cores = new.poll_cores.clone();
         crate::mem::guest::set_total_limit((new.max_total_guest_memory_mib as u64) << 20);
+        let retune = self.threads.iter().any(|t| {
+            t.live && {
+                let core = t.core();
+                let (a, b) = (&self.cfg, &new);
+                (a.burst, a.rx_retry_us, a.sleep_after_us(core), a.dpdk.nic_poll_interval_us)
+                    != (b.burst, b.rx_retry_us, b.sleep_after_us(core), b.dpdk.nic_poll_interval_us)
+            }
+        });
         self.cfg = new;
         (self.cfg.control_socket, self.cfg.control_socket_mode) = (ctl, mode);
+        // Burst, retry time and polling mode reach running threads with their next plan.
+        if retune {
+            self.publish();
+            notes.push("poll threads retuned".into());
+        }
         // Step 3: poll threads started or stopped, queues moved onto and off them.
         match self.set_poll_cores(&cores) {
             Ok(s) if !s.is_empty() => notes.push(s),
@@ -155,9 +168,9 @@ impl Switch {
 }
 
 /// The settings that differ between `old` and `new` but that a running pvswitchd reads only at
-/// start (a poll thread's burst, retry time and polling mode; the control and metrics sockets;
-/// DPDK's EAL and pools): a reload says so rather than ignore them. Poll threads that a reload
-/// starts take the new values.
+/// start (the control and metrics sockets; DPDK's EAL and pools): a reload says so rather than
+/// ignore them. A poll thread's burst, retry time and polling mode are in every plan
+/// (`Tuning`), so they change live.
 fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     let mut later = Vec::new();
     if new.control_socket != old.control_socket || new.control_socket_mode != old.control_socket_mode {
@@ -166,20 +179,8 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     if new.metrics_listen != old.metrics_listen {
         later.push("metrics_listen");
     }
-    if new.burst != old.burst {
-        later.push("burst");
-    }
-    if new.rx_retry_us != old.rx_retry_us {
-        later.push("rx_retry_us");
-    }
-    if new.poll_mode != old.poll_mode
-        || new.core_poll_mode != old.core_poll_mode
-        || new.idle_before_sleep_us != old.idle_before_sleep_us
-    {
-        later.push("polling mode changes (running poll threads)");
-    }
-    if new.dpdk != old.dpdk {
-        later.push("[dpdk]");
+    if (&new.dpdk.eal_args, new.dpdk.mbufs) != (&old.dpdk.eal_args, old.dpdk.mbufs) {
+        later.push("[dpdk] eal_args and mbufs");
     }
     later
 }

@@ -250,6 +250,7 @@ impl Bench {
         Plan {
             ports: Arc::new(PortTable::new(&entries)),
             flows: self.flows.clone(),
+            tuning: None,
             rxqs: self.queues[t]
                 .iter()
                 .map(|&i| RxqSpec {

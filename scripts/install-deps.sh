@@ -19,7 +19,8 @@ fi
 
 need=()
 for p in libdpdk-dev dpdk dpdk-dev libhwloc-dev libnuma-dev libudev-dev libclang-14-dev clang-14 pkg-config \
-         busybox-static ethtool iperf3 iproute2 iputils-ping socat systemd; do
+         busybox-static ethtool iperf3 iproute2 iputils-ping socat systemd \
+         libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 qemu_missing=0
@@ -29,6 +30,23 @@ if [ ${#need[@]} -gt 0 ] || [ $qemu_missing = 1 ]; then
   [ ${#need[@]} -eq 0 ] || apt-get install -y -q --no-install-recommends "${need[@]}"
   [ $qemu_missing = 0 ] || apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86
 fi
+
+# libvirt (tests/libvirt.rs: domains with vhost-user interfaces): bookworm's 9.0, not the
+# backports one (that would upgrade systemd). The project's qemu hook goes in first (README
+# "libvirt"; tests/libvirt.rs refreshes its content): libvirtd looks for hooks when it starts,
+# so one that ran without it is started again. Without systemd as PID 1 nobody starts the
+# daemons: start them directly.
+hook=/etc/libvirt/hooks/qemu.d/pvswitch
+if [ ! -e "$hook" ]; then
+  install -D -m 755 "$(cd "$(dirname "$0")/.." && pwd)/dist/libvirt-qemu-hook" "$hook"
+  if pkill -x libvirtd; then
+    for _ in $(seq 1 100); do pgrep -x libvirtd >/dev/null || break; sleep 0.1; done
+  fi
+fi
+pgrep -x virtlogd >/dev/null || virtlogd -d
+pgrep -x libvirtd >/dev/null || libvirtd -d
+for _ in $(seq 1 100); do virsh -q -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.2; done
+virsh -q -c qemu:///system version >/dev/null || { echo "install-deps.sh: libvirtd does not answer" >&2; exit 1; }
 
 # Hugepages for DPDK testpmd "VMs".
 if [ "$(cat /proc/sys/vm/nr_hugepages)" -lt 1024 ]; then

@@ -44,7 +44,7 @@ if [ $uninstall = 1 ]; then
     systemctl disable --now pvswitchd.service 2>/dev/null || true
   fi
   for f in "$sbindir/pvswitchd" "$bindir/pvswitchctl" "$unit" "$docdir/README.md" \
-           "$docdir/DESIGN.md" "$docdir/pvswitch.example.toml"; do
+           "$docdir/DESIGN.md" "$docdir/pvswitch.example.toml" "$docdir/libvirt-qemu-hook"; do
     if [ -e "$destdir$f" ]; then rm -f "$destdir$f"; say "removed $f"; fi
   done
   rmdir "$destdir$docdir" 2>/dev/null || true
@@ -69,6 +69,8 @@ install -D -m 755 "$ROOT/target/release/pvswitchctl" "$destdir$bindir/pvswitchct
 install -D -m 644 "$ROOT/README.md" "$destdir$docdir/README.md"
 install -D -m 644 "$ROOT/DESIGN.md" "$destdir$docdir/DESIGN.md"
 install -D -m 644 "$ROOT/conf/pvswitch.example.toml" "$destdir$docdir/pvswitch.example.toml"
+# libvirt's qemu hook (README "libvirt"): installed where an operator finds it, not enabled.
+install -D -m 755 "$ROOT/dist/libvirt-qemu-hook" "$destdir$docdir/libvirt-qemu-hook"
 say "installed $sbindir/pvswitchd, $bindir/pvswitchctl, $docdir"
 if [ -e "$destdir$confdir/pvswitch.toml" ]; then
   say "kept the existing $confdir/pvswitch.toml"

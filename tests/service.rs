@@ -61,7 +61,7 @@ fn start_notified(dir: &Path, text: &str, notify: &Path, watchdog_usec: Option<u
         .stderr(log)
         .spawn()
         .expect("spawn pvswitchd");
-    Switch { child, ctl: dir.join("ctl.sock"), dir: dir.to_path_buf() }
+    Switch { child, ctl: dir.join("ctl.sock"), dir: dir.to_path_buf(), wrap: Vec::new() }
 }
 
 fn is_socket(p: &str) -> bool {

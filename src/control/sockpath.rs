@@ -275,9 +275,17 @@ pub fn bind(path: &Path, mode: Option<u32>, gid: Option<u32>) -> Result<(UnixLis
     // Inside the private directory: the name is the socket just bound, nobody can swap it.
     if let Some(gid) = gid {
         // SAFETY: a NUL-terminated name; uid -1 leaves the owner.
-        cvt(unsafe {
-            libc::fchownat(tmp.fd.as_raw_fd(), tmp.sock.as_ptr(), u32::MAX, gid, libc::AT_SYMLINK_NOFOLLOW)
-        })?;
+        cvt(unsafe { libc::fchownat(tmp.fd.as_raw_fd(), tmp.sock.as_ptr(), u32::MAX, gid, libc::AT_SYMLINK_NOFOLLOW) })
+            .map_err(|e| match e.raw_os_error() {
+                // Giving a file a group one is not in takes CAP_CHOWN (the shipped unit has it).
+                Some(libc::EPERM) => Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot give it socket_group {gid}: {e} (pvswitchd needs CAP_CHOWN, or to be in that group)"
+                    ),
+                ),
+                _ => e,
+            })?;
     }
     if let Some(mode) = mode {
         // SAFETY: a NUL-terminated name.

@@ -76,6 +76,38 @@ pub struct Switch {
     pub child: Child,
     pub dir: PathBuf,
     pub ctl: PathBuf,
+    /// A command pvswitchd runs under (e.g. `setpriv` with the unit's capabilities), at every
+    /// start and restart; empty: none.
+    pub wrap: Vec<String>,
+}
+
+/// `setpriv` arguments that run a command with exactly the capabilities the shipped unit
+/// gives pvswitchd (its `CapabilityBoundingSet=`, read from dist/pvswitchd.service.in).
+pub fn unit_capabilities() -> Vec<String> {
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/dist/pvswitchd.service.in")).unwrap();
+    let caps = unit.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("the unit's capabilities");
+    let set: Vec<String> =
+        caps.split_whitespace().map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase())).collect();
+    vec![
+        "setpriv".into(),
+        format!("--bounding-set=-all,{}", set.join(",")),
+        "--inh-caps=-all".into(),
+        "--no-new-privs".into(),
+        "--".into(),
+    ]
+}
+
+fn pvswitchd_cmd(wrap: &[String]) -> Command {
+    let mut c = match wrap.split_first() {
+        Some((w, rest)) => {
+            let mut c = Command::new(w);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_pvswitchd"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_pvswitchd")),
+    };
+    c.env("RUST_LOG", "info");
+    c
 }
 
 /// A fresh directory for a test's files, `/tmp/pvs-test/<name>-<pid>` (scripts/test.sh looks
@@ -119,18 +151,22 @@ impl Switch {
 
     /// Starts pvswitchd on a configuration file with this text, written to `dir/pvswitch.toml`.
     pub fn start_config(dir: PathBuf, text: &str) -> Switch {
+        Switch::start_wrapped(dir, text, Vec::new())
+    }
+
+    /// Like `start_config`, pvswitchd running under the command `wrap` (see `Switch::wrap`).
+    pub fn start_wrapped(dir: PathBuf, text: &str, wrap: Vec<String>) -> Switch {
         let conf = dir.join("pvswitch.toml");
         std::fs::write(&conf, text).unwrap();
         let log = std::fs::File::create(dir.join("pvswitchd.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
+        let child = pvswitchd_cmd(&wrap)
             .arg("--config")
             .arg(&conf)
-            .env("RUST_LOG", "info")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("spawn pvswitchd");
-        let sw = Switch { child, ctl: dir.join("ctl.sock"), dir };
+        let sw = Switch { child, ctl: dir.join("ctl.sock"), dir, wrap };
         wait_for("pvswitchd control socket", || sw.try_ctl("version").ok());
         sw
     }
@@ -147,10 +183,9 @@ impl Switch {
         }
         let _ = self.child.wait();
         let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("pvswitchd.log")).unwrap();
-        self.child = Command::new(env!("CARGO_BIN_EXE_pvswitchd"))
+        self.child = pvswitchd_cmd(&self.wrap)
             .arg("--config")
             .arg(self.dir.join("pvswitch.toml"))
-            .env("RUST_LOG", "info")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -26,6 +26,8 @@ pub enum Need {
     GuestImage,
     /// A command on PATH.
     Cmd(&'static str),
+    /// libvirtd answering on its system socket, and virsh (scripts/install-deps.sh).
+    Libvirtd,
 }
 
 /// A test with DPDK testpmd "VMs": 256 free huge pages (testpmd maps 512 MiB of them, hugetlbfs
@@ -93,6 +95,10 @@ fn missing(need: Need) -> Option<String> {
             (!built).then(|| format!("the test guest in {} (scripts/build-guest.sh)", dir.display()))
         }
         Need::Cmd(c) => on_path(c).is_none().then(|| format!("{c} on PATH")),
+        Need::Libvirtd => {
+            let up = on_path("virsh").is_some() && Path::new("/run/libvirt/libvirt-sock").exists();
+            (!up).then(|| "libvirtd running, and virsh (scripts/install-deps.sh installs and starts them)".into())
+        }
     }
 }
 
@@ -115,7 +121,7 @@ fn huge_pages(kb: u64, want: u64) -> Option<String> {
 }
 
 /// Where scripts/run-vm.sh finds the guest unless told otherwise.
-fn guest_dir() -> PathBuf {
+pub fn guest_dir() -> PathBuf {
     std::env::var_os("PVS_GUEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/guest"))

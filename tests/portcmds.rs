@@ -105,7 +105,7 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
     let dir = test_dir("portcmd-bad");
     let sw = Switch::start_config(
         dir.clone(),
-        &Switch::config_text(&dir, &[1], &[PortSpec::server("a"), PortSpec::server("b")], ""),
+        &Switch::config_text(&dir, &[1], &[PortSpec::server("a"), PortSpec::server("b")], "max_ports = 3"),
     );
     let mut vm_a = Vm::connect(&sw.sock("a"));
     let mut vm_b = Vm::connect(&sw.sock("b"));
@@ -131,6 +131,13 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
     std::fs::create_dir(dir.join("real")).unwrap();
     std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
     refused(&sw, &["add-port", "d", "type=vhost-user", "socket=link/d.sock"], 3, "a symbolic link; not followed");
+    // The port limit (max_ports = 3): a third port fits, a fourth is refused, and fits again
+    // once the third is gone.
+    ok(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock"]);
+    refused(&sw, &["add-port", "d", "type=vhost-user", "socket=d.sock"], 3, "at most 3 ports (max_ports)");
+    ok(&sw, &["del-port", "c"]);
+    ok(&sw, &["add-port", "d", "type=vhost-user", "socket=d.sock"]);
+    ok(&sw, &["del-port", "d"]);
     // The main file's ports are the operator's.
     refused(&sw, &["del-port", "a"], 3, "change it there and reload");
     refused(&sw, &["set-port", "b", "mtu=9000"], 3, "change it there and reload");

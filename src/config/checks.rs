@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
+use super::Config;
 use super::error::{ConfigError, Ctx};
 use super::port::{Located, PortConfig};
-use super::{Config, MAX_PORTS};
 
 /// Why a port, valid on its own, cannot join a configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +20,8 @@ pub enum PortClash {
     Device(String),
     /// A queue of the port is pinned to a CPU that is not a poll core.
     Affinity { port: String, core: usize, poll_cores: Vec<usize> },
-    /// The configuration has `MAX_PORTS` ports already.
-    Full,
+    /// The configuration has `max_ports` ports already (the limit).
+    Full(usize),
 }
 
 impl std::fmt::Display for PortClash {
@@ -33,7 +33,7 @@ impl std::fmt::Display for PortClash {
             PortClash::Affinity { port, core, poll_cores } => {
                 write!(f, "port {port}: affinity {core} is not one of poll_cores {poll_cores:?}")
             }
-            PortClash::Full => write!(f, "at most {MAX_PORTS} ports"),
+            PortClash::Full(n) => write!(f, "at most {n} ports (max_ports)"),
         }
     }
 }
@@ -42,10 +42,10 @@ impl std::error::Error for PortClash {}
 
 impl Config {
     /// Whether `port` can join this configuration's ports: no name, socket or device of
-    /// theirs, every affinity one of `poll_cores`, fewer than `MAX_PORTS` ports.
+    /// theirs, every affinity one of `poll_cores`, fewer than `max_ports` ports.
     pub fn check_port(&self, port: &PortConfig) -> Result<(), PortClash> {
-        if self.ports.len() >= MAX_PORTS {
-            return Err(PortClash::Full);
+        if self.ports.len() >= self.max_ports {
+            return Err(PortClash::Full(self.max_ports));
         }
         if self.ports.iter().any(|p| p.name == port.name) {
             return Err(PortClash::Name(port.name.clone()));
@@ -110,7 +110,7 @@ pub(super) fn clash_error(clash: &PortClash, port: &Located, cx: &Ctx) -> Config
         PortClash::Name(_) | PortClash::Affinity { .. } => Some(port.name.clone()),
         PortClash::Socket(_) => port.socket.clone(),
         PortClash::Device(_) => port.device.clone(),
-        PortClash::Full => None,
+        PortClash::Full(_) => None,
     };
     cx.err(span, clash.to_string())
 }

@@ -100,6 +100,8 @@ pub struct Config {
     pub ports: Vec<PortConfig>,
     /// Where ports added at run time are kept (`dropin.rs`; None: not kept).
     pub ports_dir: Option<PathBuf>,
+    /// At most this many ports, the file's and the drop-ins' together (at most `MAX_PORTS`).
+    pub max_ports: usize,
     /// The drop-ins that failed, each alone (the other ports load).
     pub dropin_errors: Vec<ConfigError>,
     pub flows: Vec<FlowSource>,
@@ -142,8 +144,8 @@ impl Config {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
         let mut config = switch::validate(raw.switch.unwrap_or_default(), &cx)?;
-        if raw.port.len() > MAX_PORTS {
-            return Err(cx.err(None, format!("{} ports: at most {MAX_PORTS}", raw.port.len())));
+        if raw.port.len() > config.max_ports {
+            return Err(cx.err(None, format!("{} ports: at most {} (max_ports)", raw.port.len(), config.max_ports)));
         }
         for p in raw.port {
             let port = port::validate(p, &config.defaults, &cx)?;

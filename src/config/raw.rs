@@ -63,6 +63,7 @@ pub(super) struct RawSwitch {
     pub socket_dir: Option<String>,
     /// The port drop-in directory (`dropin.rs`), relative to the main file's.
     pub ports_dir: Option<String>,
+    pub max_ports: Option<Spanned<u32>>,
     pub weight_packets: Option<Spanned<u32>>,
     pub weight_bytes: Option<Spanned<u32>>,
     pub burst: Option<Spanned<u32>>,

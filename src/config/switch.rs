@@ -10,7 +10,7 @@ use super::dpdk::DpdkConfig;
 use super::error::{ConfigError, Ctx};
 use super::perms::{self, SocketPerms};
 use super::raw::{RawCores, RawSwitch};
-use super::{Config, MAX_MEMORY_REGIONS};
+use super::{Config, MAX_MEMORY_REGIONS, MAX_PORTS};
 
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pvswitch/pvswitchd.sock";
 /// Linux vhost-net's VHOST_NET_PKT_WEIGHT and VHOST_NET_WEIGHT.
@@ -160,6 +160,7 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
         defaults,
         ports: Vec::new(),
         ports_dir: sw.ports_dir.as_ref().map(PathBuf::from),
+        max_ports: cx.range(&sw.max_ports, "max_ports", 1, MAX_PORTS as u32, MAX_PORTS as u32)? as usize,
         dropin_errors: Vec::new(),
         flows: Vec::new(),
         dpdk: DpdkConfig::default(),

@@ -90,10 +90,10 @@ fn a_full_switch_takes_no_more_ports() {
     }
     let c = Config::parse("t.toml", &text).unwrap();
     let e = c.parse_port("add-port", "name = \"one-more\"\ntype = \"vhost-user\"\nsocket = \"/s\"\n").unwrap_err();
-    assert_eq!((e.line, e.col, e.message.as_str()), (1, 1, "at most 1024 ports"), "{e}");
+    assert_eq!((e.line, e.col, e.message.as_str()), (1, 1, "at most 1024 ports (max_ports)"), "{e}");
     text += "[[port]]\nname = \"one-more\"\ntype = \"vhost-user\"\nsocket = \"/s\"\n";
     let e = Config::parse("t.toml", &text).unwrap_err();
-    assert_eq!((e.line, e.col, e.message.as_str()), (1, 1, "1025 ports: at most 1024"), "{e}");
+    assert_eq!((e.line, e.col, e.message.as_str()), (1, 1, "1025 ports: at most 1024 (max_ports)"), "{e}");
 }
 
 #[cfg(feature = "dpdk")]

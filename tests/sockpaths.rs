@@ -107,9 +107,10 @@ fn planted_paths_fail_their_port_and_survive_shutdown() {
     no_temp_dirs(&dir);
 }
 
-/// A reload that recreates a server port's socket (socket_mode toggled) while another thread
-/// replaces the socket with a symbolic link to a 0600 file the moment it appears: the file
-/// keeps its mode, every time.
+/// A reload that recreates a server port's socket (its queue count and socket_mode toggled)
+/// while another thread replaces the socket with a symbolic link to a 0600 file the moment it
+/// appears: the file keeps its mode, every time. And a mode change alone, made on the bound
+/// socket in place, leaves a link put over its name as it is.
 #[test]
 fn a_link_swapped_in_during_a_reload_never_gets_the_sockets_mode() {
     // Root: the socket's group (1) is one only root may give.
@@ -119,13 +120,15 @@ fn a_link_swapped_in_during_a_reload_never_gets_the_sockets_mode() {
     let _g = serial();
     let dir = test_dir("sockpath-race");
     let target = secret(&dir);
-    let ports = [PortSpec::server("vm1"), PortSpec::server("race")];
-    // Adaptive polling: the idle poll thread sleeps, so the racer has a core of its own.
-    let config = |mode: &str| {
+    // Adaptive polling: the idle poll thread sleeps, so the racer has a core of its own. The
+    // race port's queue count alternates too: that replaces the port, so its socket is bound
+    // anew each time (a mode change alone is made in place, below).
+    let config = |mode: &str, queues: u16| {
+        let ports = [PortSpec::server("vm1"), PortSpec::server("race").queues(queues)];
         let extra = format!("poll_mode = \"adaptive\"\nsocket_mode = \"{mode}\"\nsocket_group = \"1\"");
         Switch::config_text(&dir, &[1], &ports, &extra)
     };
-    let sw = Switch::start_config(dir.clone(), &config("0660"));
+    let sw = Switch::start_config(dir.clone(), &config("0660", 1));
     let path = PathBuf::from(sw.sock("race"));
     let start = Instant::now();
     let mut tries = 0;
@@ -168,7 +171,8 @@ fn a_link_swapped_in_during_a_reload_never_gets_the_sockets_mode() {
                 false
             })
         };
-        sw.write_config(&config(if tries % 2 == 1 { "0666" } else { "0660" }));
+        let odd = tries % 2 == 1;
+        sw.write_config(&config(if odd { "0666" } else { "0660" }, if odd { 2 } else { 1 }));
         let _ = sw.try_ctl("reload");
         // The new socket appeared (or the port failed): let the racer finish its swap.
         let deadline = Instant::now() + Duration::from_millis(200);
@@ -184,6 +188,25 @@ fn a_link_swapped_in_during_a_reload_never_gets_the_sockets_mode() {
     eprintln!("{tries} reloads, a link swapped in after {swapped} of them");
     assert!(swapped > 0, "the racer never swapped a link in");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret");
+
+    // A mode change alone re-permissions the bound socket in place; a link put over its
+    // name is not followed, and the answer says the name is left as it is.
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&path).unwrap();
+    }
+    let queues = if tries % 2 == 1 { 2 } else { 1 };
+    sw.write_config(&config("0660", 3 - queues));
+    sw.ctl("reload");
+    assert!(is_socket(&path), "the race port's socket is back");
+    let tmp = dir.join("link2.tmp");
+    std::os::unix::fs::symlink(&target, &tmp).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    sw.write_config(&config("0666", 3 - queues));
+    let answer = format!("{:?}", sw.try_ctl("reload"));
+    assert!(answer.contains("left as it is"), "{answer}");
+    let m = std::fs::metadata(&target).unwrap();
+    assert_eq!((m.permissions().mode() & 0o7777, m.gid()), (0o600, 0), "in place: {answer}");
+    std::fs::remove_file(&path).unwrap();
     let vm = Vm::connect(&sw.sock("vm1"));
     sw.wait_running("vm1", 1);
     drop(vm);

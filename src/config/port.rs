@@ -49,10 +49,50 @@ impl PortConfig {
         Ok(read_one(&Ctx { file: source, text }, defaults)?.config)
     }
 
-    /// Whether `other` can be applied to a running port in place (only MTU, weights, port
-    /// security, VLANs and rate caps differ); otherwise a reload replaces the port.
+    /// Whether `other` can be applied to a running port in place (only settings of
+    /// `changed_settings` differ); otherwise a reload replaces the port (`replacing_keys`).
     pub fn same_endpoint(&self, other: &PortConfig) -> bool {
-        self.endpoint == other.endpoint
+        self.replacing_keys(other).is_empty()
+    }
+
+    /// The endpoint keys `other` changes that only a new endpoint can take (its socket, its
+    /// mode, its queues; a device, its queues, rings, offloads and MTU, all set on the device
+    /// when it opens), by their config names: a reload
+    /// replaces the port and says why. A vhost-user port's `offloads` (read at each connection)
+    /// and its socket's permissions (changed on the bound socket) change in place.
+    pub fn replacing_keys(&self, other: &PortConfig) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut note = |differs: bool, name| {
+            if differs {
+                v.push(name)
+            }
+        };
+        match (&self.endpoint, &other.endpoint) {
+            (Endpoint::VhostUser(a), Endpoint::VhostUser(b)) => {
+                note(a.socket != b.socket, "socket");
+                note(a.mode != b.mode, "mode");
+                note(a.queue_pairs != b.queue_pairs, "queues");
+            }
+            (Endpoint::Dpdk(a), Endpoint::Dpdk(b)) => {
+                note(a.device != b.device, "device");
+                note((a.rx_queues, a.tx_queues) != (b.rx_queues, b.tx_queues), "rx_queues/tx_queues");
+                note((a.rx_ring, a.tx_ring) != (b.rx_ring, b.tx_ring), "rx_ring/tx_ring");
+                note(a.offloads != b.offloads, "offloads");
+                note(self.mtu != other.mtu, "mtu");
+            }
+            _ => note(true, "type"),
+        }
+        // Whatever else an endpoint gains is replaced too, never applied by halves.
+        let in_place_aside = |e: &Endpoint| match e {
+            Endpoint::VhostUser(u) => {
+                Endpoint::VhostUser(VhostUserConfig { socket_perms: Default::default(), offloads: true, ..u.clone() })
+            }
+            d => d.clone(),
+        };
+        if v.is_empty() && in_place_aside(&self.endpoint) != in_place_aside(&other.endpoint) {
+            v.push("endpoint");
+        }
+        v
     }
 
     /// The settings `other` changes on a port with the same endpoint, by their config names
@@ -72,6 +112,10 @@ impl PortConfig {
         note(self.mem_limits != other.mem_limits, "memory limits");
         note(self.vlan != other.vlan, "vlan");
         note(self.rates != other.rates, "rate caps");
+        if let (Some(a), Some(b)) = (self.vhost_user(), other.vhost_user()) {
+            note(a.socket_perms != b.socket_perms, "socket_mode/socket_group");
+            note(a.offloads != b.offloads, "offloads (from the guest's next connection)");
+        }
         v
     }
 

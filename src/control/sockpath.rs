@@ -40,6 +40,9 @@ pub struct OwnedSocket {
     name: CString,
     dev: u64,
     ino: u64,
+    /// The mode and group it was made with, before `bind` set any (what `set_perms` restores
+    /// when a setting is taken away).
+    made: (u32, u32),
     path: PathBuf,
 }
 
@@ -60,6 +63,43 @@ impl OwnedSocket {
             Ok(_) => log::info!("{}: no longer pvswitchd's socket; left in place", self.path.display()),
             Err(_) => {}
         }
+    }
+
+    /// Gives the socket file file `mode` and group `gid` (None: what it was made with), if its
+    /// name still holds the socket this process made; a reload's changed `socket_mode` or
+    /// `socket_group` on a listening port. Never through a link: the name is opened with
+    /// `O_PATH | O_NOFOLLOW`, checked to be that inode, and changed through that fd.
+    pub fn set_perms(&self, mode: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let f = open_at(self.dir.as_raw_fd(), &self.name, libc::O_PATH | libc::O_NOFOLLOW)?;
+        let st = fstat(f.as_raw_fd())?;
+        if !is_sock(&st) || (st.st_dev, st.st_ino) != (self.dev, self.ino) {
+            return Err(Error::other("no longer pvswitchd's socket; left as it is"));
+        }
+        let (mode, gid) = (mode.unwrap_or(self.made.0), gid.unwrap_or(self.made.1));
+        if st.st_gid != gid {
+            // SAFETY: an empty NUL-terminated name with AT_EMPTY_PATH: the file `f` refers to.
+            cvt(unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), u32::MAX, gid, libc::AT_EMPTY_PATH) })
+                .map_err(|e| chown_error(e, gid))?;
+        }
+        if st.st_mode & 0o7777 != mode {
+            // An O_PATH fd takes no fchmod; its /proc link reaches the same inode, not a name.
+            let p = cstr(format!("/proc/self/fd/{}", f.as_raw_fd()).as_bytes())?;
+            // SAFETY: a NUL-terminated path.
+            cvt(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) })?;
+        }
+        Ok(())
+    }
+}
+
+/// The error of giving a file group `gid`, saying what it takes when it is EPERM.
+fn chown_error(e: Error, gid: u32) -> Error {
+    match e.raw_os_error() {
+        // Giving a file a group one is not in takes CAP_CHOWN (the shipped unit has it).
+        Some(libc::EPERM) => Error::new(
+            e.kind(),
+            format!("cannot give it socket_group {gid}: {e} (pvswitchd needs CAP_CHOWN, or to be in that group)"),
+        ),
+        _ => e,
     }
 }
 
@@ -273,19 +313,11 @@ pub fn bind(path: &Path, mode: Option<u32>, gid: Option<u32>) -> Result<(UnixLis
     s.bind(&proc_addr(tmp.fd.as_raw_fd(), Some("sock"))?)?;
     s.listen(128)?;
     // Inside the private directory: the name is the socket just bound, nobody can swap it.
+    let made = lstat_at(tmp.fd.as_raw_fd(), &tmp.sock)?;
     if let Some(gid) = gid {
         // SAFETY: a NUL-terminated name; uid -1 leaves the owner.
         cvt(unsafe { libc::fchownat(tmp.fd.as_raw_fd(), tmp.sock.as_ptr(), u32::MAX, gid, libc::AT_SYMLINK_NOFOLLOW) })
-            .map_err(|e| match e.raw_os_error() {
-                // Giving a file a group one is not in takes CAP_CHOWN (the shipped unit has it).
-                Some(libc::EPERM) => Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot give it socket_group {gid}: {e} (pvswitchd needs CAP_CHOWN, or to be in that group)"
-                    ),
-                ),
-                _ => e,
-            })?;
+            .map_err(|e| chown_error(e, gid))?;
     }
     if let Some(mode) = mode {
         // SAFETY: a NUL-terminated name.
@@ -329,7 +361,8 @@ pub fn bind(path: &Path, mode: Option<u32>, gid: Option<u32>) -> Result<(UnixLis
         clear_stale(dir.as_raw_fd(), &name)?;
     }
     drop(tmp);
-    let owned = OwnedSocket { dir, name, dev: st.st_dev, ino: st.st_ino, path: path.to_path_buf() };
+    let made = (made.st_mode & 0o7777, made.st_gid);
+    let owned = OwnedSocket { dir, name, dev: st.st_dev, ino: st.st_ino, made, path: path.to_path_buf() };
     Ok((UnixListener::from(OwnedFd::from(s)), owned))
 }
 
@@ -376,6 +409,29 @@ mod tests {
         owned.remove();
         assert!(!p.exists());
         assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
+    }
+
+    /// A reload's new socket_mode reaches the bound socket, None restores what it was made
+    /// with, and a link put in its place is never followed.
+    #[test]
+    fn perms_change_in_place_and_never_through_a_link() {
+        let d = dir("perms");
+        let p = d.join("a.sock");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        let (_l, owned) = bind(&p, None, None).unwrap();
+        let made = mode(&p);
+        owned.set_perms(Some(0o660), None).unwrap();
+        assert_eq!(mode(&p), 0o660);
+        owned.set_perms(None, None).unwrap();
+        assert_eq!(mode(&p), made);
+        let target = d.join("target");
+        std::fs::write(&target, "x").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let e = owned.set_perms(Some(0o666), None).unwrap_err();
+        assert!(e.to_string().contains("no longer pvswitchd's socket"), "{e}");
+        assert_eq!(mode(&target), 0o600);
     }
 
     #[test]

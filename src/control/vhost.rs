@@ -247,6 +247,19 @@ impl Endpoints for VhostIo {
         Ok(())
     }
 
+    fn update(&mut self, ps: &PortState) -> std::io::Result<()> {
+        let (Some(v), Some(io)) = (ps.cfg.vhost_user(), self.ports.get(ps.id() as usize).and_then(|p| p.as_ref()))
+        else {
+            return Ok(());
+        };
+        match &io.listener {
+            Some((_, sock)) => sock
+                .set_perms(v.socket_perms.mode, v.socket_perms.gid)
+                .map_err(|e| std::io::Error::other(format!("port {}: socket {}: {e}", ps.name(), v.socket.display()))),
+            None => Ok(()),
+        }
+    }
+
     fn close(&mut self, id: u16) {
         let Some(mut io) = self.ports.get_mut(id as usize).and_then(|p| p.take()) else { return };
         if let Some(mut conn) = io.conn.take() {

@@ -9,8 +9,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use serde_json::Value;
 
-use super::proto::{PollMode, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups};
-use crate::datapath::counters::{self, LoopCounters, PortCounters, RxqStats, cycles_per_sec};
+use super::proto::{
+    PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
+};
+use crate::datapath::counters::{self, LoopCounters, PortCounters, RunningTuning, RxqStats, cycles_per_sec};
 use crate::switch::Switch;
 use crate::switch::samples::{ThreadTotals, pct};
 
@@ -64,12 +66,21 @@ fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
             cycles_per_packet: ratio(d.busy(), d.ports.rx_packets),
         })
     });
+    let r = &th.running;
+    let sleep = r.sleep_after_us.load(Relaxed);
+    let running = RunningInfo {
+        burst: r.burst.load(Relaxed),
+        rx_retry_us: ((r.retry_cycles.load(Relaxed) as u128 * 1_000_000 + hz as u128 / 2) / hz.max(1) as u128) as u64,
+        idle_before_sleep_us: (sleep != RunningTuning::BUSY).then_some(sleep),
+        nic_poll_interval_us: r.nic_poll_interval_us.load(Relaxed),
+    };
     ThreadStats {
         thread: i,
         core: th.core,
         numa_node: th.numa_node,
         queues: queue_names(c, i),
-        poll_mode: if c.cfg.sleep_after_us(th.core).is_some() { PollMode::Adaptive } else { PollMode::Busy },
+        poll_mode: if running.idle_before_sleep_us.is_some() { PollMode::Adaptive } else { PollMode::Busy },
+        running,
         iterations: l.iterations,
         busy_cycles: l.busy_cycles,
         idle_cycles: l.idle_cycles,

@@ -245,7 +245,25 @@ pub struct ThreadStats {
     /// Control wake-ups by latency from the wake request to the thread running again:
     /// bucket i counts latencies below 2^i microseconds (the last bucket: the rest).
     pub wake_latency_us: [AtomicU64; WAKE_BUCKETS],
+    /// The polling settings the thread runs with, stored by the thread when it takes them
+    /// (`pvswitchctl stats` shows these, not the configuration's copy).
+    pub running: RunningTuning,
     pub ports: Box<[PortCounters]>,
+}
+
+/// A poll thread's polling settings as it adopted them. Written by that thread only.
+#[derive(Default)]
+pub struct RunningTuning {
+    pub burst: AtomicU64,
+    pub retry_cycles: AtomicU64,
+    /// Adaptive polling: microseconds idle before sleeping; `BUSY`: the thread polls busily
+    /// (configured so, or it could not make its sleeper).
+    pub sleep_after_us: AtomicU64,
+    pub nic_poll_interval_us: AtomicU64,
+}
+
+impl RunningTuning {
+    pub const BUSY: u64 = u64::MAX;
 }
 
 pub const WAKE_BUCKETS: usize = 16;
@@ -259,6 +277,7 @@ impl ThreadStats {
             sleeping: AtomicU64::new(0),
             in_call: AtomicU64::new(0),
             wake_latency_us: std::array::from_fn(|_| AtomicU64::new(0)),
+            running: RunningTuning::default(),
             ports: (0..nports).map(|_| PortCounters::default()).collect(),
         }
     }

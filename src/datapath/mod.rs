@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use log::error;
 
-use self::counters::{DropReason, ThreadStats, bump, cycles};
+use self::counters::{DropReason, RunningTuning, ThreadStats, bump, cycles};
 use self::frame::Frames;
 use self::idle::Sleeper;
 use self::input::{Rxq, visit};
@@ -155,7 +155,21 @@ impl PollThread {
         };
         t.sleeper = t.new_sleeper();
         t.adopt(Box::new(plan));
+        t.show_tuning();
         t
+    }
+
+    /// Stores the polling settings this thread runs with where `stats` reads them.
+    fn show_tuning(&self) {
+        let r = &self.cx.stats.running;
+        r.burst.store(self.cx.burst as u64, Relaxed);
+        r.retry_cycles.store(self.cx.retry_cycles, Relaxed);
+        let sleep = match (&self.sleeper, self.cx.sleep_after_us) {
+            (Some(_), Some(us)) => us as u64,
+            _ => RunningTuning::BUSY,
+        };
+        r.sleep_after_us.store(sleep, Relaxed);
+        r.nic_poll_interval_us.store(self.cx.nic_poll_interval_us as u64, Relaxed);
     }
 
     /// The sleeper adaptive polling needs (None: busy polling, or it cannot be made).
@@ -177,6 +191,7 @@ impl PollThread {
             self.sleeper = None;
             self.sleeper = self.new_sleeper();
         }
+        self.show_tuning();
     }
 
     /// Switches to a new plan. Queues that stay keep their state; the plan's tables replace

@@ -191,7 +191,9 @@ mod imp {
         /// driver allows), so that no two threads share one.
         pub fn open(cfg: &DpdkPortConfig, mtu: u32, threads: usize, _dc: &DpdkConfig) -> Result<NicPort, String> {
             if Eal::get().is_none() {
-                let why = EAL_ERROR.lock().unwrap().clone().unwrap_or_else(|| "EAL not initialized".into());
+                let why = EAL_ERROR.lock().unwrap().clone().unwrap_or_else(|| {
+                    "it starts only with pvswitchd, when a dpdk port is configured then: restart pvswitchd to add the first".into()
+                });
                 return Err(format!("dpdk port {}: DPDK did not start: {why}", cfg.device));
             }
             let mut pool = None;

@@ -51,6 +51,8 @@ pub trait Endpoints {
     fn open(&mut self, port: &PortState) -> std::io::Result<()>;
     /// Closes the port's connection and socket. Its rings are stopped when this returns.
     fn close(&mut self, id: u16);
+    /// Applies the port's changed socket permissions to its bound socket, in place.
+    fn update(&mut self, port: &PortState) -> std::io::Result<()>;
 }
 
 /// A connected frontend, as the control loop last saw it.

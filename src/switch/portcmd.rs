@@ -111,9 +111,10 @@ impl Switch {
         let source = self.source_of(name, "set-port");
         let mut port = others.parse_port(&source, &text).map_err(|e| Invalid(e.to_string()))?;
         runtime_socket(&self.cfg.defaults, &port).map_err(|e| Invalid(format!("set-port {name}: {e}")))?;
-        let changed = match self.cfg.ports[i].same_endpoint(&port) {
+        let replacing = self.cfg.ports[i].replacing_keys(&port);
+        let changed = match replacing.is_empty() {
             true => self.cfg.ports[i].changed_settings(&port).join(", "),
-            false => "replaced".to_string(),
+            false => format!("replaced ({})", replacing.join(", ")),
         };
         port.origin = self.persist(name, &text)?;
         let mut new = self.cfg.clone();

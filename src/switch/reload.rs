@@ -37,10 +37,15 @@ impl Switch {
         // Ids for the new port set: kept ports keep theirs, new ones take free slots.
         let mut removed = Vec::new();
         let mut updated = Vec::new();
+        let mut replaced = Vec::new();
         for ps in self.ports.iter().flatten() {
             match new.ports.iter().find(|p| p.name == ps.cfg.name) {
-                Some(p) if p.same_endpoint(&ps.cfg) => updated.push((ps.id(), p.clone())),
-                _ => removed.push(ps.id()),
+                Some(p) if ps.cfg.same_endpoint(p) => updated.push((ps.id(), p.clone())),
+                Some(p) => {
+                    replaced.push(format!("{} ({})", p.name, ps.cfg.replacing_keys(p).join(", ")));
+                    removed.push(ps.id());
+                }
+                None => removed.push(ps.id()),
             }
         }
         let mut free: Vec<u16> =
@@ -88,6 +93,7 @@ impl Switch {
         // Step 2: in-place changes, new ports, new flows.
         let mut changed = Vec::new();
         let mut revlanned = Vec::new();
+        let mut errors = Vec::new();
         for (id, p) in &updated {
             if let Some(ps) = self.port_mut(*id as usize) {
                 let what = ps.cfg.changed_settings(p);
@@ -97,13 +103,17 @@ impl Switch {
                 if ps.cfg.vlan != p.vlan {
                     revlanned.push(*id);
                 }
+                let reperm = ps.cfg.vhost_user().map(|v| v.socket_perms) != p.vhost_user().map(|v| v.socket_perms);
                 ps.port.set_mtu(p.mtu);
                 ps.port.rates.apply(&p.rates);
                 ps.cfg = p.clone();
                 self.mac.set_limit(*id, p.mac_limit);
+                if reperm && let Err(e) = ep.update(self.port(*id as usize).expect("updated")) {
+                    log::error!("{e}");
+                    errors.push(e.to_string());
+                }
             }
         }
-        let mut errors = Vec::new();
         for (id, p) in &added {
             self.add_port(*id, p.clone());
             if let Err(e) = ep.open(self.port(*id as usize).expect("just added")) {
@@ -153,6 +163,9 @@ impl Switch {
             if removed.is_empty() { String::new() } else { format!(", {} removed or replaced", removed.len()) },
             self.flows.len(),
         );
+        if !replaced.is_empty() {
+            notes.insert(0, format!("replaced: {}", replaced.join(", ")));
+        }
         if !changed.is_empty() {
             notes.insert(0, format!("changed: {}", changed.join(", ")));
         }

@@ -25,7 +25,9 @@ pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
 pub use self::ports::{
     MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
 };
-pub use self::stats::{PollMode, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups};
+pub use self::stats::{
+    PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
+};
 pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};
 pub use crate::port::nic::{NicInfo, NicOffloads, NicStats};

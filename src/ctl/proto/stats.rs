@@ -21,7 +21,9 @@ pub struct ThreadStats {
     pub numa_node: Option<usize>,
     /// Its receive queues, as "PORT:QUEUE".
     pub queues: Vec<String>,
+    /// How the thread polls, as it runs (not the configuration's copy).
     pub poll_mode: PollMode,
+    pub running: RunningInfo,
     pub iterations: u64,
     pub busy_cycles: u64,
     pub idle_cycles: u64,
@@ -42,6 +44,16 @@ pub struct ThreadStats {
     pub wake_latency_us: Vec<WakeBucket>,
     /// Rates over the last sample interval (None before two samples).
     pub last_interval: Option<ThreadInterval>,
+}
+
+/// The polling settings a poll thread took from its last plan (a reload's reach them there).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunningInfo {
+    pub burst: u64,
+    pub rx_retry_us: u64,
+    /// Adaptive polling: idle microseconds before it sleeps (None: it polls busily).
+    pub idle_before_sleep_us: Option<u64>,
+    pub nic_poll_interval_us: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

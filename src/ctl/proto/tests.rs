@@ -218,6 +218,12 @@ pub(crate) mod samples {
             busy_pct: 12.5,
             drops: drops(),
             poll_mode: PollMode::Adaptive,
+            running: RunningInfo {
+                burst: 32,
+                rx_retry_us: 100,
+                idle_before_sleep_us: Some(1000),
+                nic_poll_interval_us: 100,
+            },
             wake_latency_us: vec![WakeBucket { below_us: Some(1), count: 2 }, WakeBucket { below_us: None, count: 0 }],
             last_interval: Some(ThreadInterval { seconds: 1.0, rx_pps: 100.0, ..Default::default() }),
             ..ThreadStats::default()

@@ -1,0 +1,574 @@
+//! A reload applies every setting of the example configuration or says it cannot. Each key of
+//! conf/pvswitch.example.toml (the commented ones too) is changed on its own on a running
+//! pvswitchd and then changed back, and one of these holds:
+//! - `Live`: the running switch follows, seen where it runs: the poll threads' own record of
+//!   their tuning (`stats` `running`), the socket file, the data path's buckets and counters,
+//!   the port replaced with the reply saying why;
+//! - `Restart`: the reply names it as taking effect at restart;
+//! - `Elsewhere`: another reload test checks the data path for it (named);
+//! - `AtUse`: the control thread reads it from the running configuration each time it acts on
+//!   it (placement, rebalancing, the next memory table), so there is no copy to go stale.
+//!
+//! A key the example gains without a case here fails the test.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use common::*;
+use serde_json::Value;
+
+enum Expect {
+    Live(fn(&Switch, &Path, &str)),
+    Restart(&'static str),
+    Elsewhere(&'static str),
+    AtUse(&'static str),
+}
+use Expect::*;
+
+/// Where a case's lines go.
+#[derive(Clone, Copy, PartialEq)]
+enum At {
+    Top,
+    Switch,
+    PortA,
+    QueueA,
+    Nic,
+    Dpdk,
+}
+
+struct Case {
+    /// The example's section and key it covers.
+    section: &'static str,
+    key: &'static str,
+    at: At,
+    lines: &'static str,
+    expect: Expect,
+}
+
+const fn case(section: &'static str, key: &'static str, at: At, lines: &'static str, expect: Expect) -> Case {
+    Case { section, key, at, lines, expect }
+}
+
+/// The running switch's configuration with `extra` lines in section `at`: ports a and b
+/// (vhost-user), nic0 (net_ring), one adaptive poll thread.
+fn config(dir: &Path, at: At, extra: &str) -> String {
+    let put = |here: At| if here == at { format!("{extra}\n") } else { String::new() };
+    // The base's [switch] lines, less those the case sets itself.
+    let key = |l: &str| l.split_once(" = ").map(|(k, _)| k.to_string());
+    let own: Vec<String> = if at == At::Switch { extra.lines().filter_map(key).collect() } else { vec![] };
+    let dir_line = format!("socket_dir = \"{}\"", dir.display());
+    let base = ["poll_cores = [1]", &dir_line, "control_socket = \"ctl.sock\"", "poll_mode = \"adaptive\""];
+    let base: String = base.iter().filter(|l| !own.contains(&key(l).unwrap())).map(|l| format!("{l}\n")).collect();
+    format!(
+        "{top}[switch]\n{base}{sw}\
+         [[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"\n{a}{q}\
+         [[port]]\nname = \"b\"\ntype = \"vhost-user\"\nsocket = \"b.sock\"\n\
+         [[port]]\nname = \"nic0\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\n{nic}\
+         [dpdk]\n{dpdk}",
+        top = put(At::Top),
+        sw = put(At::Switch),
+        a = put(At::PortA),
+        q = if at == At::QueueA { format!("[[port.queue]]\n{extra}\n") } else { String::new() },
+        nic = put(At::Nic),
+        dpdk = put(At::Dpdk),
+    )
+}
+
+fn thread(sw: &Switch) -> Value {
+    sw.ctl("stats")["threads"][0].clone()
+}
+
+fn running(sw: &Switch, key: &str) -> Value {
+    thread(sw)["running"][key].clone()
+}
+
+fn stat(sw: &Switch, port: &str) -> std::fs::Metadata {
+    std::fs::symlink_metadata(sw.sock(port)).unwrap()
+}
+
+fn replaced(summary: &str, port: &str, why: &str) {
+    assert!(summary.contains(&format!("replaced: {port} ({why})")), "{summary}");
+}
+
+const CASES: &[Case] = &[
+    case(
+        "",
+        "flows",
+        At::Top,
+        "flows = [\"actions=drop\"]\n",
+        Elsewhere("reload.rs reload_under_traffic_loses_nothing"),
+    ),
+    case(
+        "switch",
+        "poll_cores",
+        At::Switch,
+        "",
+        Elsewhere("placement.rs reload_adds_and_removes_poll_cores_under_traffic"),
+    ),
+    case(
+        "switch",
+        "poll_cores_per_node",
+        At::Switch,
+        "poll_cores_per_node = 2",
+        AtUse("with poll_cores = \"auto\": placement"),
+    ),
+    case(
+        "switch",
+        "socket_dir",
+        At::Switch,
+        "",
+        Live(|sw, dir, s| {
+            // Relative socket paths move with it: the ports are replaced at the new paths; the
+            // control socket stays until a restart.
+            replaced(s, "a", "socket");
+            assert!(s.contains("control socket changes take effect at restart"), "{s}");
+            assert!(dir.join("alt/a.sock").exists());
+            assert_eq!(sw.port("a")["socket"], dir.join("alt/a.sock").display().to_string());
+        }),
+    ),
+    case("switch", "control_socket", At::Switch, "control_socket = \"other.sock\"", Restart("control socket changes")),
+    case(
+        "switch",
+        "control_socket_mode",
+        At::Switch,
+        "control_socket_mode = \"0600\"",
+        Restart("control socket changes"),
+    ),
+    case(
+        "switch",
+        "socket_mode",
+        At::Switch,
+        "socket_mode = \"0604\"",
+        Live(|sw, _, s| {
+            assert!(s.contains("socket_mode/socket_group"), "{s}");
+            assert_eq!(stat(sw, "a").mode() & 0o777, 0o604);
+            assert_eq!(sw.port("a")["id"], 0, "not replaced");
+        }),
+    ),
+    case(
+        "switch",
+        "socket_group",
+        At::Switch,
+        "socket_group = \"daemon\"",
+        Live(|sw, _, s| {
+            assert!(s.contains("socket_mode/socket_group"), "{s}");
+            assert_eq!(stat(sw, "b").gid(), 1, "group daemon");
+        }),
+    ),
+    case(
+        "switch",
+        "weight_packets",
+        At::Switch,
+        "weight_packets = 8",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "switch",
+        "weight_bytes",
+        At::Switch,
+        "weight_bytes = 4096",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "switch",
+        "ports_dir",
+        At::Switch,
+        "ports_dir = \"pd2\"",
+        Live(|sw, _, _| {
+            assert!(sw.ctl("ports").as_array().unwrap().iter().any(|p| p["name"] == "c"), "port c from pd2/c.toml");
+        }),
+    ),
+    case(
+        "switch",
+        "max_ports",
+        At::Switch,
+        "max_ports = 3",
+        Live(|sw, _, _| {
+            let e = sw.try_ctl_args("add-port", &["d", "type=vhost-user", "socket=d.sock"]).unwrap_err();
+            assert!(e.contains("at most 3 ports"), "{e}");
+        }),
+    ),
+    case("switch", "burst", At::Switch, "burst = 7", Live(|sw, _, _| assert_eq!(running(sw, "burst"), 7))),
+    case(
+        "switch",
+        "rx_retry_us",
+        At::Switch,
+        "rx_retry_us = 2500",
+        Live(|sw, _, _| assert_eq!(running(sw, "rx_retry_us"), 2500)),
+    ),
+    case("switch", "metrics_listen", At::Switch, "metrics_listen = \"127.0.0.1:0\"", Restart("metrics_listen")),
+    case(
+        "switch",
+        "poll_mode",
+        At::Switch,
+        "poll_mode = \"busy\"",
+        Live(|sw, _, _| {
+            assert_eq!(running(sw, "idle_before_sleep_us"), Value::Null);
+            assert_eq!(thread(sw)["poll_mode"], "busy");
+            wait_for("the thread awake", || (thread(sw)["sleeping"] == false).then_some(()));
+        }),
+    ),
+    case(
+        "switch",
+        "idle_before_sleep_us",
+        At::Switch,
+        "idle_before_sleep_us = 1234",
+        Live(|sw, _, _| assert_eq!(running(sw, "idle_before_sleep_us"), 1234)),
+    ),
+    case(
+        "switch",
+        "core_poll_mode",
+        At::Switch,
+        "core_poll_mode = { \"1\" = \"busy\" }",
+        Live(|sw, _, _| assert_eq!(thread(sw)["poll_mode"], "busy")),
+    ),
+    case(
+        "switch",
+        "rxq_assign",
+        At::Switch,
+        "rxq_assign = \"cycles\"",
+        Live(|sw, _, _| assert_eq!(sw.ctl("rebalance")["policy"], "cycles")),
+    ),
+    case("switch", "rxq_isolate", At::Switch, "rxq_isolate = false", AtUse("placement")),
+    case("switch", "auto_rebalance", At::Switch, "auto_rebalance = true", AtUse("the rebalancing timer")),
+    case("switch", "rebalance_interval_s", At::Switch, "rebalance_interval_s = 5", AtUse("the rebalancing timer")),
+    case(
+        "switch",
+        "rebalance_threshold_pct",
+        At::Switch,
+        "rebalance_threshold_pct = 50",
+        AtUse("the rebalancing timer"),
+    ),
+    case(
+        "switch",
+        "rebalance_improvement_pct",
+        At::Switch,
+        "rebalance_improvement_pct = 10",
+        AtUse("the rebalancing timer"),
+    ),
+    case(
+        "switch",
+        "mac_limit",
+        At::Switch,
+        "mac_limit = 3",
+        Live(|sw, _, s| {
+            assert!(s.contains("mac_limit"), "{s}");
+            assert_eq!(sw.port("b")["mac_limit"], 3);
+        }),
+    ),
+    case(
+        "switch",
+        "max_guest_memory_mib",
+        At::Switch,
+        "max_guest_memory_mib = 8",
+        Elsewhere("hostile.rs memory_table_over_the_ports_limit"),
+    ),
+    case("switch", "max_memory_regions", At::Switch, "max_memory_regions = 2", AtUse("the next memory table")),
+    case(
+        "switch",
+        "max_total_guest_memory_mib",
+        At::Switch,
+        "max_total_guest_memory_mib = 4096",
+        AtUse("the next memory table"),
+    ),
+    case(
+        "port",
+        "name",
+        At::PortA,
+        "",
+        Live(|sw, _, s| {
+            assert!(s.contains("1 added: a2"), "{s}");
+            assert!(sw.ctl("ports").as_array().unwrap().iter().all(|p| p["name"] != "a"));
+        }),
+    ),
+    case(
+        "port",
+        "type",
+        At::PortA,
+        "",
+        Live(|sw, _, s| {
+            replaced(s, "a", "type");
+            assert_eq!(sw.port("a")["type"], "dpdk");
+        }),
+    ),
+    case(
+        "port",
+        "socket",
+        At::PortA,
+        "",
+        Live(|sw, _, s| {
+            replaced(s, "a", "socket");
+            assert!(Path::new(&sw.sock("a-new")).exists());
+        }),
+    ),
+    case(
+        "port",
+        "mode",
+        At::PortA,
+        "mode = \"client\"",
+        Live(|sw, _, s| {
+            replaced(s, "a", "mode");
+            assert_eq!(sw.port("a")["mode"], "client");
+        }),
+    ),
+    case(
+        "port",
+        "queues",
+        At::PortA,
+        "queues = 2",
+        Live(|sw, _, s| {
+            replaced(s, "a", "queues");
+            assert_eq!(sw.port("a")["queue_pairs"], 2);
+        }),
+    ),
+    case("port", "mtu", At::PortA, "mtu = 9000", Elsewhere("reload.rs reload_adds_changes_and_removes_ports")),
+    case(
+        "port",
+        "weight_packets",
+        At::PortA,
+        "weight_packets = 8",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "port",
+        "weight_bytes",
+        At::PortA,
+        "weight_bytes = 4096",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "port",
+        "allowed_macs",
+        At::PortA,
+        "allowed_macs = [\"52:54:00:00:00:01\"]",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "port",
+        "mac_limit",
+        At::PortA,
+        "mac_limit = 4",
+        Live(|sw, _, s| {
+            assert!(s.contains("a (mac_limit)"), "{s}");
+            assert_eq!(sw.port("a")["mac_limit"], 4);
+        }),
+    ),
+    case(
+        "port",
+        "max_guest_memory_mib",
+        At::PortA,
+        "max_guest_memory_mib = 8",
+        Elsewhere("hostile.rs memory_table_over_the_ports_limit"),
+    ),
+    case(
+        "port",
+        "offloads",
+        At::PortA,
+        "offloads = false",
+        Live(|sw, _, s| {
+            // Not replaced: a connected guest keeps what it negotiated; the next one is offered none.
+            assert!(s.contains("offloads (from the guest's next connection)"), "{s}");
+            assert!(!s.contains("replaced"), "{s}");
+            assert_eq!(sw.port("a")["offloads"]["offered"], false);
+        }),
+    ),
+    case("port", "affinity", At::PortA, "affinity = 1", AtUse("placement")),
+    case(
+        "port",
+        "tag",
+        At::PortA,
+        "tag = 10",
+        Elsewhere("vlans.rs vlans_keep_tenants_apart_and_trunks_carry_them_tagged"),
+    ),
+    case(
+        "port",
+        "vlan_mode",
+        At::PortA,
+        "vlan_mode = \"trunk\"\ntrunks = [20]",
+        Live(|sw, _, s| {
+            assert!(!s.contains("replaced"), "{s}");
+            let v = sw.port("a")["vlan"].clone();
+            assert_eq!((v["mode"].as_str(), v["trunks"].clone()), (Some("trunk"), serde_json::json!(["20"])), "{v}");
+        }),
+    ),
+    case(
+        "port",
+        "ingress_pps",
+        At::PortA,
+        "ingress_pps = 1000",
+        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["ingress_pps"].is_i64())),
+    ),
+    case(
+        "port",
+        "ingress_bps",
+        At::PortA,
+        "ingress_bps = 1000000",
+        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["ingress_bps"].is_i64())),
+    ),
+    case(
+        "port",
+        "egress_pps",
+        At::PortA,
+        "egress_pps = 1000",
+        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["egress_pps"].is_i64())),
+    ),
+    case(
+        "port",
+        "egress_bps",
+        At::PortA,
+        "egress_bps = 1000000",
+        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["egress_bps"].is_i64())),
+    ),
+    case(
+        "port",
+        "rate_burst_ms",
+        At::PortA,
+        "egress_pps = 1000\nrate_burst_ms = 500",
+        Live(|sw, _, _| {
+            // The bucket holds 500 ms of 1000 frames/s.
+            assert_eq!(sw.port("a")["rate_caps"]["tokens"]["egress_pps"], 500)
+        }),
+    ),
+    case(
+        "port.queue",
+        "index",
+        At::QueueA,
+        "index = 0\nweight_packets = 8",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "port.queue",
+        "weight_packets",
+        At::QueueA,
+        "index = 0\nweight_packets = 8",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case(
+        "port.queue",
+        "weight_bytes",
+        At::QueueA,
+        "index = 0\nweight_bytes = 4096",
+        Elsewhere("reload.rs reload_adds_changes_and_removes_ports"),
+    ),
+    case("port.queue", "affinity", At::QueueA, "index = 0\naffinity = 1", AtUse("placement")),
+    case(
+        "port",
+        "device",
+        At::Nic,
+        "",
+        Live(|sw, _, s| {
+            replaced(s, "nic0", "device");
+            assert_eq!(sw.port("nic0")["device"], "net_ring1");
+        }),
+    ),
+    case("port", "rx_queues", At::Nic, "rx_queues = 2", Live(|_, _, s| replaced(s, "nic0", "rx_queues/tx_queues"))),
+    case("port", "tx_queues", At::Nic, "tx_queues = 2", Live(|_, _, s| replaced(s, "nic0", "rx_queues/tx_queues"))),
+    case("port", "rx_ring", At::Nic, "rx_ring = 512", Live(|_, _, s| replaced(s, "nic0", "rx_ring/tx_ring"))),
+    case("port", "tx_ring", At::Nic, "tx_ring = 512", Live(|_, _, s| replaced(s, "nic0", "rx_ring/tx_ring"))),
+    case(
+        "dpdk",
+        "eal_args",
+        At::Dpdk,
+        "eal_args = [\"--no-huge\", \"-m\", \"256\"]",
+        Restart("[dpdk] eal_args and mbufs"),
+    ),
+    case("dpdk", "mbufs", At::Dpdk, "mbufs = 4095", Restart("[dpdk] eal_args and mbufs")),
+    case(
+        "dpdk",
+        "nic_poll_interval_us",
+        At::Dpdk,
+        "nic_poll_interval_us = 777",
+        Live(|sw, _, _| assert_eq!(running(sw, "nic_poll_interval_us"), 777)),
+    ),
+];
+
+/// The keys conf/pvswitch.example.toml sets or shows commented out, by section.
+fn example_keys() -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/pvswitch.example.toml")).unwrap();
+    let mut section = String::new();
+    let mut keys = BTreeSet::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(s) = l.strip_prefix('[') {
+            section = s.trim_matches(|c| c == '[' || c == ']').to_string();
+            continue;
+        }
+        // `key = ...`, or a commented-out `# key = ...` (a word, a space, an equals sign).
+        let l = l.strip_prefix('#').map_or(l, str::trim);
+        if let Some((k, _)) = l.split_once(" = ")
+            && !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        {
+            keys.insert((section.clone(), k.to_string()));
+        }
+    }
+    keys
+}
+
+#[test]
+fn every_setting_of_the_example_is_applied_live_or_named() {
+    if !require(TESTPMD) {
+        return;
+    }
+    let _g = serial();
+    let dir = test_dir("rl-every");
+    std::fs::create_dir_all(dir.join("pd2")).unwrap();
+    std::fs::write(dir.join("pd2/c.toml"), "name = \"c\"\ntype = \"vhost-user\"\nsocket = \"c.sock\"\n").unwrap();
+    let sw = Switch::start_config(dir.clone(), &config(&dir, At::Top, ""));
+    let base_ids: Vec<Value> = ["a", "b", "nic0"].iter().map(|p| sw.port(p)["id"].clone()).collect();
+
+    let covered: BTreeSet<(String, String)> = CASES.iter().map(|c| (c.section.into(), c.key.into())).collect();
+    let missing: Vec<_> = example_keys().difference(&covered).cloned().collect();
+    assert!(missing.is_empty(), "example settings no case here changes: {missing:?}");
+
+    for c in CASES {
+        // Cases whose change is a port's identity spell the whole port.
+        let text = match (c.section, c.key) {
+            (_, "socket_dir") => config(&dir, At::Top, "").replace(
+                &format!("socket_dir = \"{}\"", dir.display()),
+                &format!("socket_dir = \"{}\"", dir.join("alt").display()),
+            ),
+            (_, "name") => config(&dir, At::Top, "").replace("name = \"a\"", "name = \"a2\""),
+            (_, "type") => config(&dir, At::Top, "").replace(
+                "name = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"",
+                "name = \"a\"\ntype = \"dpdk\"\ndevice = \"net_ring7\"",
+            ),
+            ("port", "socket") => config(&dir, At::Top, "").replace("socket = \"a.sock\"", "socket = \"a-new.sock\""),
+            (_, "device") => config(&dir, At::Top, "").replace("net_ring0", "net_ring1"),
+            _ => config(&dir, c.at, c.lines),
+        };
+        if c.key == "socket_dir" {
+            std::fs::create_dir_all(dir.join("alt")).unwrap();
+        }
+        sw.write_config(&text);
+        let summary = match sw.try_ctl("reload") {
+            Ok(r) => r["summary"].as_str().unwrap().to_string(),
+            Err(e) => panic!("{}.{}: reload refused: {e}\n{text}", c.section, c.key),
+        };
+        match &c.expect {
+            Live(check) => check(&sw, &dir, &summary),
+            Restart(name) => {
+                assert!(summary.contains(name) && summary.contains("take effect at restart"), "{}: {summary}", c.key)
+            }
+            Elsewhere(test) => assert!(!summary.contains("restart"), "{}: {summary} (its data path: {test})", c.key),
+            AtUse(place) => assert!(!summary.contains("restart"), "{}: {summary} (read at use by {place})", c.key),
+        }
+        // And back: the reply for that says nothing of restarting either way but the same.
+        sw.write_config(&config(&dir, At::Top, ""));
+        let back = sw.ctl("reload")["summary"].as_str().unwrap().to_string();
+        if !matches!(c.expect, Restart(_)) {
+            assert!(!back.contains("restart") || c.key == "socket_dir", "{} back: {back}", c.key);
+        }
+        for p in ["a", "b"] {
+            assert_eq!(sw.port(p)["state"], "listening", "{} back: port {p}: {}", c.key, sw.port(p));
+        }
+    }
+    // Ports never replaced by a case kept their ids.
+    assert_eq!(sw.port("b")["id"], base_ids[1]);
+    // The poll thread runs the file's tuning again.
+    let r = thread(&sw)["running"].clone();
+    assert_eq!((r["burst"].as_u64(), r["rx_retry_us"].as_u64()), (Some(32), Some(100)), "{r}");
+}

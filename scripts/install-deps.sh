@@ -54,7 +54,7 @@ if [ "$(cat /proc/sys/vm/nr_hugepages)" -lt 1024 ]; then
 fi
 mkdir -p /dev/hugepages
 mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
-# One 1 GiB page for tests/hostile.rs's 1 GiB hugetlb truncation case (best effort: the kernel
+# One 1 GiB page for tests/hostile_memory.rs's 1 GiB hugetlb truncation case (best effort: the kernel
 # may not find 1 GiB of contiguous memory once the host has run a while; the test then says it
 # did not run, and scripts/test.sh fails on it).
 g1=/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages

@@ -65,7 +65,7 @@ impl OwnedSocket {
         }
     }
 
-    /// Gives the socket file file `mode` and group `gid` (None: what it was made with), if its
+    /// Gives the socket file `mode` and group `gid` (None: what it was made with), if its
     /// name still holds the socket this process made; a reload's changed `socket_mode` or
     /// `socket_group` on a listening port. Never through a link: the name is opened with
     /// `O_PATH | O_NOFOLLOW`, checked to be that inode, and changed through that fd.

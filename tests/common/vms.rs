@@ -17,6 +17,16 @@ pub const RX_BUF: u32 = 2048;
 pub const GUEST_RX: usize = 0;
 pub const GUEST_TX: usize = 1;
 
+/// Writes `descs` into `vm`'s TX descriptor table from entry 0 and makes entry 0 available:
+/// one chain laid out by hand, however broken.
+pub fn tx_chain(vm: &mut Vm, descs: &[pvsgen::frontend::Desc]) {
+    let mut tx = vm.raw_tx();
+    for (i, d) in descs.iter().enumerate() {
+        tx.desc(i as u16, *d);
+    }
+    tx.push(0);
+}
+
 /// Receives exactly `n` frames (waiting for them), reposting as many RX buffers.
 pub fn recv_n(vm: &mut Vm, n: usize) -> Vec<Vec<u8>> {
     let mut got = Vec::new();

@@ -166,8 +166,8 @@ fn normal_frame(
         return normal_in_burst(env, recent, in_port, 0, addrs);
     }
     match ingress_vlan(&policy.vlan, f) {
-        Ok(vid) => {
-            f.vlan = vid;
+        Ok((vid, tag)) => {
+            (f.vlan, f.tag) = (vid, tag);
             normal_in_burst(env, recent, in_port, vid, addrs)
         }
         Err(why) => Out::Drop(why),

@@ -50,6 +50,9 @@ pub(super) struct Frame<'m> {
     /// Its VLAN, as NORMAL switched it on a switch with VLANs (each destination then gets it
     /// tagged or not as that port sends it); [`NO_VLAN`]: it leaves as it came.
     pub vlan: u16,
+    /// Its outer 802.1Q tag's TCI as it arrived (None: untagged), recorded with `vlan`: how
+    /// each destination's tagging compares with it.
+    pub tag: Option<u16>,
     /// Where it stands with the flow table (the flow it hit is counted once it is consumed).
     pub flow: FlowState,
     /// From classify's first pass for its second: the frame's flow key under the table's
@@ -76,6 +79,7 @@ impl Default for Frame<'_> {
             valid: false,
             out: Out::Nowhere,
             vlan: NO_VLAN,
+            tag: None,
             flow: FlowState::Unmatched,
             key: FlowKey::default(),
             hash: 0,

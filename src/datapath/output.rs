@@ -12,7 +12,7 @@ use super::counters::{DropReason, PortCounters, ThreadStats, bump, cycles};
 use super::frame::{AS_IS, Frame, NO_VLAN, Shape};
 use super::nic_io::{NicDest, TxBatches};
 use super::offload::{self, Segments};
-use super::vlan::{egress_shape, header_for, header_vlan};
+use super::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
 use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::mem::SegsSlot;
@@ -21,6 +21,7 @@ use crate::port::{Port, PortKind};
 use crate::vring::call::Signal;
 use crate::vring::{ActiveRing, Ahead, CallFd, RingError, RingLoan, Vring, VringGuard};
 use crate::wire::gso::Negotiated;
+use crate::wire::vlan::PortVlan;
 use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 
 /// Interrupts owed to guests, gathered while rings are locked and sent after: a write to a call
@@ -107,16 +108,19 @@ struct Open<'a> {
     bytes: u64,
     /// The port has an egress rate cap (read once, when it is opened).
     capped: bool,
+    /// Its VLAN config (how NORMAL's frames leave it, on a switch with VLANs).
+    vlan: &'a PortVlan,
 }
 
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
+        let vlan = &env.ports.policy[p as usize].vlan;
         let queues = match &port.kind {
             PortKind::VhostUser(q) => q,
             PortKind::Nic(_) => {
                 let capped = port.rates.egress_capped();
-                return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0, capped });
+                return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0, capped, vlan });
             }
             PortKind::Failed => return None,
         };
@@ -131,6 +135,7 @@ impl<'a> Open<'a> {
             packets: 0,
             bytes: 0,
             capped,
+            vlan,
         })
     }
 
@@ -155,15 +160,26 @@ impl<'a> Open<'a> {
         self.write_uncapped(f, e, dv)
     }
 
-    /// Writes frame `f`, which NORMAL switched in VLAN `f.vlan`, tagged or not as this port
-    /// sends that VLAN (a flood only reaches ports that carry it; a learned port that no
-    /// longer does is refused). Not cold: on a switch with VLANs every frame NORMAL switched
-    /// comes here.
-    #[inline]
-    fn write_vlan(&mut self, env: &Env, f: &Frame, dv: &mut Delivery) -> Result<(), DropReason> {
-        let mut tag = [0u8; 16];
-        let shape = egress_shape(f, &env.ports.policy[self.port.id as usize].vlan, &mut tag);
-        self.write(f, shape.ok_or(DropReason::VlanNotAllowed)?, dv)
+    /// Writes frame `f` to this port as NORMAL switched it: as it came, or (on a switch with
+    /// VLANs, in VLAN `f.vlan`) tagged or not as this port sends that VLAN (a flood only
+    /// reaches ports that carry it; a learned port that no longer does is refused). The usual
+    /// case, a frame that leaves as it came, is one inlined [`Open::write`].
+    #[inline(always)]
+    fn write_switched(&mut self, f: &Frame, dv: &mut Delivery) -> Result<(), DropReason> {
+        if f.vlan != NO_VLAN {
+            let tagged = self.vlan.egress(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
+            if let Some(r) = egress_tagging(f, tagged) {
+                return self.write_retagged(f, r, dv);
+            }
+        }
+        self.write(f, AS_IS, dv)
+    }
+
+    /// [`Open::write_switched`] of a frame whose tag is pushed, rewritten or popped on its way out.
+    #[inline(never)]
+    fn write_retagged(&mut self, f: &Frame, r: Retag, dv: &mut Delivery) -> Result<(), DropReason> {
+        let mut buf = [0u8; 16];
+        self.write(f, retag(f, r, &mut buf), dv)
     }
 
     /// [`Open::write`] to a port with an egress cap: a frame goes only while the port's
@@ -426,7 +442,7 @@ fn deliver_in_order(
                     }
                     dv.stalled[p as usize] = false;
                 }
-                let wrote = if f.vlan == NO_VLAN { o.write(f, AS_IS, dv) } else { o.write_vlan(env, f, dv) };
+                let wrote = o.write_switched(f, dv);
                 match wrote {
                     Ok(()) => {}
                     Err(DropReason::RxRingFull) if wait => {
@@ -477,7 +493,7 @@ fn deliver_in_order(
                     let pc = &cx.stats.ports[dp.id as usize];
                     if let Some(mut o) = Open::new(env, dp.id) {
                         for (k, f) in frames[i..i + run].iter().enumerate() {
-                            let wrote = if vid == NO_VLAN { o.write(f, AS_IS, dv) } else { o.write_vlan(env, f, dv) };
+                            let wrote = o.write_switched(f, dv);
                             match wrote {
                                 Ok(()) => {}
                                 // A port out of buffers takes none of the rest of the run

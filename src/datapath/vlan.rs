@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use super::counters::DropReason;
-use super::frame::{AS_IS, Frame, Shape};
+use super::frame::{Frame, Shape};
 use crate::wire::vlan::{PortVlan, VlanRefusal};
 use crate::wire::{EthernetRepr, VlanTag, ethertype};
 
@@ -33,12 +33,19 @@ fn outer_tci(head: &[u8]) -> Result<Option<u16>, DropReason> {
     }
 }
 
-/// The VLAN of a frame arriving at a port with VLAN config `port`: its outer tag's, or the
-/// port's for an untagged frame; dropped (with its reason) if the port may not use it.
-#[inline]
-pub(super) fn ingress_vlan(port: &PortVlan, f: &Frame) -> Result<u16, DropReason> {
-    let tag = outer_tci(f.front())?.map(|tci| tci & VlanTag::VID_MASK);
-    port.ingress(tag).map_err(refused)
+/// The VLAN of a frame arriving at a port with VLAN config `port` (its outer tag's, or the
+/// port's for an untagged frame), and the outer tag's TCI as it came (None: untagged), which
+/// [`egress_tagging`] compares against each destination's; dropped (with its reason) if the
+/// port may not use it. An untagged frame, the usual case, reads one ethertype.
+#[inline(always)]
+pub(super) fn ingress_vlan(port: &PortVlan, f: &Frame) -> Result<(u16, Option<u16>), DropReason> {
+    // The front holds at least the 14-byte header: shorter frames were dropped as runts.
+    let Some(ty) = f.front_at::<2>(12) else { return Err(DropReason::Runt) };
+    let tci = if is_tag(u16::from_be_bytes(ty)) { outer_tci(f.front())? } else { None };
+    match port.ingress(tci.map(|t| t & VlanTag::VID_MASK)) {
+        Ok(vid) => Ok((vid, tci)),
+        Err(r) => Err(refused(r)),
+    }
 }
 
 fn refused(r: VlanRefusal) -> DropReason {
@@ -49,32 +56,45 @@ fn refused(r: VlanRefusal) -> DropReason {
     }
 }
 
-/// How frame `f`, switched in VLAN `f.vlan`, leaves a port with VLAN config `port`: as it
-/// came, or with its tag pushed, rewritten or popped (`buf` holds the new addresses and tag,
-/// the shape's prefix). None if the port does not carry the VLAN.
-#[inline]
-pub(super) fn egress_shape<'b>(f: &Frame, port: &PortVlan, buf: &'b mut [u8; 16]) -> Option<Shape<'b>> {
+/// How frame `f`, switched in VLAN `f.vlan`, leaves a port that sends that VLAN `tagged` (or
+/// not): None if as it came (the usual case, decided on the tag classify recorded, without
+/// reading the frame again), else with its tag pushed, rewritten or popped, the shape's
+/// prefix (the addresses and the new tag) written into `buf` by [`retag`].
+#[inline(always)]
+pub(super) fn egress_tagging(f: &Frame, tagged: bool) -> Option<Retag> {
     let vid = f.vlan;
-    let tagged = port.egress(vid)?;
-    let front = f.front();
+    match (f.tag, tagged) {
+        (None, false) => None,
+        (Some(t), true) if t & VlanTag::VID_MASK == vid => None,
+        (None, true) => Some(Retag { skip: 12, tci: Some(vid) }),
+        (Some(t), true) => Some(Retag { skip: 16, tci: Some((t & VlanTag::PCP_MASK) | vid) }),
+        (Some(_), false) => Some(Retag { skip: 16, tci: None }),
+    }
+}
+
+/// A frame's tag pushed, rewritten or popped as it leaves a port: the bytes of the frame the
+/// new header replaces (its addresses, and its tag if it had one), and the new tag's TCI.
+#[derive(Clone, Copy)]
+pub(super) struct Retag {
+    skip: u32,
+    tci: Option<u16>,
+}
+
+/// The shape of frame `f` under `r`: the new addresses and tag in `buf`, then the frame after
+/// what they replace.
+#[inline]
+pub(super) fn retag<'b>(f: &Frame, r: Retag, buf: &'b mut [u8; 16]) -> Shape<'b> {
     // Checked at ingress: the front holds the addresses, and the tag if there is one.
-    let tci = outer_tci(front).ok()?;
-    let (skip, keep_pcp) = match (tci, tagged) {
-        (None, false) => return Some(AS_IS),
-        (Some(t), true) if t & VlanTag::VID_MASK == vid => return Some(AS_IS),
-        (None, true) => (12, 0),
-        (Some(t), true) => (16, t & VlanTag::PCP_MASK),
-        (Some(_), false) => (16, 0),
+    buf[..12].copy_from_slice(&f.front()[..12]);
+    let len = match r.tci {
+        Some(tci) => {
+            buf[12..14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
+            buf[14..16].copy_from_slice(&tci.to_be_bytes());
+            16
+        }
+        None => 12,
     };
-    buf[..12].copy_from_slice(&front[..12]);
-    let len = if tagged {
-        buf[12..14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
-        buf[14..16].copy_from_slice(&(keep_pcp | vid).to_be_bytes());
-        16
-    } else {
-        12
-    };
-    Some(Shape { prefix: &buf[..len], skip, take: u32::MAX, patch: None })
+    Shape { prefix: &buf[..len], skip: r.skip, take: u32::MAX, patch: None }
 }
 
 /// A header rewritten by a flow's actions (`h`), for its NORMAL action: its VLAN at `port`.

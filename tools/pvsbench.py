@@ -470,12 +470,14 @@ def alternating_pair(rep, measure_one):
     return r
 
 
-def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024):
-    """Starts pvswitchd with `ports` [(name, extra toml)], runs pvsgen with `gen_vms` (the
-    --vm specs without socket=), returns the generator's JSON report, with the switch's
-    `pvswitchctl stats` after the run under "switch" (where the poll threads' cycles went)."""
+def run_pvsgen(ports, gen_vms, seconds, cores=(1,), switch_extra="", gen_args=(), gen_cpus="0", qsize=1024,
+               binary=None):
+    """Starts pvswitchd (this tree's, or `binary`) with `ports` [(name, extra toml)], runs
+    pvsgen with `gen_vms` (the --vm specs without socket=), returns the generator's JSON
+    report, with the switch's `pvswitchctl stats` after the run under "switch" (where the poll
+    threads' cycles went)."""
     d = tempfile.mkdtemp(prefix="pvs-fair-")
-    stop = start_pvswitchd(d, write_config(d, ports, cores, switch_extra))
+    stop = start_pvswitchd(d, write_config(d, ports, cores, switch_extra), binary)
     try:
         # The control socket can come up before the ports' sockets listen (seen on a loaded host).
         for name, _ in ports:

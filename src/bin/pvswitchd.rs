@@ -144,6 +144,8 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
                 mailbox: t.mailbox,
                 sleep_after_us: tuning.sleep_after_us,
                 nic_poll_interval_us: tuning.nic_poll_interval_us,
+                park_after_us: tuning.park_after_us,
+                park_check_us: tuning.park_check_us,
             };
             let pinned = online.iter().find(|c| c.id == t.core).copied();
             if pinned.is_none() {

@@ -53,8 +53,8 @@ pub use queue::QueueConfig;
 use raw::RawConfig;
 pub use switch::{
     DEFAULT_CONTROL_SOCKET, DEFAULT_IDLE_BEFORE_SLEEP_US, DEFAULT_MAC_LIMIT, DEFAULT_MAX_GUEST_MEMORY_MIB,
-    DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB, DEFAULT_RX_RETRY_US, DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST,
-    PollMode, PortDefaults, RxqAssign,
+    DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB, DEFAULT_PARK_AFTER_US, DEFAULT_PARK_CHECK_US, DEFAULT_RX_RETRY_US,
+    DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
 
@@ -93,6 +93,10 @@ pub struct Config {
     pub core_poll_mode: HashMap<usize, PollMode>,
     /// Adaptive mode: a thread sleeps after this long without frames on any of its queues.
     pub idle_before_sleep_us: u32,
+    /// A guest queue empty this long is parked: no longer polled, its kicks watched (0: never)...
+    pub park_after_us: u32,
+    /// ... and the parked queues' kicks are looked at this often.
+    pub park_check_us: u32,
     /// Address space every guest memory mapping of the process together may take, in MiB.
     pub max_total_guest_memory_mib: u32,
     /// What every port takes from `[switch]` when it does not say.

@@ -71,6 +71,8 @@ pub(super) struct RawSwitch {
     pub metrics_listen: Option<Spanned<String>>,
     pub poll_mode: Option<Spanned<String>>,
     pub idle_before_sleep_us: Option<Spanned<u32>>,
+    pub park_after_us: Option<Spanned<u32>>,
+    pub park_check_us: Option<Spanned<u32>>,
     pub core_poll_mode: Option<Spanned<HashMap<String, String>>>,
     pub mac_limit: Option<Spanned<u32>>,
     pub max_guest_memory_mib: Option<Spanned<u32>>,

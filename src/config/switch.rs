@@ -27,6 +27,13 @@ pub const DEFAULT_MAX_GUEST_MEMORY_MIB: u32 = 64 * 1024;
 /// (`max_total_guest_memory_mib`): 64 TiB, half of x86-64's user address space.
 pub const DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB: u32 = (crate::mem::guest::DEFAULT_MAX_TOTAL_BYTES >> 20) as u32;
 pub const DEFAULT_IDLE_BEFORE_SLEEP_US: u32 = 1000;
+/// A guest queue empty this long is parked (`park_after_us`): 1 ms, as long as adaptive
+/// polling waits before sleeping. A guest sending a frame every millisecond or more often is
+/// never parked; an idle one (timers, ARP) is polled for a millisecond after each frame.
+pub const DEFAULT_PARK_AFTER_US: u32 = 1000;
+/// How often a poll thread looks at its parked queues' kicks (`park_check_us`): the most a
+/// parked queue's first frame waits for that look.
+pub const DEFAULT_PARK_CHECK_US: u32 = 50;
 
 /// How unpinned queues are spread over threads (`rxq_assign`); see `switch::placement`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,6 +154,8 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
             10_000_000,
             DEFAULT_IDLE_BEFORE_SLEEP_US,
         )?,
+        park_after_us: cx.range(&sw.park_after_us, "park_after_us", 0, 60_000_000, DEFAULT_PARK_AFTER_US)?,
+        park_check_us: cx.range(&sw.park_check_us, "park_check_us", 1, 100_000, DEFAULT_PARK_CHECK_US)?,
         metrics_listen: metrics_listen(&sw.metrics_listen, cx)?,
         poll_cores,
         rxq_assign,

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde_json::Value;
 
 use super::proto::{
-    PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
+    Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
 };
 use crate::datapath::counters::{self, LoopCounters, PortCounters, RunningTuning, RxqStats, cycles_per_sec};
 use crate::switch::Switch;
@@ -73,6 +73,8 @@ fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
         rx_retry_us: ((r.retry_cycles.load(Relaxed) as u128 * 1_000_000 + hz as u128 / 2) / hz.max(1) as u128) as u64,
         idle_before_sleep_us: (sleep != RunningTuning::BUSY).then_some(sleep),
         nic_poll_interval_us: r.nic_poll_interval_us.load(Relaxed),
+        park_after_us: r.park_after_us.load(Relaxed),
+        park_check_us: r.park_check_us.load(Relaxed),
     };
     ThreadStats {
         thread: i,
@@ -98,6 +100,14 @@ fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
         sleeping: th.sleeping.load(Relaxed) == 1,
         asleep_secs: l.asleep_cycles as f64 / hz as f64,
         wakeups: Wakeups { kick: l.wakeups_kick, control: l.wakeups_control, timeout: l.wakeups_timeout },
+        parked: th.parked.load(Relaxed),
+        parking: Parking {
+            parks: l.parks,
+            unparks_kick: l.unparks_kick,
+            unparks_control: l.unparks_control,
+            unparks_sweep: l.unparks_sweep,
+            checks: l.park_checks,
+        },
         wake_latency_us: wake_hist(th),
         last_interval,
     }
@@ -114,6 +124,7 @@ pub fn rxq(c: &Switch) -> Vec<RxqInfo> {
         for &(pid, q) in &slot.queues {
             let (Some(ps), Some(s)) = (c.port(pid as usize), c.rxq_stats.get(&(pid, q))) else { continue };
             let s = s.read();
+            let parked = s.parks > s.unparks;
             let last_interval = interval.as_ref().and_then(|iv| {
                 let (packets, cycles) = iv.rxq((pid, q))?;
                 Some(RxqInterval {
@@ -129,6 +140,7 @@ pub fn rxq(c: &Switch) -> Vec<RxqInfo> {
                 core: slot.core(),
                 numa_node: ps.numa_node(),
                 busy_share_pct: pct(s.cycles, busy_total),
+                parked,
                 last_interval,
                 counters: s,
             });

@@ -206,6 +206,11 @@ counters! {
         visits: AtomicU64,
         /// Bursts taken from the queue.
         bursts: AtomicU64,
+        /// Times it was parked (found empty for `park_after_us`: no longer polled, its kicks
+        /// watched); parked now while `parks` > `unparks`.
+        parks: AtomicU64,
+        /// Times it was polled again after being parked.
+        unparks: AtomicU64,
     }
 }
 
@@ -228,6 +233,17 @@ counters! {
         wakeups_control: AtomicU64,
         /// Wake-ups by the NIC poll timer.
         wakeups_timeout: AtomicU64,
+        /// Queues parked (idle for `park_after_us`: no longer polled, their kicks watched).
+        parks: AtomicU64,
+        /// Parked queues polled again because their guest kicked.
+        unparks_kick: AtomicU64,
+        /// Parked queues polled again after a control wake-up (their ring restarted, or an
+        /// announcement waits).
+        unparks_control: AtomicU64,
+        /// Parked queues the sweep found with frames (a frontend that did not kick).
+        unparks_sweep: AtomicU64,
+        /// Looks at the parked queues' kicks (one non-blocking epoll_wait each).
+        park_checks: AtomicU64,
     }
 }
 
@@ -239,6 +255,8 @@ pub struct ThreadStats {
     pub loops: LoopCounters,
     /// 1 while the thread sleeps.
     pub sleeping: AtomicU64,
+    /// Its queues parked now.
+    pub parked: AtomicU64,
     /// While the thread writes a guest's call eventfd: the TSC at which it started (else 0).
     /// The control thread's watchdog interrupts a write that lasts (`vring::call`).
     pub in_call: AtomicU64,
@@ -260,6 +278,9 @@ pub struct RunningTuning {
     /// (configured so, or it could not make its sleeper).
     pub sleep_after_us: AtomicU64,
     pub nic_poll_interval_us: AtomicU64,
+    /// Parking: a queue empty this long is parked (0: never), kicks looked at this often.
+    pub park_after_us: AtomicU64,
+    pub park_check_us: AtomicU64,
 }
 
 impl RunningTuning {
@@ -275,6 +296,7 @@ impl ThreadStats {
             numa_node,
             loops: LoopCounters::default(),
             sleeping: AtomicU64::new(0),
+            parked: AtomicU64::new(0),
             in_call: AtomicU64::new(0),
             wake_latency_us: std::array::from_fn(|_| AtomicU64::new(0)),
             running: RunningTuning::default(),

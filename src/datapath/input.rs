@@ -37,11 +37,20 @@ pub(super) struct RxqState {
     blocked_since: Option<u64>,
     /// Its credit in the thread's deficit round robin.
     deficit: Deficit,
+    /// Names the queue for as long as it stays on this thread (its kick fd's registration).
+    pub id: u64,
+    /// When it last had frames (TSC): empty for `park_after_us`, it is parked.
+    pub last_busy: u64,
+    /// Parked (`park`): not polled, its kicks watched; and its ring's epoch then.
+    pub parked: Option<u64>,
 }
 
 impl Rxq {
-    pub fn new(spec: RxqSpec) -> Rxq {
-        Rxq { spec, state: RxqState::default() }
+    /// A queue new to this thread, as busy at `now` (so it is not parked at once).
+    pub fn new(spec: RxqSpec, now: u64) -> Rxq {
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Rxq { spec, state: RxqState { id, last_busy: now, ..Default::default() } }
     }
 }
 
@@ -329,7 +338,7 @@ fn visit_source<'a, S: Source<'a>>(
 ) -> u32 {
     let cx = env.cx;
     let Work { frames, emc, delivery: dv } = work;
-    let RxqState { blocked_since, deficit } = state;
+    let RxqState { blocked_since, deficit, .. } = state;
     let port = &*spec.port;
     let pc = &cx.stats.ports[port.id as usize];
     let hdr_len = src.hdr_len();

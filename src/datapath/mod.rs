@@ -10,7 +10,9 @@
 //! each goes) -> `output` (actions, then port tx: `deliver`, `write_frame`; a destination's ring
 //! is completed there, the source's back in `input`).
 //!
-//! Beside the stages: `vlan` (a frame's VLAN as it enters and as it leaves each port), `sched` (the visit budget), `idle` (adaptive polling's sleep), `plan` (what
+//! Beside the stages: `vlan` (a frame's VLAN as it enters and as it leaves each port), `sched`
+//! (the visit budget), `park` (idle queues out of the loop), `idle` (adaptive polling's sleep),
+//! `kicks` (the kick eventfds both watch), `plan` (what
 //! a thread works from, and how it gets a new one), `mac_table`, `counters`, `nic_io` (the
 //! thread's NIC bursts), and `stages` (the cycles of each stage, with the `stage-profile`
 //! feature only).
@@ -20,12 +22,14 @@ pub mod counters;
 mod frame;
 pub mod idle;
 mod input;
+pub mod kicks;
 pub mod mac_table;
 pub mod nic_io;
 mod offload;
 #[cfg(test)]
 pub(crate) use offload::for_fuzzing as offload_for_fuzzing;
 mod output;
+pub mod park;
 pub mod plan;
 pub mod sched;
 mod stages;
@@ -40,11 +44,13 @@ use log::error;
 
 use self::counters::{DropReason, RunningTuning, ThreadStats, bump, cycles};
 use self::frame::Frames;
-use self::idle::Sleeper;
+use self::idle::{Sleeper, Woken};
 use self::input::{Rxq, visit};
+use self::kicks::{Kicks, TIMER, WAKE};
 use self::mac_table::MacTable;
 use self::nic_io::NicRx;
 use self::output::Delivery;
+use self::park::{Parking, SWEEP};
 use self::plan::{Mailbox, Plan, PortTable};
 use crate::flow::Emc;
 use crate::flow::table::FlowTable;
@@ -66,6 +72,10 @@ pub struct Ctx {
     pub sleep_after_us: Option<u32>,
     /// Adaptive polling: a thread with NIC queues (which cannot kick) sleeps at most this long.
     pub nic_poll_interval_us: u32,
+    /// Parking: a queue empty this long is parked (0: never); parked queues' kicks are looked
+    /// at every `park_check_us`.
+    pub park_after_us: u32,
+    pub park_check_us: u32,
 }
 
 /// The current plan's tables, borrowed for one loop iteration.
@@ -128,17 +138,26 @@ pub struct PollThread {
     /// Generation of `plan` (see `Mailbox`).
     generation: u64,
     rxqs: Vec<Rxq>,
+    /// Indices in `rxqs` of the queues visited every iteration: all but the parked ones.
+    polled: Vec<usize>,
+    /// Index in `rxqs` by queue id (`RxqState::id`), for the kicks that name them.
+    by_id: std::collections::HashMap<u64, usize>,
     work: Work,
     /// Mbufs received from a NIC queue while they are switched.
     nic_rx: NicRx,
+    /// The kick fds of parked queues (and of all polled ones while asleep), with the mailbox;
+    /// present when parking or adaptive polling is on.
+    kicks: Option<Kicks>,
     /// Present in adaptive polling mode.
     sleeper: Option<Sleeper>,
+    parking: Parking,
 }
 
 impl PollThread {
     pub fn new(cx: Ctx, plan: Plan) -> PollThread {
         // Room for the largest burst a reload may set.
         let room = crate::config::MAX_BURST.max(cx.burst) as usize;
+        let parking = Parking::new(cx.park_after_us, cx.park_check_us);
         let mut t = PollThread {
             cx,
             plan: Box::new(Plan {
@@ -149,11 +168,15 @@ impl PollThread {
             }),
             generation: 0,
             rxqs: Vec::new(),
+            polled: Vec::new(),
+            by_id: Default::default(),
             work: Work { frames: Frames::new(room), emc: Box::new(Emc::default()), delivery: Delivery::default() },
             nic_rx: NicRx::default(),
+            kicks: None,
             sleeper: None,
+            parking,
         };
-        t.sleeper = t.new_sleeper();
+        t.set_polling();
         t.adopt(Box::new(plan));
         t.show_tuning();
         t
@@ -170,36 +193,56 @@ impl PollThread {
         };
         r.sleep_after_us.store(sleep, Relaxed);
         r.nic_poll_interval_us.store(self.cx.nic_poll_interval_us as u64, Relaxed);
+        let park = if self.parking.on() { self.cx.park_after_us as u64 } else { 0 };
+        r.park_after_us.store(park, Relaxed);
+        r.park_check_us.store(self.cx.park_check_us as u64, Relaxed);
     }
 
-    /// The sleeper adaptive polling needs (None: busy polling, or it cannot be made).
-    fn new_sleeper(&self) -> Option<Sleeper> {
-        let us = self.cx.sleep_after_us?;
-        Sleeper::new(&self.cx.mailbox, us, self.cx.nic_poll_interval_us)
-            .map_err(|e| log::warn!("poll thread {}: cannot sleep ({e}); polling busily", self.cx.index))
-            .ok()
+    /// Makes the kick watch, the sleeper and the parking the settings ask for (adaptive polling
+    /// and parking need the watch; without it, the thread polls busily and parks nothing).
+    fn set_polling(&mut self) {
+        let wanted = self.cx.sleep_after_us.is_some() || self.cx.park_after_us > 0;
+        if self.kicks.is_none() && wanted {
+            self.kicks = Kicks::new(&self.cx.mailbox)
+                .map_err(|e| log::warn!("poll thread {}: cannot watch kicks ({e}); polling busily", self.cx.index))
+                .ok();
+        }
+        self.sleeper = match (self.cx.sleep_after_us, &self.kicks) {
+            (Some(us), Some(_)) => Some(Sleeper::new(us, self.cx.nic_poll_interval_us)),
+            _ => None,
+        };
+        self.parking = match &self.kicks {
+            Some(_) => Parking::new(self.cx.park_after_us, self.cx.park_check_us),
+            None => Parking::new(0, self.cx.park_check_us),
+        };
+        if !self.parking.on() {
+            self.unpark_all(cycles(), |_| true);
+        }
     }
 
-    /// Takes a plan's polling settings; a changed polling mode gets a new sleeper (or none).
+    /// Takes a plan's polling settings; a changed polling mode gets a new sleeper (or none),
+    /// changed parking settings new parking.
     fn tune(&mut self, t: crate::datapath::plan::Tuning) {
         let room = self.work.frames.capacity() as u32;
         self.cx.burst = t.burst.min(room);
         self.cx.retry_cycles = t.retry_cycles;
-        let sleeping = (self.cx.sleep_after_us, self.cx.nic_poll_interval_us);
-        if sleeping != (t.sleep_after_us, t.nic_poll_interval_us) {
-            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us) = (t.sleep_after_us, t.nic_poll_interval_us);
-            self.sleeper = None;
-            self.sleeper = self.new_sleeper();
+        let polling =
+            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us, self.cx.park_after_us, self.cx.park_check_us);
+        if polling != (t.sleep_after_us, t.nic_poll_interval_us, t.park_after_us, t.park_check_us) {
+            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us, self.cx.park_after_us, self.cx.park_check_us) =
+                (t.sleep_after_us, t.nic_poll_interval_us, t.park_after_us, t.park_check_us);
+            self.set_polling();
         }
         self.show_tuning();
     }
 
-    /// Switches to a new plan. Queues that stay keep their state; the plan's tables replace
-    /// the old ones whole. Called between loop iterations, holding no ring.
+    /// Switches to a new plan. Queues that stay keep their state (parked or not); the plan's
+    /// tables replace the old ones whole. Called between loop iterations, holding no ring.
     fn adopt(&mut self, plan: Box<Plan>) {
         if let Some(t) = plan.tuning {
             self.tune(t);
         }
+        let now = cycles();
         let mut old = std::mem::take(&mut self.rxqs);
         self.rxqs = plan
             .rxqs
@@ -208,10 +251,21 @@ impl PollThread {
                 let kept = old.iter().position(|r| Arc::ptr_eq(&r.spec.port, &spec.port) && r.spec.qpair == spec.qpair);
                 match kept.map(|i| old.swap_remove(i)) {
                     Some(r) => Rxq { spec: spec.clone(), state: r.state },
-                    None => Rxq::new(spec.clone()),
+                    None => Rxq::new(spec.clone(), now),
                 }
             })
             .collect();
+        // The queues that left: no longer counted parked, nor watched.
+        let gone = old.iter().filter(|r| r.state.parked.is_some()).count() as u64;
+        self.cx.stats.parked.fetch_sub(gone, Relaxed);
+        for r in old.iter().filter(|r| r.state.parked.is_some()) {
+            r.spec.stats.unparks.fetch_add(1, Relaxed);
+        }
+        self.by_id = self.rxqs.iter().enumerate().map(|(i, r)| (r.state.id, i)).collect();
+        if let Some(k) = self.kicks.as_mut() {
+            k.retain(|id| self.by_id.contains_key(&id));
+        }
+        self.polled = (0..self.rxqs.len()).filter(|&i| self.rxqs[i].state.parked.is_none()).collect();
         self.work.delivery.new_plan(plan.ports.by_id.len());
         if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
             self.work.emc.clear();
@@ -222,24 +276,124 @@ impl PollThread {
         self.plan = plan;
     }
 
-    /// One loop iteration: adopts a plan the control thread posted, visits every receive queue
-    /// once, and sends what waits for NIC ports. Returns the frames taken.
+    /// One loop iteration: adopts a plan the control thread posted, visits every polled
+    /// receive queue once (parking those empty for long enough), sends what waits for NIC
+    /// ports, and looks at the parked queues' kicks when that is due. Returns the frames taken.
     pub fn run_once(&mut self) -> u32 {
         if let Some((generation, plan)) = self.cx.mailbox.check(self.generation) {
             self.adopt(plan);
             self.generation = generation;
             self.cx.mailbox.ack(generation);
         }
+        let now = cycles();
         let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
         let mut got = 0;
-        for rxq in self.rxqs.iter_mut() {
-            got += visit(&env, &mut self.work, &mut self.nic_rx, rxq);
+        let mut k = 0;
+        while k < self.polled.len() {
+            let rxq = &mut self.rxqs[self.polled[k]];
+            let n = visit(&env, &mut self.work, &mut self.nic_rx, rxq);
+            got += n;
+            if n > 0 {
+                rxq.state.last_busy = now;
+            } else if self.parking.due(rxq.state.last_busy, now)
+                && let Some(kicks) = self.kicks.as_mut()
+                && park_queue(rxq, kicks, &self.cx.stats)
+            {
+                self.polled.swap_remove(k);
+                continue;
+            }
+            k += 1;
         }
         let nic_tx = &mut self.work.delivery.nic_tx;
         if !nic_tx.is_empty() {
             nic_tx.flush(env.ports, self.cx.index, &self.cx.stats);
         }
+        if self.parking.check_due(now) && self.polled.len() < self.rxqs.len() {
+            self.check_parked(now);
+        }
         got
+    }
+
+    /// Looks at the parked queues without waiting: those kicked since the last look, or
+    /// (after a control wake-up) whose ring restarted or that have an announcement to send,
+    /// are polled again; and the sweep looks at a few parked queues' avail index.
+    fn check_parked(&mut self, now: u64) {
+        let Some(kicks) = self.kicks.as_ref() else { return };
+        bump(&self.cx.stats.loops.park_checks, 1);
+        let mut w = Woken { events: [Default::default(); 16], n: 0 };
+        w.n = kicks.wait(0, &mut w.events);
+        self.woken(&w, now);
+        // The sweep: a frontend that never kicks is still served, every few milliseconds.
+        let n = self.rxqs.len();
+        let mut looked = 0;
+        for _ in 0..n.min(64) {
+            let i = self.parking.sweep_at % n;
+            self.parking.sweep_at = i + 1;
+            if self.rxqs[i].state.parked.is_some() {
+                looked += 1;
+                if has_frames(&self.rxqs[i]) {
+                    bump(&self.cx.stats.loops.unparks_sweep, 1);
+                    self.unpark(i, now);
+                }
+                if looked == SWEEP {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Handles what a look at the kick watch (or a sleep) ended with: kicked queues are polled
+    /// again; a control wake-up is drained, and the parked queues it concerns are polled again.
+    fn woken(&mut self, w: &Woken, now: u64) {
+        let mut control = false;
+        for id in w.ids() {
+            match id {
+                WAKE => control = true,
+                TIMER => {}
+                id => {
+                    if let Some(&i) = self.by_id.get(&id)
+                        && self.rxqs[i].state.parked.is_some()
+                    {
+                        bump(&self.cx.stats.loops.unparks_kick, 1);
+                        self.unpark(i, now);
+                    }
+                }
+            }
+        }
+        if control {
+            // A sleeper already drained it; draining twice is harmless.
+            self.cx.mailbox.drain_wake();
+            let before = self.polled.len();
+            self.unpark_all(now, ring_changed);
+            bump(&self.cx.stats.loops.unparks_control, (self.polled.len() - before) as u64);
+        }
+    }
+
+    /// Polls again the parked queues `which` picks.
+    fn unpark_all(&mut self, now: u64, which: impl Fn(&Rxq) -> bool) {
+        for i in 0..self.rxqs.len() {
+            if self.rxqs[i].state.parked.is_some() && which(&self.rxqs[i]) {
+                self.unpark(i, now);
+            }
+        }
+    }
+
+    /// Polls queue `i` again: its kicks suppressed, visited from the next iteration on.
+    fn unpark(&mut self, i: usize, now: u64) {
+        let r = &mut self.rxqs[i];
+        if r.state.parked.take().is_none() {
+            return;
+        }
+        if let Some(q) = r.spec.port.queues() {
+            let mut g = q.guest_tx(r.spec.qpair).lock();
+            if let Some(ring) = g.active.as_mut() {
+                ring.disable_kicks();
+            }
+        }
+        r.state.last_busy = now;
+        r.spec.stats.unparks.fetch_add(1, Relaxed);
+        self.cx.stats.parked.fetch_sub(1, Relaxed);
+        self.polled.push(i);
     }
 
     /// Polls until shutdown. Busy and idle cycles are charged per loop iteration.
@@ -252,17 +406,23 @@ impl PollThread {
             bump(if got > 0 { &st.loops.busy_cycles } else { &st.loops.idle_cycles }, t1.wrapping_sub(t0));
             bump(&st.loops.iterations, 1);
             t0 = t1;
-            if let Some(s) = self.sleeper.as_mut() {
+            if let (Some(s), Some(kicks)) = (self.sleeper.as_mut(), self.kicks.as_mut()) {
                 if got > 0 {
                     s.busy();
                 } else {
                     let (mb, have, shutdown) = (&self.cx.mailbox, self.generation, &self.cx.shutdown);
-                    let queues =
-                        self.rxqs.iter().filter_map(|r| r.spec.port.queues().map(|q| q.guest_tx(r.spec.qpair)));
-                    let nic = self.rxqs.iter().any(|r| r.spec.port.nic().is_some());
-                    s.idle(queues, nic, &st, mb, || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired());
-                    // Time asleep is neither busy nor idle polling.
-                    t0 = cycles();
+                    let rxqs = &self.rxqs;
+                    let queues = self.polled.iter().filter_map(|&i| {
+                        let r = &rxqs[i];
+                        r.spec.port.queues().map(|q| (r.state.id, q.guest_tx(r.spec.qpair)))
+                    });
+                    let nic = self.polled.iter().any(|&i| rxqs[i].spec.port.nic().is_some());
+                    let still = || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired();
+                    if let Some(w) = s.idle(queues, kicks, nic, &st, mb, still) {
+                        // Time asleep is neither busy nor idle polling.
+                        t0 = cycles();
+                        self.woken(&w, t0);
+                    }
                 }
             }
             if self.rxqs.is_empty() {
@@ -270,4 +430,47 @@ impl PollThread {
             }
         }
     }
+}
+
+/// Parks `rxq` (a guest's TX queue found empty for long enough): asks its guest for kicks,
+/// watches its kick fd, and reads its avail index once more after a full fence, so a frame
+/// made available meanwhile is either seen (the queue is not parked) or kicked. A ring that is
+/// not running is parked too (the control thread's wake-up brings it back when it starts).
+/// False if it cannot be parked: a NIC queue, or a ring without a kick fd.
+fn park_queue(rxq: &mut Rxq, kicks: &mut Kicks, st: &ThreadStats) -> bool {
+    let Some(q) = rxq.spec.port.queues() else { return false };
+    let mut g = q.guest_tx(rxq.spec.qpair).lock();
+    if g.is_ready() {
+        if !kicks.watch(rxq.state.id, &g) {
+            return false;
+        }
+        let Some(ring) = g.active.as_mut() else { return false };
+        ring.enable_kicks();
+        if !matches!(ring.avail(), Ok(0)) {
+            ring.disable_kicks();
+            return false;
+        }
+    }
+    rxq.state.parked = Some(g.epoch);
+    // Atomic adds: a queue moving between threads is counted by both for a moment.
+    rxq.spec.stats.parks.fetch_add(1, Relaxed);
+    bump(&st.loops.parks, 1);
+    st.parked.fetch_add(1, Relaxed);
+    true
+}
+
+/// Whether a parked queue must be polled again after a control wake-up: its ring started or
+/// stopped since it was parked (a started ring suppresses kicks, maybe with another kick fd),
+/// or its port has an announcement to send (taken on a visit of its first queue).
+fn ring_changed(r: &Rxq) -> bool {
+    let Some(q) = r.spec.port.queues() else { return true };
+    r.state.parked != Some(q.guest_tx(r.spec.qpair).epoch()) || (r.spec.qpair == 0 && q.announcer.pending())
+}
+
+/// Whether a parked queue's guest has made frames available (the sweep's look).
+fn has_frames(r: &Rxq) -> bool {
+    let Some(q) = r.spec.port.queues() else { return true };
+    let mut g = q.guest_tx(r.spec.qpair).lock();
+    let broken = g.broken.is_some();
+    g.active.as_mut().filter(|_| !broken).is_some_and(|ring| !matches!(ring.avail(), Ok(0)))
 }

@@ -146,6 +146,10 @@ pub struct Tuning {
     pub sleep_after_us: Option<u32>,
     /// Adaptive polling: a thread with NIC queues sleeps at most this long.
     pub nic_poll_interval_us: u32,
+    /// Parking: a guest queue empty this long leaves the polled set (0: never)...
+    pub park_after_us: u32,
+    /// ... and the parked queues' kicks are looked at this often.
+    pub park_check_us: u32,
 }
 
 /// One poll thread's inbox. `posted` and `taken` count plans; the thread adopts a plan when

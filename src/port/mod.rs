@@ -187,6 +187,12 @@ impl Announcer {
         (v & PENDING != 0).then(|| MacAddr::from_bytes(&v.to_le_bytes()[..6]))
     }
 
+    /// Whether an announcement waits (a parked queue is polled again for it).
+    #[inline]
+    pub fn pending(&self) -> bool {
+        self.pending.load(Relaxed) != 0
+    }
+
     /// Counts an announcement that went out.
     pub fn sent_one(&self) {
         self.sent.fetch_add(1, Relaxed);

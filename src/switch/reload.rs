@@ -136,8 +136,11 @@ impl Switch {
             t.live && {
                 let core = t.core();
                 let (a, b) = (&self.cfg, &new);
-                (a.burst, a.rx_retry_us, a.sleep_after_us(core), a.dpdk.nic_poll_interval_us)
-                    != (b.burst, b.rx_retry_us, b.sleep_after_us(core), b.dpdk.nic_poll_interval_us)
+                let tuning = |c: &crate::config::Config| {
+                    let t = (c.burst, c.rx_retry_us, c.sleep_after_us(core), c.dpdk.nic_poll_interval_us);
+                    (t, c.park_after_us, c.park_check_us)
+                };
+                tuning(a) != tuning(b)
             }
         });
         self.cfg = new;

@@ -1,16 +1,18 @@
-//! The spin lock around one ring's state (`Vring`), and the hint readable without it.
+//! The spin lock around one ring's state (`Vring`), and the hints readable without it.
 //!
 //! Holders never block or sleep while holding it (see the parent module on who takes it).
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Vring;
 
-/// A ring plus the spin lock that guards it. `ready` is a hint readable without the lock.
+/// A ring plus the spin lock that guards it. `ready` and `epoch` are hints readable without the
+/// lock, stored when a guard is dropped.
 pub struct VringLock {
     locked: AtomicBool,
     ready: AtomicBool,
+    epoch: AtomicU64,
     inner: UnsafeCell<Vring>,
 }
 
@@ -26,6 +28,7 @@ impl Default for VringLock {
         VringLock {
             locked: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
             inner: UnsafeCell::new(Vring::default()),
         }
     }
@@ -40,6 +43,13 @@ impl VringLock {
     #[inline]
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// The ring's `epoch` (how many times it started or stopped) as of the last unlock: a
+    /// parked queue whose ring changed since it was parked is polled again.
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -58,8 +68,12 @@ impl VringLock {
 impl Drop for VringGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: we hold the lock, so no other guard exists.
-        let ready = unsafe { (*self.lock.inner.get()).is_ready() };
+        let (ready, epoch) = unsafe {
+            let v = &*self.lock.inner.get();
+            (v.is_ready(), v.epoch)
+        };
         self.lock.ready.store(ready, Ordering::Release);
+        self.lock.epoch.store(epoch, Ordering::Release);
         self.lock.locked.store(false, Ordering::Release);
     }
 }

@@ -218,8 +218,9 @@ pub struct Vring {
     /// Offloads negotiated for this queue's direction (what a TX queue's frames may ask for,
     /// what an RX queue's guest takes).
     pub offloads: crate::wire::gso::Negotiated,
-    /// The guest's kick eventfd, which a sleeping poll thread waits on (adaptive polling).
-    pub kick: Option<File>,
+    /// The guest's kick eventfd, which a poll thread watches for a parked queue or while it
+    /// sleeps (shared with the port's backend: no descriptor of its own).
+    pub kick: Option<Arc<File>>,
     /// Counts starts, so a poll thread can tell that `kick` may have changed.
     pub epoch: u64,
     /// The port's dirty log and the guest address of this ring's used ring (if it is to be
@@ -238,7 +239,7 @@ impl Vring {
         addrs: RingAddrs,
         base: u16,
         event_idx: bool,
-        (call, kick): (Option<Arc<CallFd>>, Option<File>),
+        (call, kick): (Option<Arc<CallFd>>, Option<Arc<File>>),
         mem: Arc<GuestMem>,
     ) {
         let mem_ptr = Arc::as_ptr(&mem);

@@ -26,7 +26,7 @@ pub use self::ports::{
     MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
 };
 pub use self::stats::{
-    PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
+    Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
 };
 pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};

@@ -41,6 +41,9 @@ pub struct ThreadStats {
     pub sleeping: bool,
     pub asleep_secs: f64,
     pub wakeups: Wakeups,
+    /// Its queues parked now, and what parking did.
+    pub parked: u64,
+    pub parking: Parking,
     pub wake_latency_us: Vec<WakeBucket>,
     /// Rates over the last sample interval (None before two samples).
     pub last_interval: Option<ThreadInterval>,
@@ -54,6 +57,9 @@ pub struct RunningInfo {
     /// Adaptive polling: idle microseconds before it sleeps (None: it polls busily).
     pub idle_before_sleep_us: Option<u64>,
     pub nic_poll_interval_us: u64,
+    /// Parking: queues empty this long are parked (0: never); their kicks are looked at this often.
+    pub park_after_us: u64,
+    pub park_check_us: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +76,17 @@ pub struct Wakeups {
     pub kick: u64,
     pub control: u64,
     pub timeout: u64,
+}
+
+/// What a thread's parking did: queues parked, polled again (by a kick, after a control
+/// wake-up, by the sweep), and looks at the parked queues' kicks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parking {
+    pub parks: u64,
+    pub unparks_kick: u64,
+    pub unparks_control: u64,
+    pub unparks_sweep: u64,
+    pub checks: u64,
 }
 
 /// Control wake-ups that took less than `below_us` microseconds (None: the open last bucket).
@@ -99,6 +116,8 @@ pub struct RxqInfo {
     pub core: usize,
     pub numa_node: Option<usize>,
     pub busy_share_pct: f64,
+    /// Parked now: not polled, its kicks watched (`parks`/`unparks` count the times).
+    pub parked: bool,
     pub last_interval: Option<RxqInterval>,
     /// The queue's counters (their fields inline).
     #[serde(flatten)]

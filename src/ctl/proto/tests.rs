@@ -223,6 +223,8 @@ pub(crate) mod samples {
                 rx_retry_us: 100,
                 idle_before_sleep_us: Some(1000),
                 nic_poll_interval_us: 100,
+                park_after_us: 1000,
+                park_check_us: 50,
             },
             wake_latency_us: vec![WakeBucket { below_us: Some(1), count: 2 }, WakeBucket { below_us: None, count: 0 }],
             last_interval: Some(ThreadInterval { seconds: 1.0, rx_pps: 100.0, ..Default::default() }),

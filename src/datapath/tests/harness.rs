@@ -152,7 +152,7 @@ pub struct Bench {
     pub queues: Vec<Vec<usize>>,
     /// Which VMs' ports the plans hold.
     pub in_plan: Vec<bool>,
-    rxq_stats: Vec<Arc<RxqStats>>,
+    pub rxq_stats: Vec<Arc<RxqStats>>,
     pub flows: Arc<FlowTable>,
     pub mac: Arc<MacTable>,
     /// Each VM's port policy (port security), as the plans give it.
@@ -174,6 +174,8 @@ pub struct BenchCfg {
     /// than one bucket two MACs share a bucket in some runs and not in others; one bucket puts
     /// entries in learning order every run (the instruction counts of `insn` depend on it).
     pub mac_buckets: usize,
+    /// Parking (0: off): a queue empty this long (microseconds) is parked.
+    pub park_after_us: u32,
 }
 
 impl Default for BenchCfg {
@@ -186,6 +188,7 @@ impl Default for BenchCfg {
             retry_cycles: u64::MAX,
             rx_buf: 0,
             mac_buckets: 64,
+            park_after_us: 0,
         }
     }
 }
@@ -228,6 +231,8 @@ impl Bench {
                 mailbox: b.mailboxes[t].clone(),
                 sleep_after_us: None,
                 nic_poll_interval_us: 100,
+                park_after_us: cfg.park_after_us,
+                park_check_us: 1,
             };
             let plan = b.plan(t);
             b.threads.push(PollThread::new(cx, plan));

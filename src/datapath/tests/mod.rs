@@ -10,6 +10,7 @@ mod harness;
 mod insn;
 mod migration;
 mod offloads;
+mod park;
 mod rewrites;
 mod switching;
 mod vlans;

@@ -112,7 +112,7 @@ struct VringConf {
     addrs: Option<(u64, u64, u64)>,
     base: u16,
     kicked: bool,
-    kick: Option<File>,
+    kick: Option<Arc<File>>,
     enabled: bool,
     call: Option<Arc<CallFd>>,
     /// Whether the data path is serving this ring now.
@@ -246,10 +246,7 @@ impl PortBackend {
             return Err(format!("vring {i} addresses outside guest memory or misaligned"));
         };
         let call = v.call.clone();
-        let kick = match &v.kick {
-            Some(f) => Some(f.try_clone().map_err(|e| format!("vring {i} kick eventfd: {e}"))?),
-            None => None,
-        };
+        let kick = v.kick.clone();
         g.hdr_len = hdr_len;
         g.mrg_rxbuf = mrg;
         g.log = self
@@ -460,7 +457,7 @@ impl PortBackend {
         }
         let v = self.vring(index as u32)?;
         v.kicked = true;
-        v.kick = fd;
+        v.kick = fd.map(Arc::new);
         self.reconcile_or_refuse(index as usize)
     }
 

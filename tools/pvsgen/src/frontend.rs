@@ -677,6 +677,12 @@ impl Guest {
         &self.calls[q]
     }
 
+    /// A driver that never kicks its TX ring, whatever the switch asks (a frontend that
+    /// relies on being polled): a parked queue of its must still be served, by the sweep.
+    pub fn never_kick_tx(&mut self) {
+        self.tx.kick = None;
+    }
+
     /// Raw access to the guest RX ring (queue 0).
     pub fn raw_rx(&mut self) -> RawRing<'_> {
         RawRing { mem: &self.mem, ring: &mut self.rx }

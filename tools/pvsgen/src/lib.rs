@@ -215,6 +215,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let mut handles = Vec::new();
     for (t, ports) in per_thread.into_iter().enumerate() {
         let (shared, cpu, seconds, burst) = (shared.clone(), cfg.cpus[t], cfg.seconds, cfg.burst as usize);
+        let idle_sleep_us = cfg.idle_sleep_us;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("pvsgen{t}"))
@@ -222,7 +223,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                     if let Err(e) = engine::pin_to(cpu) {
                         eprintln!("pvsgen: {e}; running unpinned");
                     }
-                    engine::thread_main(ports, shared, seconds, burst)
+                    engine::thread_main(ports, shared, seconds, burst, idle_sleep_us)
                 })
                 .map_err(|e| format!("spawning a thread: {e}"))?,
         );

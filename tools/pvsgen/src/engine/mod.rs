@@ -468,7 +468,10 @@ impl Port {
                 let Some(dst) = self.dst_mac else { return };
                 let mut n = burst.min(self.tx_room()) as u64;
                 if let Some(rate) = self.rate {
-                    let due = (rate * elapsed as f64 / 1e9) as u64;
+                    // Each VM's sends are spread over the period by its id, as idle guests'
+                    // timers are: a thousand VMs at 10 frames/s do not all send at once.
+                    let phase = (id_phase(self.id) * 1e9 / rate) as u64;
+                    let due = (rate * (elapsed + phase) as f64 / 1e9) as u64;
                     n = n.min(due.saturating_sub(self.c.sent));
                 }
                 if n == 0 {
@@ -544,15 +547,40 @@ pub struct ThreadResult {
     pub not_ready: Vec<u16>,
 }
 
+/// Where in its period a rate-limited VM sends (0..1): spread by its id.
+fn id_phase(id: u16) -> f64 {
+    (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_right(17) as f64 / u64::MAX as f64
+}
+
+/// Sleeps `us` microseconds after a pass over the ports that moved no frame (`idle_sleep_us`).
+fn rest_if_idle(moved: bool, us: u32) {
+    if !moved && us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us as u64));
+    }
+}
+
+/// Frames a port has put on and taken from its rings so far.
+fn moved(p: &Port) -> u64 {
+    p.c.tx_frames + p.c.rx_frames
+}
+
 /// One generator thread: hellos until every VM (on every thread) has heard its peers, then
 /// `seconds` of traffic, then a drain until the switch completed every TX buffer, then a last
-/// RX pass once every thread has drained.
-pub fn thread_main(mut ports: Vec<Port>, shared: Arc<Shared>, seconds: f64, burst: usize) -> ThreadResult {
+/// RX pass once every thread has drained. A pass over the ports that moved no frame is followed
+/// by a sleep of `idle_sleep_us` (0: none; a thread of quiet VMs then need not take its CPU).
+pub fn thread_main(
+    mut ports: Vec<Port>,
+    shared: Arc<Shared>,
+    seconds: f64,
+    burst: usize,
+    idle_sleep_us: u32,
+) -> ThreadResult {
     // Hellos.
     let deadline = now_ns() + HELLO_DEADLINE_NS;
     let mut last_hello = 0;
     loop {
         let now = now_ns();
+        let before: u64 = ports.iter().map(moved).sum();
         for p in &mut ports {
             p.poll_rx(Phase::Hello);
             p.reclaim(now_ns());
@@ -572,6 +600,7 @@ pub fn thread_main(mut ports: Vec<Port>, shared: Arc<Shared>, seconds: f64, burs
             ports.iter_mut().for_each(Port::send_hello);
             last_hello = now;
         }
+        rest_if_idle(ports.iter().map(moved).sum::<u64>() != before, idle_sleep_us);
     }
     shared.barrier.wait();
     let not_ready: Vec<u16> = ports.iter().filter(|p| !p.ready).map(|p| p.id).collect();
@@ -585,11 +614,15 @@ pub fn thread_main(mut ports: Vec<Port>, shared: Arc<Shared>, seconds: f64, burs
             if elapsed >= len {
                 break;
             }
+            let mut moved_any = false;
             for p in &mut ports {
+                let before = moved(p);
                 p.poll_rx(Phase::Measure);
                 p.reclaim(now_ns());
                 p.transmit(elapsed, burst);
+                moved_any |= moved(p) != before;
             }
+            rest_if_idle(moved_any, idle_sleep_us);
         }
         measured_ns = now_ns() - start;
     }

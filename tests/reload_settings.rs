@@ -220,6 +220,23 @@ const CASES: &[Case] = &[
     ),
     case(
         "switch",
+        "park_after_us",
+        At::Switch,
+        "park_after_us = 0",
+        Live(|sw, _, _| {
+            assert_eq!(running(sw, "park_after_us"), 0);
+            wait_for("no queue parked", || (thread(sw)["parked"] == 0).then_some(()));
+        }),
+    ),
+    case(
+        "switch",
+        "park_check_us",
+        At::Switch,
+        "park_check_us = 777",
+        Live(|sw, _, _| assert_eq!(running(sw, "park_check_us"), 777)),
+    ),
+    case(
+        "switch",
         "core_poll_mode",
         At::Switch,
         "core_poll_mode = { \"1\" = \"busy\" }",

@@ -83,6 +83,8 @@ struct Env<'a> {
     cx: &'a Ctx,
     ports: &'a PortTable,
     flows: &'a FlowTable,
+    /// The iteration's start (TSC): what delivery compares its timed skips against.
+    now: u64,
     /// Queue pair of the queue being visited: frames from it go to the same-numbered receive
     /// queue of their destination (modulo its count), whichever thread polls it, so moving a
     /// queue between threads never splits a flow over two of the receiver's queues.
@@ -151,6 +153,9 @@ pub struct PollThread {
     /// Present in adaptive polling mode.
     sleeper: Option<Sleeper>,
     parking: Parking,
+    /// When the frames floods skipped were last counted, and how often they are (1 ms).
+    flushed_at: u64,
+    flush_every: u64,
 }
 
 impl PollThread {
@@ -175,6 +180,8 @@ impl PollThread {
             kicks: None,
             sleeper: None,
             parking,
+            flushed_at: 0,
+            flush_every: crate::counter::cycles_per_sec() / 1000,
         };
         t.set_polling();
         t.adopt(Box::new(plan));
@@ -266,7 +273,7 @@ impl PollThread {
             k.retain(|id| self.by_id.contains_key(&id));
         }
         self.polled = (0..self.rxqs.len()).filter(|&i| self.rxqs[i].state.parked.is_none()).collect();
-        self.work.delivery.new_plan(plan.ports.by_id.len());
+        self.work.delivery.new_plan(plan.ports.by_id.len(), &self.cx.stats);
         if !Arc::ptr_eq(&plan.flows, &self.plan.flows) {
             self.work.emc.clear();
         }
@@ -286,7 +293,8 @@ impl PollThread {
             self.cx.mailbox.ack(generation);
         }
         let now = cycles();
-        let env = Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, src_q: Default::default() };
+        let env =
+            Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, now, src_q: Default::default() };
         let mut got = 0;
         let mut k = 0;
         while k < self.polled.len() {
@@ -310,6 +318,10 @@ impl PollThread {
         }
         if self.parking.check_due(now) && self.polled.len() < self.rxqs.len() {
             self.check_parked(now);
+        }
+        if self.work.delivery.flood_missed() && now.wrapping_sub(self.flushed_at) > self.flush_every {
+            self.work.delivery.flush_flood_missed(&self.cx.stats);
+            self.flushed_at = now;
         }
         got
     }

@@ -84,15 +84,61 @@ pub(super) struct Delivery {
     /// segmentation has produced that many, the burst's later TSO frames wait in the sender's
     /// ring for its next visit.
     pub segment_room: u32,
+    /// Per port: floods skip it for a while after finding it full or down (see `FloodSkip`).
+    flood_skip: Vec<FloodSkip>,
+    /// Some port's `FloodSkip::missed` waits to be counted.
+    flood_missed: bool,
+    /// How long (TSC cycles) floods skip a port found full or down: `FLOOD_RETRY_US`.
+    pub(super) flood_retry: u64,
+}
+
+/// Floods skip a port found full or down for this long before they try it again: a flood to
+/// many ports that cannot take it then costs a few loads a port, not a lock and a ring read
+/// (broadcast is best effort: a full ring misses frames anyway).
+pub const FLOOD_RETRY_US: u64 = 100;
+
+/// What floods know of one destination on one poll thread.
+#[derive(Clone, Copy, Default)]
+struct FloodSkip {
+    /// Until when (TSC) floods skip it without opening it.
+    until: u64,
+    /// It was full (its missed frames count as `rx_ring_full`), not down (they count nothing,
+    /// as a flood to a port that is not running never did).
+    full: bool,
+    /// Flooded frames it missed while skipped, not yet counted (counted when it is tried again,
+    /// or by `flush_flood_missed`).
+    missed: u32,
 }
 
 impl Delivery {
     /// Forgets what it knew of the destinations: a new plan, with `ports` port ids.
-    pub fn new_plan(&mut self, ports: usize) {
+    pub fn new_plan(&mut self, ports: usize, stats: &ThreadStats) {
+        self.flush_flood_missed(stats);
         self.stalled.clear();
         self.stalled.resize(ports, false);
         self.too_small.clear();
         self.too_small.resize(ports, None);
+        self.flood_skip.clear();
+        self.flood_skip.resize(ports, FloodSkip::default());
+        self.flood_retry = FLOOD_RETRY_US * crate::counter::cycles_per_sec() / 1_000_000;
+    }
+
+    /// Counts the flooded frames that ports skipped as full have missed so far.
+    pub fn flush_flood_missed(&mut self, stats: &ThreadStats) {
+        if !std::mem::take(&mut self.flood_missed) {
+            return;
+        }
+        for (id, s) in self.flood_skip.iter_mut().enumerate() {
+            if s.missed > 0 {
+                stats.ports[id].drop(DropReason::RxRingFull, s.missed as u64);
+                s.missed = 0;
+            }
+        }
+    }
+
+    /// Whether a flood has frames counted as missed that `flush_flood_missed` has not counted.
+    pub fn flood_missed(&self) -> bool {
+        self.flood_missed
     }
 }
 
@@ -489,25 +535,8 @@ fn deliver_in_order(
                         .take_while(|f| f.out == Out::Flood && f.off.tso.is_none() && f.vlan == vid)
                         .count(),
                 };
-                for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
-                    let pc = &cx.stats.ports[dp.id as usize];
-                    if let Some(mut o) = Open::new(env, dp.id) {
-                        for (k, f) in frames[i..i + run].iter().enumerate() {
-                            let wrote = o.write_switched(f, dv);
-                            match wrote {
-                                Ok(()) => {}
-                                // A port out of buffers takes none of the rest of the run
-                                // either: they are dropped at once, without a frame's work
-                                // each (a flood costs what it delivers, not what exists).
-                                Err(DropReason::RxRingFull) => {
-                                    pc.drop(DropReason::RxRingFull, (run - k) as u64);
-                                    break;
-                                }
-                                Err(why) => pc.drop(why, 1),
-                            }
-                        }
-                        o.close(pc, dv);
-                    }
+                for &id in env.ports.flood_list(vid).iter().filter(|&&id| id != in_port) {
+                    flood_to(env, id, &frames[i..i + run], dv);
                 }
                 i += run;
                 continue;
@@ -518,6 +547,48 @@ fn deliver_in_order(
     o_close(open, env, dv);
     *blocked_since = None;
     frames.len()
+}
+
+/// Delivers a run of flooded frames to port `id`, unless floods skip it: found full or down in
+/// the last `FLOOD_RETRY_US`, it is not opened, and its missed frames are only added up (a
+/// flood costs what it delivers, not what exists). A port out of buffers takes none of the rest
+/// of the run either: they are dropped at once, without a frame's work each.
+#[inline]
+fn flood_to(env: &Env, id: u16, run: &[Frame], dv: &mut Delivery) {
+    let mut skip = dv.flood_skip[id as usize];
+    if skip.until > env.now {
+        if skip.full {
+            skip.missed += run.len() as u32;
+            dv.flood_missed = true;
+            dv.flood_skip[id as usize] = skip;
+        }
+        return;
+    }
+    let pc = &env.cx.stats.ports[id as usize];
+    if skip.missed > 0 {
+        pc.drop(DropReason::RxRingFull, skip.missed as u64);
+    }
+    skip = FloodSkip::default();
+    match Open::new(env, id) {
+        None => skip = FloodSkip { until: env.now + dv.flood_retry, full: false, missed: 0 },
+        Some(mut o) => {
+            for (k, f) in run.iter().enumerate() {
+                match o.write_switched(f, dv) {
+                    Ok(()) => {}
+                    Err(DropReason::RxRingFull) => {
+                        pc.drop(DropReason::RxRingFull, (run.len() - k) as u64);
+                        if k == 0 {
+                            skip = FloodSkip { until: env.now + dv.flood_retry, full: true, missed: 0 };
+                        }
+                        break;
+                    }
+                    Err(why) => pc.drop(why, 1),
+                }
+            }
+            o.close(pc, dv);
+        }
+    }
+    dv.flood_skip[id as usize] = skip;
 }
 
 /// Whether a frame whose destination `p` is full should wait (stay in the sender's ring) or,
@@ -567,16 +638,16 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
             Emit::Port(_) => {}
             Emit::InPort => send_one(env, in_port, f, shape, dv, true),
             Emit::Flood | Emit::All => {
-                for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
-                    send_one(env, dp.id, f, shape, dv, false);
+                for &id in env.ports.live.iter().filter(|&&id| id != in_port) {
+                    send_one(env, id, f, shape, dv, false);
                 }
             }
             Emit::Normal if env.ports.vlans => normal_by_vlan(env, f, h, covered as u32, in_port, dv),
             Emit::Normal => match normal(env, in_port, 0, &h.dst, &h.src) {
                 Out::Port(p) => send_one(env, p, f, shape, dv, true),
                 Out::Flood => {
-                    for dp in env.ports.live.iter().filter(|dp| dp.id != in_port) {
-                        send_one(env, dp.id, f, shape, dv, false);
+                    for &id in env.ports.live.iter().filter(|&&id| id != in_port) {
+                        send_one(env, id, f, shape, dv, false);
                     }
                 }
                 _ => {}
@@ -602,8 +673,8 @@ fn normal_by_vlan(env: &Env, f: &Frame, h: &EthernetRepr, skip: u32, in_port: u1
     match normal(env, in_port, vid, &h.dst, &h.src) {
         Out::Port(p) => send(p, dv, true),
         Out::Flood => {
-            for dp in env.ports.flood_list(vid).iter().filter(|dp| dp.id != in_port) {
-                send(dp.id, dv, false);
+            for &id in env.ports.flood_list(vid).iter().filter(|&&id| id != in_port) {
+                send(id, dv, false);
             }
         }
         _ => {}

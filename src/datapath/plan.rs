@@ -49,16 +49,17 @@ impl PortPolicy {
 pub struct PortTable {
     pub by_id: Vec<Option<Arc<Port>>>,
     pub policy: Vec<PortPolicy>,
-    /// The ports in `by_id`, densely, for flooding.
-    pub live: Vec<Arc<Port>>,
+    /// The ids of the ports in `by_id`, densely, for flooding: a flood reads ids, not ports,
+    /// until it opens one (a port it skips costs no line of the port's own).
+    pub live: Vec<u16>,
     /// Some port has a VLAN config: NORMAL learns and floods per VLAN, and every frame it
     /// switches leaves each port tagged or not as that port sends its VLAN. Without, no VLAN
     /// work is done at all.
     pub vlans: bool,
     /// With VLANs, per VLAN id: which list of `floods` holds the ports that carry it.
     flood_of: Vec<u16>,
-    /// Distinct flood lists (VLANs with the same members share one).
-    floods: Vec<Vec<Arc<Port>>>,
+    /// Distinct flood lists (VLANs with the same members share one), as port ids.
+    floods: Vec<Vec<u16>>,
 }
 
 impl PortTable {
@@ -68,7 +69,7 @@ impl PortTable {
         for (p, pol) in ports {
             t.by_id[p.id as usize] = Some(p.clone());
             t.policy[p.id as usize] = pol.clone();
-            t.live.push(p.clone());
+            t.live.push(p.id);
         }
         t.vlans = ports.iter().any(|(_, pol)| !pol.vlan.is_default());
         if t.vlans {
@@ -78,7 +79,7 @@ impl PortTable {
                     ports.iter().filter(|(_, pol)| pol.vlan.carries(vid)).map(|(p, _)| p.id).collect();
                 let next = t.floods.len() as u16;
                 let i = *index.entry(members.clone()).or_insert_with(|| {
-                    t.floods.push(members.iter().filter_map(|&id| t.by_id[id as usize].clone()).collect());
+                    t.floods.push(members.clone());
                     next
                 });
                 t.flood_of.push(i);
@@ -89,7 +90,7 @@ impl PortTable {
 
     /// The ports a frame of VLAN `vid` floods to (every port, on a switch without VLANs).
     #[inline]
-    pub fn flood_list(&self, vid: u16) -> &[Arc<Port>] {
+    pub fn flood_list(&self, vid: u16) -> &[u16] {
         match self.flood_of.get(vid as usize) {
             Some(&i) if self.vlans => &self.floods[i as usize],
             _ => &self.live,
@@ -291,7 +292,7 @@ mod tests {
             })
             .collect();
         let t = PortTable::new(&ports);
-        let ids = |vid: u16| t.flood_list(vid).iter().map(|p| p.id).collect::<Vec<_>>();
+        let ids = |vid: u16| t.flood_list(vid).to_vec();
         assert_eq!(
             (ids(10), ids(20), ids(30), ids(0), ids(40)),
             (vec![0, 2, 3], vec![1, 3], vec![2, 3], vec![3], vec![3])

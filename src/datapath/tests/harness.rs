@@ -314,6 +314,22 @@ impl Bench {
         self.totals(i).drops.get(why)
     }
 
+    /// Makes floods skip a port found full or down for `cycles` TSC cycles (`FLOOD_RETRY_US`
+    /// otherwise), until the next plan.
+    pub fn set_flood_retry(&mut self, cycles: u64) {
+        for t in &mut self.threads {
+            t.work.delivery.flood_retry = cycles;
+        }
+    }
+
+    /// Counts now what the threads count lazily (the frames floods skipped), as they do within
+    /// a millisecond.
+    pub fn flush_counts(&mut self) {
+        for t in &mut self.threads {
+            t.work.delivery.flush_flood_missed(&t.cx.stats);
+        }
+    }
+
     /// VM `i` sends a broadcast from its MAC, so the others learn where it is; everyone takes it.
     pub fn announce(&mut self, i: usize) {
         let f = frame([0xff; 6], mac(i), 60, u32::MAX);

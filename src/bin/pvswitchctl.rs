@@ -8,12 +8,13 @@ use std::time::Duration;
 use pvswitch::config::DEFAULT_CONTROL_SOCKET;
 use pvswitch::ctl::human;
 use pvswitch::ctl::proto::{CtlError, Reply, Request};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 const USAGE: &str = "usage: pvswitchctl [--control PATH] [--json] [--watch SECONDS] COMMAND
 commands:
-  ports [NAME]
-            each port (or one): connection state, negotiated features, queues, rx/tx/drop counters
+  ports [NAME|GLOB]
+            each port (or one, or those a glob such as 'vm1*' matches): connection state,
+            negotiated features, queues, rx/tx/drop counters
   add-port [--may-exist] NAME KEY=VALUE...
             add a port (the keys of a [[port]] table: type=vhost-user socket=PATH mode=client ...),
             kept in the port directory (ports.d) across restarts
@@ -74,7 +75,7 @@ fn main() -> ExitCode {
         }
     };
     loop {
-        let out = ask(&control, &request).and_then(|result| output(&request, result, as_json).map_err(CtlError::from));
+        let out = ask(&control, &request).and_then(|result| output(&request, &result, as_json).map_err(CtlError::from));
         match out {
             Ok(text) => print!("{text}"),
             Err(e) => {
@@ -89,17 +90,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--json`: the daemon's result as it sent it (pretty); else the human text from its type.
-fn output(request: &Request, result: Value, as_json: bool) -> Result<String, String> {
+/// `--json`: the daemon's result as it sent it (pretty, streamed from its text: no tree of it is
+/// built); else the human text from its type.
+fn output(request: &Request, result: &RawValue, as_json: bool) -> Result<String, String> {
     if as_json {
-        Ok(serde_json::to_string_pretty(&result).map_err(|e| e.to_string())? + "\n")
+        let mut out = Vec::with_capacity(result.get().len() * 2);
+        let mut de = serde_json::Deserializer::from_str(result.get());
+        let mut ser = serde_json::Serializer::pretty(&mut out);
+        serde_transcode::transcode(&mut de, &mut ser).map_err(|e| format!("malformed reply: {e}"))?;
+        out.push(b'\n');
+        String::from_utf8(out).map_err(|e| e.to_string())
     } else {
-        human::render(request, result)
+        human::render(request, result.get())
     }
 }
 
-/// Sends `request` and returns the reply's result (its own type is read by `human::render`).
-fn ask(path: &str, request: &Request) -> Result<Value, CtlError> {
+/// Sends `request` and returns the reply's result as JSON text (its own type is read from it by
+/// `human::render`).
+fn ask(path: &str, request: &Request) -> Result<Box<RawValue>, CtlError> {
     let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
             format!("pvswitchd is not running (no control socket at {path}: {e})")
@@ -111,6 +119,6 @@ fn ask(path: &str, request: &Request) -> Result<Value, CtlError> {
     s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| format!("sending request: {e}"))?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
-    let reply: Reply<Value> = serde_json::from_str(&line).map_err(|e| format!("malformed reply: {e}"))?;
+    let reply: Reply<Box<RawValue>> = serde_json::from_str(&line).map_err(|e| format!("malformed reply: {e}"))?;
     reply.into_outcome()
 }

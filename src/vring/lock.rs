@@ -3,16 +3,21 @@
 //! Holders never block or sleep while holding it (see the parent module on who takes it).
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use super::RingError;
 
 use super::Vring;
 
-/// A ring plus the spin lock that guards it. `ready` and `epoch` are hints readable without the
-/// lock, stored when a guard is dropped.
+/// A ring plus the spin lock that guards it. `ready`, `epoch` and `broken` are hints readable
+/// without the lock, stored when a guard is dropped: the control thread shows them without
+/// taking a lock a poll thread may hold (on a host whose poll threads share their CPUs, a
+/// holder can be preempted for a time slice).
 pub struct VringLock {
     locked: AtomicBool,
     ready: AtomicBool,
     epoch: AtomicU64,
+    broken: AtomicU8,
     inner: UnsafeCell<Vring>,
 }
 
@@ -29,6 +34,7 @@ impl Default for VringLock {
             locked: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            broken: AtomicU8::new(0),
             inner: UnsafeCell::new(Vring::default()),
         }
     }
@@ -52,6 +58,11 @@ impl VringLock {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// What stopped the ring (`Vring::broken`) as of the last unlock.
+    pub fn broken(&self) -> Option<RingError> {
+        RingError::from_code(self.broken.load(Ordering::Acquire))
+    }
+
     #[inline]
     pub fn lock(&self) -> VringGuard<'_> {
         loop {
@@ -68,12 +79,13 @@ impl VringLock {
 impl Drop for VringGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: we hold the lock, so no other guard exists.
-        let (ready, epoch) = unsafe {
+        let (ready, epoch, broken) = unsafe {
             let v = &*self.lock.inner.get();
-            (v.is_ready(), v.epoch)
+            (v.is_ready(), v.epoch, v.broken)
         };
         self.lock.ready.store(ready, Ordering::Release);
         self.lock.epoch.store(epoch, Ordering::Release);
+        self.lock.broken.store(broken.map_or(0, |e| e.code()), Ordering::Release);
         self.lock.locked.store(false, Ordering::Release);
     }
 }

@@ -64,6 +64,29 @@ pub enum RingError {
 }
 
 impl RingError {
+    /// Every error, in order: `ALL[i]` is the one whose `code` is `i + 1`.
+    pub const ALL: [RingError; 10] = [
+        RingError::AvailJump,
+        RingError::HeadOutOfRange,
+        RingError::NextOutOfRange,
+        RingError::ChainTooLong,
+        RingError::EmptyBuffer,
+        RingError::CallBlocked,
+        RingError::BadAddress,
+        RingError::BadIndirect,
+        RingError::WrongDirection,
+        RingError::TooManySegments,
+    ];
+
+    /// A number for an atomic hint: 1 and up (0: no error).
+    pub fn code(self) -> u8 {
+        Self::ALL.iter().position(|&e| e == self).map_or(0, |i| i as u8 + 1)
+    }
+
+    pub fn from_code(c: u8) -> Option<RingError> {
+        Self::ALL.get((c as usize).checked_sub(1)?).copied()
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RingError::AvailJump => "avail index moved past the ring size",

@@ -72,13 +72,21 @@ impl VlanSet {
         *self == VlanSet::all()
     }
 
-    /// The set as inclusive ranges, ascending.
+    /// The set as inclusive ranges, ascending. A word of 64 VLANs all in or all out is taken
+    /// whole (`ports` shows every port's set: a trunk of all VLANs is one range, not 4,095
+    /// bits looked at).
     pub fn ranges(&self) -> Vec<(u16, u16)> {
         let mut out: Vec<(u16, u16)> = Vec::new();
-        for v in (0..=4095u16).filter(|&v| self.contains(v)) {
-            match out.last_mut() {
-                Some((_, hi)) if *hi + 1 == v => *hi = v,
-                _ => out.push((v, v)),
+        let mut add = |lo: u16, hi: u16| match out.last_mut() {
+            Some((_, h)) if *h + 1 == lo => *h = hi,
+            _ => out.push((lo, hi)),
+        };
+        for (w, &bits) in self.0.iter().enumerate() {
+            let base = (w * 64) as u16;
+            match bits {
+                0 => {}
+                u64::MAX => add(base, base + 63),
+                _ => (0..64u16).filter(|b| bits & (1 << b) != 0).for_each(|b| add(base + b, base + b)),
             }
         }
         out
@@ -229,6 +237,20 @@ mod tests {
         assert_eq!((nu.egress(10), nu.egress(20), nu.egress(0), nu.egress(30)), (Some(false), Some(true), None, None));
         let nt = PortVlan { mode: VlanMode::NativeTagged, ..nu };
         assert_eq!((nt.egress(10), nt.egress(20)), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn ranges_agree_with_membership() {
+        let mut s = VlanSet::empty();
+        for v in [0, 1, 2, 63, 64, 65, 127, 128, 200, 4094] {
+            s.insert(v);
+        }
+        (300..=1000).for_each(|v| s.insert(v));
+        let from_ranges: Vec<u16> = s.ranges().iter().flat_map(|&(a, b)| a..=b).collect();
+        let members: Vec<u16> = (0..=4095).filter(|&v| s.contains(v)).collect();
+        assert_eq!(from_ranges, members);
+        assert_eq!(s.ranges()[..3], [(0, 2), (63, 65), (127, 128)]);
+        assert_eq!(VlanSet::all().ranges(), vec![(0, 4094)]);
     }
 
     #[test]

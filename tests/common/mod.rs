@@ -247,6 +247,18 @@ impl Switch {
         std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap().count()
     }
 
+    /// The daemon's open files.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).unwrap().count()
+    }
+
+    /// The daemon's resident memory, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }

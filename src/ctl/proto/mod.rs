@@ -59,7 +59,8 @@ pub enum Request {
     Reload,
     /// pvswitchd's version (reply: [`VersionReply`]).
     Version,
-    /// One port (reply: [`PortInfo`]; error code `not-found`).
+    /// One port (reply: [`PortInfo`]; error code `not-found`); or, when `name` is a glob
+    /// (`*`, `?`: `vm1*`), the ports whose names match it (reply: `Vec<PortInfo>`).
     Port { name: String },
     /// Adds a port with these settings, kept in the drop-in directory (reply: [`PortReply`]).
     /// `may_exist`: a port of that name is not an error (and is left as it is).
@@ -69,6 +70,31 @@ pub enum Request {
     DelPort { name: String, if_exists: bool },
     /// Changes settings of a port added at run time (reply: [`PortReply`]).
     SetPort { name: String, settings: Vec<(String, String)> },
+}
+
+/// Whether a port name given to `ports` is a glob (`*` any run of characters, `?` one).
+pub fn is_glob(name: &str) -> bool {
+    name.contains(['*', '?'])
+}
+
+/// Whether `name` matches the glob `pat` (`*`: any run of characters, `?`: one; nothing else
+/// is special). Linear in their lengths: a `*` is retried from where it last matched only.
+pub fn glob_match(pat: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pat.chars().collect(), name.chars().collect());
+    let (mut i, mut j, mut star, mut from) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            (i, j) = (i + 1, j + 1);
+        } else if i < p.len() && p[i] == '*' {
+            (star, from, i) = (Some(i), j, i + 1);
+        } else if let Some(s) = star {
+            (i, from) = (s + 1, from + 1);
+            j = from;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
 }
 
 /// Why a request was refused, for a caller that acts on it (pvswitchctl's exit status).

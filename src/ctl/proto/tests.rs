@@ -405,3 +405,23 @@ fn the_readme_check_can_fail() {
     let e = check(&more, "rxq", vec![samples::rxq()], &[]).unwrap_err();
     assert!(e.contains("the type lacks: [\"visitors\"]"), "{e}");
 }
+
+#[test]
+fn port_globs_match_as_a_shell_does() {
+    use super::{glob_match, is_glob};
+    for (pat, name, want) in [
+        ("vm1*", "vm1", true),
+        ("vm1*", "vm17", true),
+        ("vm1*", "vm2", false),
+        ("vm?", "vm7", true),
+        ("vm?", "vm77", false),
+        ("*", "", true),
+        ("*a*b*", "xxaYYbzz", true),
+        ("*a*b", "xxaYYbzz", false),
+        ("a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false),
+        ("exact", "exact", true),
+    ] {
+        assert_eq!(glob_match(pat, name), want, "{pat} against {name}");
+    }
+    assert!(is_glob("vm*") && is_glob("vm?") && !is_glob("vm1"));
+}

@@ -75,6 +75,9 @@ pub struct Driver {
     /// the maximum, clears O_NONBLOCK on it and asks for interrupts, so that the switch's next
     /// write to it would block.
     pub block_call: bool,
+    /// Never takes what arrives in its RX ring (`drain=0`): the ring fills and stays full, as a
+    /// guest's that stopped reading (what a flood meets at a thousand idle VMs).
+    pub no_drain: bool,
     /// Descriptors per receive buffer (0 or 1: as `chain` says): each posted buffer is a chain
     /// of this many device-writable descriptors, its `rx_buf` bytes in the first and the
     /// others of length zero (the switch takes a chain of up to 256 descriptors, of which at
@@ -202,6 +205,7 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
                    needs features=indirect), srcmacs=N (data frames from N source MACs),
                    rxbuf=0 (zero-length receive buffers; needs features=mrg),
                    hostile=block-call (its RX call eventfd saturated and made blocking),
+                   drain=0 (never takes what arrives: its RX ring fills and stays full),
                    rxchain=N (every receive buffer a chain of N descriptors, 1..256: rxbuf
                    bytes in the first, zero in the others; many descriptors to walk a frame)
 ";
@@ -303,6 +307,11 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
             "hostile" => match v {
                 "block-call" => vm.driver.block_call = true,
                 _ => return Err(format!("--vm {s:?}: hostile is block-call")),
+            },
+            "drain" => match v {
+                "0" => vm.driver.no_drain = true,
+                "1" => vm.driver.no_drain = false,
+                _ => return Err(format!("--vm {s:?}: drain is 0 or 1")),
             },
             "rxchain" => {
                 vm.driver.rx_chain =

@@ -289,8 +289,7 @@ def flood_run(n_full, seconds):
             full_gen = pvsgen(sw, [f"name=f{k},drain=0" for k in range(n_full)], seconds + 60, qsize=64,
                               idle_sleep_us=1000)
             wait_until("the full VMs connected", lambda: sw.connected() == n_full, 300)
-            wait_until("their MACs learned", lambda: len(sw.ctl("fdb")) >= n_full, 300)
-            time.sleep(1.0)
+            time.sleep(1.0)  # running (they send nothing; the pair's floods fill their rings)
         gen, out = pvsgen(sw, ["name=a,dst=bcast,size=64", "name=b,dst=bcast,size=64"], seconds)
         rep = finish(gen, out, seconds + 120)
         if full_gen:

@@ -169,6 +169,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         .unwrap();
 
     let threads = cfg.cpus.len();
+    // How many VMs need each VM's hello (its announcement stops once they all heard it).
+    let mut listeners = vec![0u32; n];
     let mut logs = Vec::new();
     let mut per_thread: Vec<Vec<Port>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, v) in cfg.vms.iter().enumerate() {
@@ -190,13 +192,14 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         if role(i) == Role::Pong {
             needs.push(ping.unwrap().0 as u16);
         }
+        needs.iter().for_each(|&j| listeners[j as usize] += 1);
         let sources: Vec<bool> = (0..n).map(|s| streams_to(s, i)).collect();
         let dst_mac = target(i).map(|t| t.map_or(probe::BCAST, |j| mac_of(j as u16)));
         let port = Port::with_driver(i as u16, vm, dst_mac, v.size, v.rate, role(i), needs, &sources, v.driver);
         per_thread[i % threads].push(port);
     }
 
-    let shared = Shared::new(n, threads);
+    let shared = Shared::new(n, threads, listeners);
     let syncing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let syncer = (!logs.is_empty()).then(|| {
         let syncing = syncing.clone();

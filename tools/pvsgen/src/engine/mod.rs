@@ -526,12 +526,19 @@ pub struct Shared {
     pub ready: AtomicUsize,
     pub abort: AtomicBool,
     pub barrier: Barrier,
+    /// Per VM: how many VMs need its hello, and how many have heard it. A VM stops announcing
+    /// itself once all have (a thousand VMs broadcasting every 50 ms until the last is ready
+    /// is a broadcast storm that keeps small receive rings full).
+    listeners: Vec<u32>,
+    heard: Vec<std::sync::atomic::AtomicU32>,
 }
 
 impl Shared {
-    pub fn new(vms: usize, threads: usize) -> Arc<Shared> {
+    pub fn new(vms: usize, threads: usize, listeners: Vec<u32>) -> Arc<Shared> {
         Arc::new(Shared {
             vms,
+            heard: (0..vms).map(|_| Default::default()).collect(),
+            listeners,
             ready: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
             barrier: Barrier::new(threads),
@@ -587,6 +594,9 @@ pub fn thread_main(
             if !p.ready && p.needs.iter().all(|&s| p.have_hello[s as usize]) {
                 p.ready = true;
                 shared.ready.fetch_add(1, Ordering::AcqRel);
+                for &s in &p.needs {
+                    shared.heard[s as usize].fetch_add(1, Ordering::AcqRel);
+                }
             }
         }
         if shared.ready.load(Ordering::Acquire) == shared.vms || shared.abort.load(Ordering::Relaxed) {
@@ -597,7 +607,14 @@ pub fn thread_main(
             break;
         }
         if now - last_hello >= HELLO_EVERY_NS {
-            ports.iter_mut().for_each(Port::send_hello);
+            for p in ports.iter_mut() {
+                let i = p.id as usize;
+                // Every VM announces itself at least once (the switch learns its MAC); then
+                // only while a VM that needs its hello has not heard it.
+                if p.c.hellos_sent == 0 || shared.heard[i].load(Ordering::Acquire) < shared.listeners[i] {
+                    p.send_hello();
+                }
+            }
             last_hello = now;
         }
         rest_if_idle(ports.iter().map(moved).sum::<u64>() != before, idle_sleep_us);

@@ -316,7 +316,7 @@ impl PollThread {
         if !nic_tx.is_empty() {
             nic_tx.flush(env.ports, self.cx.index, &self.cx.stats);
         }
-        if self.parking.check_due(now) && self.polled.len() < self.rxqs.len() {
+        if self.parking.check_due(now, got == 0) && self.polled.len() < self.rxqs.len() {
             self.check_parked(now);
         }
         if self.work.delivery.flood_missed() && now.wrapping_sub(self.flushed_at) > self.flush_every {

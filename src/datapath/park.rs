@@ -3,8 +3,9 @@
 //! watches its kick fd (`kicks`) instead of reading its avail index (a line its guest writes,
 //! which misses in cache whenever an idle guest sent anything since: timers, ARP, DHCP). Every
 //! `park_check_us` (and at most once every [`CHECK_ITERATIONS`] iterations, so well under one
-//! syscall an iteration) one non-blocking `epoll_wait` collects the kicks, and a kicked queue
-//! is polled again from the next iteration.
+//! syscall an iteration; a thread whose last iteration found nothing looks 8 times as often)
+//! one non-blocking `epoll_wait` collects the kicks, and a kicked queue is polled again from
+//! the next iteration.
 //!
 //! Parking without losing a frame is adaptive polling's sleep for one queue: under the ring
 //! lock, ask for kicks (`ActiveRing::enable_kicks`, ending with a full fence) and then read the
@@ -66,11 +67,14 @@ impl Parking {
         self.after > 0 && now.wrapping_sub(last_busy) >= self.after
     }
 
-    /// Whether the parked queues' kicks are due to be looked at (counts the iteration).
+    /// Whether the parked queues' kicks are due to be looked at (counts the iteration). A
+    /// thread whose last iteration found nothing looks 8 times as often: it has nothing else to
+    /// do, and a parked queue's first frame then waits a few microseconds, not the interval.
     #[inline]
-    pub fn check_due(&mut self, now: u64) -> bool {
+    pub fn check_due(&mut self, now: u64, idle: bool) -> bool {
         self.iterations += 1;
-        if self.iterations < CHECK_ITERATIONS || now.wrapping_sub(self.last) < self.every {
+        let every = if idle { self.every / 8 } else { self.every };
+        if self.iterations < CHECK_ITERATIONS || now.wrapping_sub(self.last) < every {
             return false;
         }
         self.iterations = 0;
@@ -88,15 +92,19 @@ mod tests {
         // 1000 cycles to park, a check every 100 cycles (set directly: no TSC calibration).
         let mut p = Parking { after: 1000, every: 100, last: 0, iterations: 0, sweep_at: 0 };
         let t0 = 1_000_000u64;
-        let first = (0..CHECK_ITERATIONS).position(|_| p.check_due(t0));
+        let first = (0..CHECK_ITERATIONS).position(|_| p.check_due(t0, false));
         assert_eq!(first, Some(CHECK_ITERATIONS as usize - 1), "the first check waits for its iterations");
-        assert!(!(0..100).any(|i| p.check_due(t0 + i)), "within the interval");
+        assert!(!(0..100).any(|i| p.check_due(t0 + i, false)), "within the interval");
         // The interval passed, but not CHECK_ITERATIONS iterations since the last check.
         p.iterations = 0;
         let later = t0 + 150;
-        assert!(!(0..CHECK_ITERATIONS - 1).any(|_| p.check_due(later)));
-        assert!(p.check_due(later), "both the interval and the iterations passed");
-        assert!(!p.check_due(later + 1), "a check starts the next interval");
+        assert!(!(0..CHECK_ITERATIONS - 1).any(|_| p.check_due(later, false)));
+        assert!(p.check_due(later, false), "both the interval and the iterations passed");
+        assert!(!p.check_due(later + 1, false), "a check starts the next interval");
+        // Idle, an eighth of the interval will do (still after CHECK_ITERATIONS iterations).
+        p.iterations = 0;
+        assert!(!(0..CHECK_ITERATIONS - 1).any(|_| p.check_due(later + 13, true)));
+        assert!(p.check_due(later + 13, true), "an idle thread looks after 100 / 8 cycles");
         assert!(p.due(t0, t0 + 1000) && !p.due(t0, t0 + 999));
         assert!(!Parking::new(0, 50).due(0, u64::MAX / 2), "0: never parks");
     }

@@ -180,7 +180,13 @@ impl<'m> Frame<'m> {
     /// The `N` bytes at `off` of the front, if it holds them.
     #[inline(always)]
     pub fn front_at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        self.front().get(off..off.checked_add(N)?).map(|s| s.try_into().unwrap())
+        let end = off.checked_add(N)?;
+        if end > self.front_len as usize {
+            return None;
+        }
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.front.0.get(off..end)?);
+        Some(a)
     }
 
     /// Copies `n` bytes of the frame from offset `off` into `dst` at `dst_off`: those in the

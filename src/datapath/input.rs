@@ -404,7 +404,36 @@ fn visit_source<'a, S: Source<'a>>(
             // Backpressure: the rest stays in the source for the next visit.
             src.give_back(got - consumed);
         }
-        let bytes: u64 = frames[..consumed].iter().map(|f| f.len as u64).sum();
+        // One pass over the consumed frames: their bytes and drops, and (with a flow table)
+        // the flow counters, once per run of frames that hit the same flow.
+        let mut bytes = 0u64;
+        if env.flows.is_normal() {
+            for f in &frames[..consumed] {
+                bytes += f.len as u64;
+                if let Out::Drop(why) = f.out {
+                    pc.drop(why, 1);
+                }
+            }
+        } else {
+            let mut run = (FlowState::Unmatched, 0u64, 0u64);
+            for f in &frames[..consumed] {
+                bytes += f.len as u64;
+                if let Out::Drop(why) = f.out {
+                    pc.drop(why, 1);
+                }
+                if f.flow != run.0 {
+                    if let FlowState::Hit(i) = run.0 {
+                        env.flows.count(cx.index, i, run.1, run.2);
+                    }
+                    run = (f.flow, 0, 0);
+                }
+                run.1 += 1;
+                run.2 += f.len as u64;
+            }
+            if let FlowState::Hit(i) = run.0 {
+                env.flows.count(cx.index, i, run.1, run.2);
+            }
+        }
         if capped {
             port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
         }
@@ -412,24 +441,6 @@ fn visit_source<'a, S: Source<'a>>(
         bump(&spec.stats.bursts, (consumed > 0) as u64);
         bump(&pc.rx_packets, consumed as u64);
         bump(&pc.rx_bytes, bytes);
-        // Flow counters once per run of frames that hit the same flow.
-        let mut run = (FlowState::Unmatched, 0u64, 0u64);
-        for f in &frames[..consumed] {
-            if let Out::Drop(why) = f.out {
-                pc.drop(why, 1);
-            }
-            if f.flow != run.0 {
-                if let FlowState::Hit(i) = run.0 {
-                    env.flows.count(cx.index, i, run.1, run.2);
-                }
-                run = (f.flow, 0, 0);
-            }
-            run.1 += 1;
-            run.2 += f.len as u64;
-        }
-        if let FlowState::Hit(i) = run.0 {
-            env.flows.count(cx.index, i, run.1, run.2);
-        }
         src.complete(frames, consumed, dv);
         stages.mark(5);
         stages.done(S::CAN_WAIT, got); // the sources that can wait are the guests

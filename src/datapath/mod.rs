@@ -287,12 +287,17 @@ impl PollThread {
     /// receive queue once (parking those empty for long enough), sends what waits for NIC
     /// ports, and looks at the parked queues' kicks when that is due. Returns the frames taken.
     pub fn run_once(&mut self) -> u32 {
+        self.run_once_at(cycles())
+    }
+
+    /// `run_once` for an iteration that starts at `now` (TSC): the loop reads the clock once an
+    /// iteration, for its busy/idle accounting, and passes it on.
+    fn run_once_at(&mut self, now: u64) -> u32 {
         if let Some((generation, plan)) = self.cx.mailbox.check(self.generation) {
             self.adopt(plan);
             self.generation = generation;
             self.cx.mailbox.ack(generation);
         }
-        let now = cycles();
         let env =
             Env { cx: &self.cx, ports: &self.plan.ports, flows: &self.plan.flows, now, src_q: Default::default() };
         let mut got = 0;
@@ -413,7 +418,7 @@ impl PollThread {
         let st = self.cx.stats.clone();
         let mut t0 = cycles();
         while !self.cx.shutdown.load(Relaxed) && !self.cx.mailbox.retired() {
-            let got = self.run_once();
+            let got = self.run_once_at(t0);
             let t1 = cycles();
             bump(if got > 0 { &st.loops.busy_cycles } else { &st.loops.idle_cycles }, t1.wrapping_sub(t0));
             bump(&st.loops.iterations, 1);

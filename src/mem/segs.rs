@@ -307,17 +307,18 @@ impl<'m> Segs<'m> {
         len - left
     }
 
-    /// Starts loading the cache line at `off` (the Ethernet header) ahead of its use.
+    /// Starts loading the 64 bytes at `off` (the frame's front, which classify copies) ahead
+    /// of their use: the lines holding its first and last byte.
     #[inline]
     pub fn prefetch(&self, off: u32) {
         if self.n > 0 && off < self.ptrs[0].1 {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+            // SAFETY: a prefetch is a hint: it never faults, whatever the address (wrapping
+            // arithmetic: the pointer is never dereferenced).
             unsafe {
-                core::arch::x86_64::_mm_prefetch(
-                    self.ptrs[0].0.add(off as usize) as *const i8,
-                    core::arch::x86_64::_MM_HINT_T0,
-                )
+                let p = self.ptrs[0].0.wrapping_add(off as usize) as *const i8;
+                core::arch::x86_64::_mm_prefetch(p, core::arch::x86_64::_MM_HINT_T0);
+                core::arch::x86_64::_mm_prefetch(p.wrapping_add(63), core::arch::x86_64::_MM_HINT_T0);
             };
         }
     }

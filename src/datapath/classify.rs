@@ -27,27 +27,41 @@ use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 /// The table's mode, the port's MTU and what the sender negotiated are read once a burst (a
 /// burst is switched as of one moment), and each mode's loop is its own: one call a burst, not
 /// one a frame, and the rare cases (a header asking for an offload, a drop) out of the loops.
+///
+/// Fronts are copied for the whole burst before any frame is classified: the copies of a burst
+/// overlap one another's cache misses, and no decision then loads from a copy whose stores are
+/// still in flight (a load that spans two of them waits until both are done: with the copy and
+/// the reads of one frame back to back, a flow table's field reads cost 12% of the rate).
 #[inline]
 pub(super) fn classify_burst(env: &Env, emc: &Emc, recent: &mut Recent, sender: &Sender, frames: &mut [Frame]) {
     let (in_port, policy) = (sender.in_port.id, sender.policy);
+    let admitted = |f: &Frame| !matches!(f.out, Out::Drop(_));
     if env.flows.is_normal() {
-        for f in frames {
+        for f in frames.iter_mut() {
             if sender.admit(env, f) {
-                classify_normal(env, recent, in_port, policy, f);
+                f.take_front(FRONT);
             }
         }
+        for f in frames.iter_mut().filter(|f| admitted(f)) {
+            classify_normal(env, recent, in_port, policy, f);
+        }
     } else if let Some(i) = env.flows.port_flow(in_port) {
+        // Flows on in_port alone read a frame only for port security or NORMAL, each taking
+        // its front when it does: the others are delivered whole from the sender.
         for f in frames {
             if sender.admit(env, f) {
                 classify_port_flow(env, recent, in_port, policy, f, i);
             }
         }
     } else {
-        let (scope, depth) = (env.flows.scope(), env.flows.depth());
-        for f in frames {
+        for f in frames.iter_mut() {
             if sender.admit(env, f) {
-                extract_key(emc, recent, sender, f, scope, depth);
+                f.take_front(FRONT);
             }
+        }
+        let (scope, depth) = (env.flows.scope(), env.flows.depth());
+        for f in frames.iter_mut().filter(|f| admitted(f)) {
+            extract_key(emc, recent, sender, f, scope, depth);
         }
     }
 }
@@ -103,7 +117,9 @@ impl<'a> Sender<'a> {
         if self.offloads {
             return self.offloaded(env, f);
         }
-        f.take_front(FRONT);
+        // The front is taken by whatever reads the frame first (`take_front`): a frame no
+        // decision reads (flows on in_port alone, no port security) is copied in one piece
+        // from the sender, as no byte of it was decided on.
         if f.len > self.max_frame {
             f.out = Out::Drop(DropReason::Mtu);
             return false;
@@ -186,6 +202,7 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
         return;
     }
     // The two addresses are all that is read (for port security, and NORMAL).
+    f.take_front(FRONT);
     let Some(addrs) = f.front_at::<12>(0) else {
         f.out = Out::Drop(DropReason::Runt);
         return;

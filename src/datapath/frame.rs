@@ -164,9 +164,14 @@ impl<'m> Frame<'m> {
     }
 
     /// Copies the frame's first `min(len, want)` bytes (`want` at most [`FRONT_MAX`]) from the
-    /// sender into the front: from here on, every decision reads them from the copy.
+    /// sender into the front: from here on, every decision reads them from the copy. Once a
+    /// frame is placed (`place`), its front is taken once: classify copies the fronts of a
+    /// burst before it reads any.
     #[inline(always)]
     pub fn take_front(&mut self, want: usize) {
+        if self.front_len > 0 {
+            return;
+        }
         let n = (self.len as usize).min(want);
         self.front_len = self.segs.read_at(self.data_off, &mut self.front.0[..n]) as u32;
     }

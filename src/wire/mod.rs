@@ -10,6 +10,7 @@
 //! - [`virtio_net`]: the virtio-net header, its length by features, and feature bit names.
 //! - [`vlan`]: 802.1Q port membership: which VLANs a port carries, tagged or not.
 //! - [`gso`]: offloads in software: a partial checksum completed, a TSO frame segmented.
+//! - [`vxlan`]: VXLAN over IPv4: a tunnel's outer headers, filled per frame, and checked.
 #![forbid(unsafe_code)]
 
 pub mod arp;
@@ -23,6 +24,7 @@ pub mod tcp;
 pub mod udp;
 pub mod virtio_net;
 pub mod vlan;
+pub mod vxlan;
 
 pub use ethernet::{EthernetFrame, EthernetRepr, VlanTag, ethertype};
 pub use ipv4::{Ipv4Packet, protocol};

@@ -7,9 +7,10 @@
 
 use super::classify::{Recent, Sender, classify_burst, lookup_flows};
 use super::counters::{DropReason, bump, cycles};
+use super::delivery::Delivery;
 use super::frame::Frame;
 use super::nic_io::NicRx;
-use super::output::{Delivery, deliver};
+use super::output::deliver;
 use super::plan::RxqSpec;
 use super::sched::{Deficit, Quantum};
 use super::stages::Stages;

@@ -10,7 +10,8 @@
 //! each goes) -> `output` (actions, then port tx: `deliver`, `write_frame`; a destination's ring
 //! is completed there, the source's back in `input`).
 //!
-//! Beside the stages: `vlan` (a frame's VLAN as it enters and as it leaves each port), `sched`
+//! Beside the stages: `delivery` (what delivery keeps between frames and bursts), `vlan` (a
+//! frame's VLAN as it enters and as it leaves each port), `sched`
 //! (the visit budget), `park` (idle queues out of the loop), `idle` (adaptive polling's sleep),
 //! `kicks` (the kick eventfds both watch), `plan` (what
 //! a thread works from, and how it gets a new one), `mac_table`, `counters`, `nic_io` (the
@@ -19,6 +20,7 @@
 
 mod classify;
 pub mod counters;
+mod delivery;
 mod frame;
 pub mod idle;
 mod input;
@@ -43,13 +45,13 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use log::error;
 
 use self::counters::{DropReason, RunningTuning, ThreadStats, bump, cycles};
+use self::delivery::Delivery;
 use self::frame::Frames;
 use self::idle::{Sleeper, Woken};
 use self::input::{Rxq, visit};
 use self::kicks::{Kicks, TIMER, WAKE};
 use self::mac_table::MacTable;
 use self::nic_io::NicRx;
-use self::output::Delivery;
 use self::park::{Parking, SWEEP};
 use self::plan::{Mailbox, Plan, PortTable};
 use crate::flow::Emc;

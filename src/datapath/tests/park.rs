@@ -157,3 +157,31 @@ fn parking_off_polls_every_queue_every_iteration() {
     assert_eq!(parked(&b), 0);
     assert!(visits(&b, 0) >= 2000 && visits(&b, 1) >= 2000);
 }
+
+/// A hostile guest that kicks without end while its queue is parked (and sends nothing) costs
+/// its thread one event a check, not one a kick: two VMs beside it keep forwarding every frame.
+#[test]
+fn a_guest_kicking_without_end_costs_one_event_a_check() {
+    use std::os::fd::AsRawFd;
+    let mut b = parking_bench(3);
+    step_until(&mut b, "every queue parked", |b| parked(b) == 3);
+    let kick = b.vms[0].guest.kick(1).as_raw_fd();
+    let one = 1u64.to_ne_bytes();
+    let mut got = Vec::new();
+    for round in 0..200u32 {
+        for _ in 0..500 {
+            // SAFETY: an 8-byte write from a local buffer to the test guest's own eventfd.
+            unsafe { libc::write(kick, one.as_ptr() as *const libc::c_void, 8) };
+        }
+        b.vms[1].guest.send(&frame(mac(2), mac(1), 64, round));
+        step_until(&mut b, "vm2 receives vm1's frame", |b| {
+            got.extend(b.vms[2].recv());
+            got.len() > round as usize
+        });
+    }
+    assert_eq!(got.len(), 200, "the bystanders lost frames");
+    let l = &b.stats[0].loops;
+    let (kicks, checks) = (l.unparks_kick.load(Relaxed), l.park_checks.load(Relaxed));
+    // 100,000 kicks: each brings vm0 back at most once a check (and vm1's own, once a frame).
+    assert!(kicks <= checks + 200, "{kicks} unparks by kick over {checks} checks");
+}

@@ -1,0 +1,138 @@
+//! What delivery keeps on a poll thread from frame to frame and burst to burst (`Delivery`):
+//! the receive buffers being filled, what it knows of each destination (stalled, buffers too
+//! small, skipped by floods), the frames waiting for NIC ports, and the interrupts owed
+//! (`Interrupts`), sent once no ring is locked. `output` does the delivering.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use super::counters::{DropReason, ThreadStats, bump};
+use super::nic_io::TxBatches;
+use crate::mem::SegsSlot;
+use crate::vring::CallFd;
+use crate::vring::call::Signal;
+
+/// Interrupts owed to guests, gathered while rings are locked and sent after: a write to a call
+/// eventfd (a file the frontend controls) never happens under a ring lock.
+#[derive(Default)]
+pub(super) struct Interrupts {
+    pending: Vec<Arc<CallFd>>,
+}
+
+impl Interrupts {
+    /// Owes `call` an interrupt (once, however many rings of this visit name it).
+    #[inline]
+    pub fn owe(&mut self, call: &Arc<CallFd>) {
+        if !self.pending.iter().any(|c| Arc::ptr_eq(c, call)) {
+            self.pending.push(call.clone());
+        }
+    }
+
+    /// Sends every owed interrupt. Call with no ring locked.
+    #[inline]
+    pub fn send(&mut self, st: &ThreadStats) {
+        for call in self.pending.drain(..) {
+            if call.signal(&st.in_call) == Signal::Sent {
+                bump(&st.ports[call.port as usize].interrupts, 1);
+            }
+        }
+    }
+}
+
+/// What delivery keeps from frame to frame and burst to burst on a poll thread: the segments
+/// of the receive buffers being filled, what it knows of each destination (stalled, buffers
+/// too small), the frames waiting for NIC ports, the interrupts owed, and the work a burst's
+/// delivery did for the visit budget to charge.
+#[derive(Default)]
+pub(super) struct Delivery {
+    /// Segments of the receive buffer being filled (a frame's first, and any further one).
+    pub first: SegsSlot,
+    pub more: SegsSlot,
+    /// Ports whose guest let a frame time out on a full ring: dropped toward without waiting
+    /// until they have room again.
+    pub stalled: Vec<bool>,
+    /// Frames waiting to be sent to NIC ports, one burst per port.
+    pub nic_tx: TxBatches,
+    /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
+    pub dropped_full: bool,
+    /// Interrupts owed, sent when the visit ends.
+    pub irqs: Interrupts,
+    /// Receive descriptors walked (the visit budget charges them).
+    pub walked: u32,
+    /// Ports whose receive buffers could not hold a frame: the guest's avail index then, and the
+    /// frame's length. Frames as long are dropped toward them without walking their buffers
+    /// again until the guest makes more available (its avail index moves), so a ring of buffers too
+    /// small (or too fragmented) for what is sent to it costs its senders one walk, not one
+    /// walk a frame.
+    pub too_small: Vec<Option<(u16, u32)>>,
+    /// Frames produced by software segmentation beyond the frames taken (a TSO frame cut into
+    /// `n` segments for a destination adds `n - 1`): the visit budget charges them.
+    pub extra_segments: u32,
+    /// How many frames the visit's budget has left for this burst: once software
+    /// segmentation has produced that many, the burst's later TSO frames wait in the sender's
+    /// ring for its next visit.
+    pub segment_room: u32,
+    /// Per port: floods skip it for a while after finding it full or down (see `FloodSkip`).
+    pub flood_skip: Vec<FloodSkip>,
+    /// Some port's `FloodSkip::missed` waits to be counted.
+    pub flood_missed: bool,
+    /// How long (TSC cycles) floods skip a port found full or down: `FLOOD_RETRY_US`.
+    pub(super) flood_retry: u64,
+}
+
+/// Floods skip a port found full or down for this long before they try it again, and twice as
+/// long each time it is found so again, up to `FLOOD_RETRY_US << FLOOD_BACKOFF_MAX` (3.2 ms):
+/// a flood to many ports that cannot take it then costs a few loads a port, not a lock and a
+/// ring read, and a thousand rings that stay full are tried a few hundred times a second in
+/// all, not a thousand times every 100 us (that alone took 70% of a poll thread). A port that
+/// takes a frame again is tried every time (broadcast is best effort: a full ring misses
+/// frames anyway).
+pub const FLOOD_RETRY_US: u64 = 100;
+pub const FLOOD_BACKOFF_MAX: u8 = 5;
+
+/// What floods know of one destination on one poll thread.
+#[derive(Clone, Copy, Default)]
+pub(super) struct FloodSkip {
+    /// Until when (TSC) floods skip it without opening it.
+    pub until: u64,
+    /// It was full (its missed frames count as `rx_ring_full`), not down (they count nothing,
+    /// as a flood to a port that is not running never did).
+    pub full: bool,
+    /// Found full or down this many times in a row: the next skip lasts `flood_retry << backoff`.
+    pub backoff: u8,
+    /// Flooded frames it missed while skipped, not yet counted (counted when it is tried again,
+    /// or by `flush_flood_missed`).
+    pub missed: u32,
+}
+
+impl Delivery {
+    /// Forgets what it knew of the destinations: a new plan, with `ports` port ids.
+    pub fn new_plan(&mut self, ports: usize, stats: &ThreadStats) {
+        self.flush_flood_missed(stats);
+        self.stalled.clear();
+        self.stalled.resize(ports, false);
+        self.too_small.clear();
+        self.too_small.resize(ports, None);
+        self.flood_skip.clear();
+        self.flood_skip.resize(ports, FloodSkip::default());
+        self.flood_retry = FLOOD_RETRY_US * crate::counter::cycles_per_sec() / 1_000_000;
+    }
+
+    /// Counts the flooded frames that ports skipped as full have missed so far.
+    pub fn flush_flood_missed(&mut self, stats: &ThreadStats) {
+        if !std::mem::take(&mut self.flood_missed) {
+            return;
+        }
+        for (id, s) in self.flood_skip.iter_mut().enumerate() {
+            if s.missed > 0 {
+                stats.ports[id].drop(DropReason::RxRingFull, s.missed as u64);
+                s.missed = 0;
+            }
+        }
+    }
+
+    /// Whether a flood has frames counted as missed that `flush_flood_missed` has not counted.
+    pub fn flood_missed(&self) -> bool {
+        self.flood_missed
+    }
+}

@@ -63,6 +63,8 @@ impl DpdkPortConfig {
 pub enum Endpoint {
     VhostUser(VhostUserConfig),
     Dpdk(DpdkPortConfig),
+    /// A remote VXLAN tunnel endpoint, made by a `[[vtep]]` (never by a `[[port]]`).
+    Vxlan(super::vtep::VxlanConfig),
 }
 
 impl Endpoint {
@@ -71,6 +73,8 @@ impl Endpoint {
         match self {
             Endpoint::VhostUser(v) => v.queue_pairs,
             Endpoint::Dpdk(d) => d.rx_queues,
+            // A tunnel's frames arrive on its underlay's queues.
+            Endpoint::Vxlan(_) => 0,
         }
     }
 }

@@ -18,7 +18,9 @@
 //! the typed one, or a `ConfigError` at the offending key (`error.rs` has the position
 //! context): `switch.rs` (`[switch]`, and the `PortDefaults` ports inherit from it), `perms.rs`
 //! (socket permissions), `port.rs` (a `[[port]]`, with `endpoint.rs` for its type's keys and
-//! `queue.rs` for its receive queues, `tenant.rs` for its VLANs and rate caps), `flows.rs` (the `flows` array), `dpdk.rs` (`[dpdk]`).
+//! `queue.rs` for its receive queues, `tenant.rs` for its VLANs and rate caps), `vtep.rs` (`[[vtep]]`: VXLAN
+//! tunnel endpoints, each remote endpoint a port of type "vxlan"), `flows.rs` (the `flows`
+//! array), `dpdk.rs` (`[dpdk]`).
 //! What involves more than one port or section (names, sockets and devices used once,
 //! affinities among the poll cores) is `checks.rs`. A port added at run time goes through the
 //! same port validator and checks (`Config::parse_port`).
@@ -37,6 +39,7 @@ mod queue;
 mod raw;
 mod switch;
 mod tenant;
+mod vtep;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -57,6 +60,7 @@ pub use switch::{
     DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
+pub use vtep::VxlanConfig;
 
 pub use crate::mem::MemLimits;
 
@@ -163,6 +167,8 @@ impl Config {
     fn finish(mut self, file: &str, text: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
+        let tunnels = vtep::validate(raw.vtep, &self.ports, &self.defaults, &cx)?;
+        self.ports.extend(tunnels);
         self.flows = flows::validate(raw.flows, &self.ports, &cx)?;
         self.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         Ok(self)

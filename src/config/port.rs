@@ -80,6 +80,7 @@ impl PortConfig {
                 note(a.offloads != b.offloads, "offloads");
                 note(self.mtu != other.mtu, "mtu");
             }
+            (Endpoint::Vxlan(a), Endpoint::Vxlan(b)) => note(a != b, "vtep"),
             _ => note(true, "type"),
         }
         // Whatever else an endpoint gains is replaced too, never applied by halves.
@@ -122,14 +123,22 @@ impl PortConfig {
     pub fn vhost_user(&self) -> Option<&VhostUserConfig> {
         match &self.endpoint {
             Endpoint::VhostUser(v) => Some(v),
-            Endpoint::Dpdk(_) => None,
+            _ => None,
         }
     }
 
     pub fn dpdk(&self) -> Option<&DpdkPortConfig> {
         match &self.endpoint {
             Endpoint::Dpdk(d) => Some(d),
-            Endpoint::VhostUser(_) => None,
+            _ => None,
+        }
+    }
+
+    /// A remote tunnel endpoint's port (made by a `[[vtep]]`).
+    pub fn vxlan(&self) -> Option<&super::vtep::VxlanConfig> {
+        match &self.endpoint {
+            Endpoint::Vxlan(v) => Some(v),
+            _ => None,
         }
     }
 
@@ -138,6 +147,7 @@ impl PortConfig {
         match self.endpoint {
             Endpoint::VhostUser(_) => "vhost-user",
             Endpoint::Dpdk(_) => "dpdk",
+            Endpoint::Vxlan(_) => "vxlan",
         }
     }
 }

@@ -18,6 +18,32 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub flows: Vec<Spanned<String>>,
     pub dpdk: Option<RawDpdk>,
+    #[serde(default)]
+    pub vtep: Vec<RawVtep>,
+}
+
+/// A `[[vtep]]` table: a VXLAN tunnel endpoint (`vtep.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVtep {
+    pub name: Spanned<String>,
+    pub underlay: Spanned<String>,
+    pub local_ip: Spanned<String>,
+    pub gateway: Option<Spanned<String>>,
+    pub udp_port: Option<Spanned<u32>>,
+    pub mtu: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub vni: Vec<RawVni>,
+}
+
+/// A `[[vtep.vni]]` entry: one tenant network, a VNI across hosts and a VLAN on this one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVni {
+    pub vni: Spanned<i64>,
+    pub vlan: Spanned<i64>,
+    #[serde(default)]
+    pub remotes: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

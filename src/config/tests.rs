@@ -236,3 +236,4 @@ mod dropins;
 mod one_port;
 mod sections;
 mod tenant;
+mod vtep;

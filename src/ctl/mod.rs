@@ -20,7 +20,7 @@ use crate::wire::gso::Negotiated;
 use crate::wire::vlan::{PortVlan, VlanMode};
 use proto::{
     Cleared, CtlError, ErrorCode, FdbEntry, MigrationInfo, PortInfo, PortOffloads, PortReply, PortVlanInfo, QueueInfo,
-    QueueKind, RateCapsInfo, RateTokens, ReloadReply, Reply, Request, VersionReply,
+    QueueKind, RateCapsInfo, RateTokens, ReloadReply, Reply, Request, VersionReply, VxlanInfo,
 };
 
 /// The reply line for an error.
@@ -104,6 +104,22 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         kind: ps.cfg.type_name().to_string(),
         device: ps.cfg.dpdk().map(|d| d.device.clone()),
         dpdk: p.nic().map(|n| n.info()),
+        vxlan: p.tunnel().map(|t| VxlanInfo {
+            vtep: t.cfg.vtep.clone(),
+            underlay: t.cfg.underlay.clone(),
+            local: t.cfg.local.to_string(),
+            remote: t.cfg.remote.to_string(),
+            udp_port: t.cfg.udp_port,
+            next_hop: t.next_hop.to_string(),
+            next_hop_mac: t.neighbour().map(|m| m.to_string()),
+            vnis: t
+                .cfg
+                .vnis
+                .iter()
+                .filter(|(_, vlan)| ps.cfg.vlan.carries(*vlan))
+                .map(|(vni, vlan)| format!("{vni}:{vlan}"))
+                .collect(),
+        }),
         socket: vhost.map_or(String::new(), |v| v.socket.display().to_string()),
         mode: match vhost.map(|v| v.mode) {
             Some(crate::config::SocketMode::Client) => "client",
@@ -206,6 +222,7 @@ fn queues(c: &Switch, ps: &PortState, status: Option<&Status>) -> Vec<QueueInfo>
                 }
             })
             .collect(),
+        PortKind::Tunnel(_) => Vec::new(),
         PortKind::Nic(_) | PortKind::Failed => {
             (0..p.rx_queues()).map(|q| QueueInfo { index: q, kind: QueueKind::NicRx, ..polled(q) }).collect()
         }

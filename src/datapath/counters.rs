@@ -65,6 +65,18 @@ drop_reasons! {
     VlanStacked = "vlan_stacked",
     /// Rate caps: a frame to a port beyond its egress cap.
     RateCap = "rate_cap",
+    /// VXLAN: a frame to a tunnel whose underlay next hop's MAC is not resolved yet (ARP asked).
+    NoNeighbour = "vxlan_no_neighbour",
+    /// VXLAN: a frame from the underlay for a VNI this VTEP does not carry.
+    VxlanUnknownVni = "vxlan_unknown_vni",
+    /// VXLAN: a frame from the underlay from a tunnel endpoint this VTEP does not know.
+    VxlanUnknownRemote = "vxlan_unknown_remote",
+    /// VXLAN: a frame to this VTEP whose outer headers are short or inconsistent.
+    VxlanBadOuter = "vxlan_bad_outer",
+    /// VXLAN: a decapsulated frame too short for an Ethernet header, or tagged.
+    VxlanBadInner = "vxlan_bad_inner",
+    /// VXLAN: underlay traffic that is neither VXLAN to this VTEP nor ARP.
+    UnderlayOther = "underlay_not_vxlan",
 }
 
 impl From<crate::wire::gso::OffloadError> for DropReason {

@@ -14,6 +14,7 @@ use super::output::deliver;
 use super::plan::RxqSpec;
 use super::sched::{Deficit, Quantum};
 use super::stages::Stages;
+use super::vxlan::VtepRx;
 use super::{Env, FlowState, Out, Work, ring_broke};
 use crate::port::nic::NicPort;
 use crate::port::rate::Cost;
@@ -56,7 +57,7 @@ impl Rxq {
 }
 
 /// Where a visit's frames come from, borrowed for `'a` (a guest's ring through its lock guard).
-trait Source<'a> {
+pub(super) trait Source<'a> {
     /// Whether frames delivery cannot place yet may stay in the source (backpressure).
     const CAN_WAIT: bool;
     /// Bytes in front of each frame (the sender's virtio-net header; 0 for a NIC).
@@ -80,6 +81,12 @@ trait Source<'a> {
     fn walked(&mut self) -> u32;
     /// The source broke with `e`; it is not visited again until reset.
     fn broke(&mut self, e: RingError);
+    /// The port the frames `ready` found come from, if not the queue's own (a VTEP's underlay
+    /// hands out runs of frames from each remote endpoint's tunnel port).
+    #[inline]
+    fn sender(&self) -> Option<u16> {
+        None
+    }
 }
 
 /// A guest's TX virtqueue, locked for the visit.
@@ -322,9 +329,15 @@ fn visit_queue(env: &Env, work: &mut Work, nic_rx: &mut NicRx, spec: &RxqSpec, s
         }
         PortKind::Nic(nic) => {
             let queue = spec.qpair;
+            if let Some(under) = env.ports.underlay(port.id) {
+                let mut src = VtepRx::new(env, nic, queue, nic_rx, under);
+                let got = visit_source(env, work, spec, state, &mut src);
+                src.finish(&mut work.delivery);
+                return got;
+            }
             visit_source(env, work, spec, state, &mut NicQueue { nic, queue, rx: nic_rx })
         }
-        PortKind::Failed => 0,
+        PortKind::Failed | PortKind::Tunnel(_) => 0,
     }
 }
 
@@ -340,17 +353,17 @@ fn visit_source<'a, S: Source<'a>>(
     let cx = env.cx;
     let Work { frames, emc, delivery: dv } = work;
     let RxqState { blocked_since, deficit, .. } = state;
-    let port = &*spec.port;
-    let pc = &cx.stats.ports[port.id as usize];
+    let mut port = &*spec.port;
+    let mut pc = &cx.stats.ports[port.id as usize];
     let hdr_len = src.hdr_len();
     let negotiated = src.offloads();
-    let sender = Sender::new(port, &env.ports.policy[port.id as usize], hdr_len, &negotiated);
+    let mut sender = Sender::new(port, &env.ports.policy[port.id as usize], hdr_len, &negotiated);
     let t0 = cycles();
     // Deficit round robin in packets and bytes: the visit ends when either credit is spent.
     let mut budget = deficit.start_visit(Quantum { packets: spec.weight_packets, bytes: spec.weight_bytes });
     let (mut total, mut total_bytes, mut empty) = (0u32, 0u64, false);
     let mut recent = Recent::default();
-    let capped = port.rates.ingress_capped();
+    let mut capped = port.rates.ingress_capped();
     while budget.allows() {
         let mut max = cx.burst.min(budget.burst_limit()) as usize;
         if capped {
@@ -374,6 +387,17 @@ fn visit_source<'a, S: Source<'a>>(
         if ready == 0 {
             empty = total == 0;
             break;
+        }
+        if let Some(id) = src.sender()
+            && id != port.id
+            && let Some(p) = env.ports.get(id)
+        {
+            // A run from another port (a tunnel, behind an underlay): its policy, its counters.
+            port = p;
+            pc = &cx.stats.ports[id as usize];
+            sender = Sender::new(port, &env.ports.policy[id as usize], hdr_len, &negotiated);
+            capped = port.rates.ingress_capped();
+            recent = Recent::default();
         }
         let frames = frames.lend(ready);
         let (got, err) = src.take(frames);

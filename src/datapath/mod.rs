@@ -38,6 +38,7 @@ mod stages;
 #[cfg(test)]
 mod tests;
 pub mod vlan;
+mod vxlan;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -65,6 +65,29 @@ mod imp {
         pub fn clear(&mut self) {
             self.burst.clear();
         }
+
+        /// Frames in the burst.
+        #[inline]
+        pub fn count(&self) -> usize {
+            self.burst.len()
+        }
+
+        /// Frame `i`'s bytes, to rewrite in place (decapsulation); empty for a chained mbuf.
+        #[inline]
+        pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+            let m = &mut self.burst.as_mut_slice()[i];
+            if m.nb_segs() == 1 { m.data_mut() } else { &mut [] }
+        }
+
+        /// Points `segs` at `len` bytes of frame `i`'s data from byte `off` on (a
+        /// decapsulated inner frame).
+        #[inline]
+        pub fn source_from(&self, i: usize, off: usize, len: usize, segs: &mut Segs) {
+            let m = &self.burst.as_slice()[i];
+            let d: &[u8] = if m.nb_segs() == 1 { m.data().get(off..off + len).unwrap_or(&[]) } else { &[] };
+            // SAFETY: as in `source`: the mbuf stays owned, unfreed and unwritten until `clear`.
+            unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
+        }
     }
 
     /// One NIC port's pending transmit burst, and fresh mbufs for it.
@@ -100,15 +123,30 @@ mod imp {
         /// port `to`; a full batch is sent at once.
         #[inline]
         pub(in crate::datapath) fn write(&mut self, to: &NicDest, src: &Frame, e: Shape) -> Result<u32, DropReason> {
+            self.write_under(to, &[], src, e)
+        }
+
+        /// `write` with `outer` in front of the frame (a tunnel's headers, `e.patch` at an
+        /// offset in the frame after them).
+        #[inline(always)]
+        pub(in crate::datapath) fn write_under(
+            &mut self,
+            to: &NicDest,
+            outer: &[u8],
+            src: &Frame,
+            e: Shape,
+        ) -> Result<u32, DropReason> {
             let NicDest { id, nic, thread, pc } = *to;
             let (prefix, off, patch) = (e.prefix, e.skip, e.patch);
-            let total = prefix.len() + e.body_len(src) as usize;
+            let total = outer.len() + prefix.len() + e.body_len(src) as usize;
             let batch = self.batch(id);
             let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(DropReason::NicTxFull) };
             let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
                 let _ = batch.spare.push(m);
                 return Err(DropReason::Mtu);
             };
+            let (head, room) = room.split_at_mut(outer.len());
+            head.copy_from_slice(outer);
             room[..prefix.len()].copy_from_slice(prefix);
             src.read_at(off, &mut room[prefix.len()..]);
             if let Some((at, v)) = patch
@@ -168,6 +206,20 @@ mod imp {
             m.set_tx_offload(tx_flags(job), job.l2, job.l3, job.l4, job.tso.unwrap_or(0));
             self.queue(id, m, true, nic, thread, pc);
             Ok(total as u32)
+        }
+
+        /// Queues a frame of the switch's own (`bytes`: an ARP reply or request) on port `to`.
+        pub(in crate::datapath) fn write_bytes(&mut self, to: &NicDest, bytes: &[u8]) -> Result<(), DropReason> {
+            let NicDest { id, nic, thread, pc } = *to;
+            let batch = self.batch(id);
+            let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(DropReason::NicTxFull) };
+            let Some(room) = m.append(bytes.len() as u16) else {
+                let _ = batch.spare.push(m);
+                return Err(DropReason::Mtu);
+            };
+            room.copy_from_slice(bytes);
+            self.queue(id, m, false, nic, thread, pc);
+            Ok(())
         }
 
         /// NIC port `id`'s batch (made on first use).
@@ -279,6 +331,13 @@ mod stub {
             false
         }
         pub fn clear(&mut self) {}
+        pub fn count(&self) -> usize {
+            0
+        }
+        pub fn frame_mut(&mut self, _: usize) -> &mut [u8] {
+            &mut []
+        }
+        pub fn source_from(&self, _: usize, _: usize, _: usize, _: &mut Segs) {}
     }
 
     #[derive(Default)]
@@ -288,6 +347,18 @@ mod stub {
 
     impl TxBatches {
         pub(in crate::datapath) fn write(&mut self, to: &NicDest, _: &Frame, _: Shape) -> Result<u32, DropReason> {
+            match *to.nic {}
+        }
+        pub(in crate::datapath) fn write_under(
+            &mut self,
+            to: &NicDest,
+            _: &[u8],
+            _: &Frame,
+            _: Shape,
+        ) -> Result<u32, DropReason> {
+            match *to.nic {}
+        }
+        pub(in crate::datapath) fn write_bytes(&mut self, to: &NicDest, _: &[u8]) -> Result<(), DropReason> {
             match *to.nic {}
         }
         pub(in crate::datapath) fn write_for_device(

@@ -14,9 +14,11 @@ use super::frame::{AS_IS, Frame, NO_VLAN, Shape};
 use super::nic_io::NicDest;
 use super::offload::{self, Segments};
 use super::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
+use super::vxlan::encap;
 use super::{Ctx, Env, Out, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::port::rate::Cost;
+use crate::port::tunnel::Tunnel;
 use crate::port::{Port, PortKind};
 use crate::vring::{ActiveRing, Ahead, RingError, RingLoan, Vring, VringGuard};
 use crate::wire::gso::Negotiated;
@@ -37,6 +39,10 @@ struct Open<'a> {
     capped: bool,
     /// Its VLAN config (how NORMAL's frames leave it, on a switch with VLANs).
     vlan: &'a PortVlan,
+    /// A tunnel port: its remote endpoint and the underlay its frames leave through.
+    tunnel: Option<(&'a Tunnel, NicDest<'a>)>,
+    /// The iteration's start (TSC).
+    now: u64,
 }
 
 impl<'a> Open<'a> {
@@ -47,7 +53,37 @@ impl<'a> Open<'a> {
             PortKind::VhostUser(q) => q,
             PortKind::Nic(_) => {
                 let capped = port.rates.egress_capped();
-                return Some(Open { cx: env.cx, port, vq_index: 0, guard: None, packets: 0, bytes: 0, capped, vlan });
+                let (tunnel, now) = (None, env.now);
+                return Some(Open {
+                    cx: env.cx,
+                    port,
+                    vq_index: 0,
+                    guard: None,
+                    packets: 0,
+                    bytes: 0,
+                    capped,
+                    vlan,
+                    tunnel,
+                    now,
+                });
+            }
+            PortKind::Tunnel(t) => {
+                let u = env.ports.underlay_of(p)?;
+                let nic = env.ports.get(u)?.nic()?;
+                let to = NicDest { id: u, nic, thread: env.cx.index, pc: &env.cx.stats.ports[u as usize] };
+                let (tunnel, now) = (Some((t, to)), env.now);
+                return Some(Open {
+                    cx: env.cx,
+                    port,
+                    vq_index: 0,
+                    guard: None,
+                    packets: 0,
+                    bytes: 0,
+                    capped: false,
+                    vlan,
+                    tunnel,
+                    now,
+                });
             }
             PortKind::Failed => return None,
         };
@@ -63,6 +99,8 @@ impl<'a> Open<'a> {
             bytes: 0,
             capped,
             vlan,
+            tunnel: None,
+            now: 0,
         })
     }
 
@@ -236,6 +274,13 @@ impl<'a> Open<'a> {
     #[inline]
     fn write_one(&mut self, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Delivery) -> Result<u16, DropReason> {
         let Some(guard) = self.guard.as_mut() else {
+            if let Some((t, to)) = &self.tunnel {
+                // A tunnel: encapsulated into an mbuf of the underlay's TX batch.
+                let len = encap(self.now, t, to, self.port.max_frame(), f, e, dv)?;
+                self.packets += 1;
+                self.bytes += len as u64;
+                return Ok(0);
+            }
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             return dv.nic_tx.write(&self.nic_dest()?, f, e).map(|_| 0);
         };
@@ -276,7 +321,15 @@ impl<'a> Open<'a> {
     /// Publishes what was written with one used-index store; owes the guest an interrupt if it
     /// asked for one (sent once no ring is locked).
     fn close(mut self, pc: &PortCounters, dv: &mut Delivery) {
-        let Some(guard) = self.guard.as_mut() else { return };
+        let Some(guard) = self.guard.as_mut() else {
+            // A tunnel counts what it encapsulated (its underlay, what it sent).
+            if self.tunnel.is_some() {
+                bump(&pc.tx_batches, (self.packets > 0) as u64);
+                bump(&pc.tx_packets, self.packets);
+                bump(&pc.tx_bytes, self.bytes);
+            }
+            return;
+        };
         bump(&pc.tx_batches, (self.packets > 0) as u64);
         bump(&pc.tx_packets, self.packets);
         bump(&pc.tx_bytes, self.bytes);
@@ -416,7 +469,7 @@ fn deliver_in_order(
                         .take_while(|f| f.out == Out::Flood && f.off.tso.is_none() && f.vlan == vid)
                         .count(),
                 };
-                for &id in env.ports.flood_list(vid).iter().filter(|&&id| id != in_port) {
+                for &id in env.ports.flood_list_from(vid, in_port).iter().filter(|&&id| id != in_port) {
                     flood_to(env, id, &frames[i..i + run], dv);
                 }
                 i += run;
@@ -558,7 +611,7 @@ fn normal_by_vlan(env: &Env, f: &Frame, h: &EthernetRepr, skip: u32, in_port: u1
     match normal(env, in_port, vid, &h.dst, &h.src) {
         Out::Port(p) => send(p, dv, true),
         Out::Flood => {
-            for &id in env.ports.flood_list(vid).iter().filter(|&&id| id != in_port) {
+            for &id in env.ports.flood_list_from(vid, in_port).iter().filter(|&&id| id != in_port) {
                 send(id, dv, false);
             }
         }

@@ -60,7 +60,46 @@ pub struct PortTable {
     flood_of: Vec<u16>,
     /// Distinct flood lists (VLANs with the same members share one), as port ids.
     floods: Vec<Vec<u16>>,
+    /// With tunnels, per VLAN id: the list of `floods` without tunnel ports, for frames that
+    /// came from one (split horizon: every VTEP replicates its own floods to every other).
+    local_flood_of: Vec<u16>,
+    /// By port id: whether it is a tunnel port.
+    tunnel: Vec<bool>,
+    /// Every VTEP's underlay, as decapsulation needs it.
+    pub underlays: Vec<Underlay>,
+    /// By port id: a tunnel port's underlay port (`NO_UNDERLAY` if none is open).
+    underlay_of: Vec<u16>,
 }
+
+/// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
+/// each VNI is on this host, and which tunnel port each remote endpoint is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Underlay {
+    pub port: u16,
+    pub local: std::net::Ipv4Addr,
+    pub udp_port: u16,
+    /// (VNI, VLAN), sorted by VNI.
+    pub vlan_of: Vec<(u32, u16)>,
+    /// (remote address, its tunnel port), sorted by address.
+    pub remotes: Vec<(u32, u16)>,
+}
+
+impl Underlay {
+    /// The VLAN of VNI `vni` here.
+    #[inline]
+    pub fn vlan(&self, vni: u32) -> Option<u16> {
+        self.vlan_of.binary_search_by_key(&vni, |v| v.0).ok().map(|i| self.vlan_of[i].1)
+    }
+
+    /// The tunnel port of the remote endpoint at `ip`.
+    #[inline]
+    pub fn tunnel(&self, ip: std::net::Ipv4Addr) -> Option<u16> {
+        let ip = u32::from(ip);
+        self.remotes.binary_search_by_key(&ip, |r| r.0).ok().map(|i| self.remotes[i].1)
+    }
+}
+
+pub const NO_UNDERLAY: u16 = u16::MAX;
 
 impl PortTable {
     pub fn new(ports: &[(Arc<Port>, PortPolicy)]) -> PortTable {
@@ -72,20 +111,79 @@ impl PortTable {
             t.live.push(p.id);
         }
         t.vlans = ports.iter().any(|(_, pol)| !pol.vlan.is_default());
+        t.tunnel = t.by_id.iter().map(|p| p.as_ref().is_some_and(|p| p.tunnel().is_some())).collect();
+        let tunnels = t.tunnel.contains(&true);
         if t.vlans {
             let mut index = std::collections::HashMap::new();
+            let mut list = |members: Vec<u16>, floods: &mut Vec<Vec<u16>>| {
+                let next = floods.len() as u16;
+                *index.entry(members.clone()).or_insert_with(|| {
+                    floods.push(members);
+                    next
+                })
+            };
             for vid in 0..4096u16 {
                 let members: Vec<u16> =
                     ports.iter().filter(|(_, pol)| pol.vlan.carries(vid)).map(|(p, _)| p.id).collect();
-                let next = t.floods.len() as u16;
-                let i = *index.entry(members.clone()).or_insert_with(|| {
-                    t.floods.push(members.clone());
-                    next
-                });
+                if tunnels {
+                    let local = members.iter().copied().filter(|&id| !t.tunnel[id as usize]).collect();
+                    let i = list(local, &mut t.floods);
+                    t.local_flood_of.push(i);
+                }
+                let i = list(members, &mut t.floods);
                 t.flood_of.push(i);
             }
         }
+        t.underlay_of = vec![NO_UNDERLAY; n];
+        for (p, _) in ports {
+            let Some(tun) = p.tunnel() else { continue };
+            let Some((u, _)) = ports.iter().find(|(u, _)| u.name() == tun.cfg.underlay && u.nic().is_some()) else {
+                continue;
+            };
+            t.underlay_of[p.id as usize] = u.id;
+            let i = match t.underlays.iter().position(|x| x.port == u.id) {
+                Some(i) => i,
+                None => {
+                    let mut vlan_of = tun.cfg.vnis.clone();
+                    vlan_of.sort();
+                    t.underlays.push(Underlay {
+                        port: u.id,
+                        local: tun.cfg.local,
+                        udp_port: tun.cfg.udp_port,
+                        vlan_of,
+                        remotes: Vec::new(),
+                    });
+                    t.underlays.len() - 1
+                }
+            };
+            t.underlays[i].remotes.push((u32::from(tun.cfg.remote), p.id));
+            t.underlays[i].remotes.sort();
+        }
         t
+    }
+
+    /// The underlay of the dpdk port `id`, if it is a VTEP's.
+    #[inline]
+    pub fn underlay(&self, id: u16) -> Option<&Underlay> {
+        self.underlays.iter().find(|u| u.port == id)
+    }
+
+    /// The underlay port of tunnel port `id`.
+    #[inline]
+    pub fn underlay_of(&self, id: u16) -> Option<u16> {
+        self.underlay_of.get(id as usize).copied().filter(|&u| u != NO_UNDERLAY)
+    }
+
+    /// The ports a frame of VLAN `vid` from port `from` floods to: every port that carries
+    /// the VLAN but, for a frame from a tunnel, the other tunnels (split horizon).
+    #[inline]
+    pub fn flood_list_from(&self, vid: u16, from: u16) -> &[u16] {
+        if self.tunnel.get(from as usize) == Some(&true)
+            && let Some(&i) = self.local_flood_of.get(vid as usize)
+        {
+            return &self.floods[i as usize];
+        }
+        self.flood_list(vid)
     }
 
     /// The ports a frame of VLAN `vid` floods to (every port, on a switch without VLANs).

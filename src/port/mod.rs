@@ -7,11 +7,13 @@
 //!   which starts, stops and remaps the port's virtqueues.
 //! - [`nic`]: DPDK ports (NICs and vdevs): EAL start-up, mbuf pools, `NicPort`.
 //! - [`rate`]: the port's rate caps, token buckets every poll thread shares.
+//! - [`tunnel`]: a remote VXLAN tunnel endpoint as a port, and its underlay next hop.
 //! - [`dpdk`] (cargo feature `dpdk`): the safe wrapper over DPDK's C API.
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod nic;
 pub mod rate;
+pub mod tunnel;
 pub mod vhost;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
@@ -39,6 +41,9 @@ pub enum PortKind {
     Nic(NicPort),
     /// A dpdk port that did not open (the error is in the switch model); it has no queues.
     Failed,
+    /// A remote VXLAN tunnel endpoint: frames to it are encapsulated onto its VTEP's
+    /// underlay port, frames from it arrive there. It has no queues of its own.
+    Tunnel(tunnel::Tunnel),
 }
 
 /// Bytes of Ethernet header (and one VLAN tag) a frame may carry beyond the MTU.
@@ -53,6 +58,11 @@ impl Port {
     /// A dpdk port: `nic` is its open device, None if it failed to open.
     pub fn dpdk(id: u16, name: &str, mtu: u32, nic: Option<NicPort>) -> Port {
         Port::with_kind(id, name, mtu, nic.map_or(PortKind::Failed, PortKind::Nic))
+    }
+
+    /// A remote VXLAN tunnel endpoint.
+    pub fn vxlan(id: u16, name: &str, mtu: u32, t: tunnel::Tunnel) -> Port {
+        Port::with_kind(id, name, mtu, PortKind::Tunnel(t))
     }
 
     fn with_kind(id: u16, name: &str, mtu: u32, kind: PortKind) -> Port {
@@ -87,13 +97,22 @@ impl Port {
         }
     }
 
+    /// The remote endpoint of a tunnel port.
+    #[inline]
+    pub fn tunnel(&self) -> Option<&tunnel::Tunnel> {
+        match &self.kind {
+            PortKind::Tunnel(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// Receive queues: a vhost-user port's queue pairs (each pair's guest TX queue), a NIC's
     /// receive queues; none for a failed dpdk port.
     pub fn rx_queues(&self) -> usize {
         match &self.kind {
             PortKind::VhostUser(q) => q.pairs(),
             PortKind::Nic(n) => n.rx_queues(),
-            PortKind::Failed => 0,
+            PortKind::Failed | PortKind::Tunnel(_) => 0,
         }
     }
 

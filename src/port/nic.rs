@@ -183,6 +183,8 @@ mod imp {
         takes: Negotiated,
         /// Longest segment (Ethernet header included) the device makes of a TSO frame.
         max_segment: u32,
+        /// The device's MAC address (what a VTEP on it sends from).
+        mac: crate::wire::MacAddr,
     }
 
     impl NicPort {
@@ -240,7 +242,14 @@ mod imp {
                     eth.name()
                 );
             }
-            Ok(NicPort { device: cfg.device.clone(), eth, pool, takes, max_segment })
+            let mac = eth.mac_addr().unwrap_or(crate::wire::MacAddr::ZERO);
+            Ok(NicPort { device: cfg.device.clone(), eth, pool, takes, max_segment, mac })
+        }
+
+        /// The device's MAC address.
+        #[inline]
+        pub fn mac(&self) -> crate::wire::MacAddr {
+            self.mac
         }
 
         /// Whether the device can cut TSO frame `o` (if it is one) into segments it sends.
@@ -374,6 +383,9 @@ mod stub {
             match *self {}
         }
         pub fn segments_fit(&self, _: &crate::wire::gso::Offload) -> bool {
+            match *self {}
+        }
+        pub fn mac(&self) -> crate::wire::MacAddr {
             match *self {}
         }
     }

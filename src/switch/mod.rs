@@ -31,6 +31,7 @@ use crate::datapath::mac_table::MacTable;
 use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec, Spawner, ThreadStart, Tuning};
 use crate::flow::table::FlowTable;
 use crate::port::nic::NicPort;
+use crate::port::tunnel::Tunnel;
 use crate::port::vhost::Status;
 use crate::port::{Port, PortKind};
 use crate::topology::Numa;
@@ -91,13 +92,13 @@ impl PortState {
         match &self.port.kind {
             PortKind::Nic(n) => n.socket_id().map(|s| s as usize),
             PortKind::VhostUser(_) => self.link.as_ref().and_then(|l| l.status.numa_node),
-            PortKind::Failed => None,
+            PortKind::Failed | PortKind::Tunnel(_) => None,
         }
     }
 
     pub fn state(&self) -> &'static str {
         match (&self.port.kind, &self.link, self.cfg.vhost_user().map(|v| v.mode)) {
-            (PortKind::Nic(_), ..) => "running",
+            (PortKind::Nic(_) | PortKind::Tunnel(_), ..) => "running",
             (PortKind::Failed, ..) => "failed",
             _ if self.endpoint_failed => "failed",
             (_, Some(_), _) => "connected",
@@ -224,6 +225,7 @@ impl Switch {
                 }
                 PortKind::Failed if ps.cfg.vhost_user().is_some() => vhost += 1,
                 PortKind::Failed => nics += 1,
+                PortKind::Tunnel(_) => {}
             }
         }
         let threads = self.threads.iter().filter(|t| t.live).count();
@@ -269,7 +271,10 @@ impl Switch {
                     .ok();
                 Port::dpdk(id, &cfg.name, cfg.mtu, nic)
             }
-            (None, None) => unreachable!("a port is vhost-user or dpdk"),
+            (None, None) => match cfg.vxlan() {
+                Some(v) => Port::vxlan(id, &cfg.name, cfg.mtu, Tunnel::new(v.clone())),
+                None => unreachable!("a port is vhost-user, dpdk or vxlan"),
+            },
         };
         port.rates.apply(&cfg.rates);
         let port = Arc::new(port);

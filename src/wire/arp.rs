@@ -33,6 +33,33 @@ pub fn rarp_announcement(mac: MacAddr) -> [u8; RARP_FRAME_LEN] {
     f
 }
 
+/// An Ethernet/IPv4 ARP frame, zero-padded to the Ethernet minimum: operation `op` from
+/// `sender` (`sha`, `spa`) about `target` (`tha`, `tpa`), Ethernet destination `dst`.
+pub fn arp_frame(
+    dst: MacAddr,
+    op: u16,
+    sha: MacAddr,
+    spa: Ipv4Addr,
+    tha: MacAddr,
+    tpa: Ipv4Addr,
+) -> [u8; RARP_FRAME_LEN] {
+    let mut f = [0u8; RARP_FRAME_LEN];
+    f[0..6].copy_from_slice(&dst.0);
+    f[6..12].copy_from_slice(&sha.0);
+    f[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+    let a = &mut f[14..14 + PACKET_LEN];
+    a[0..2].copy_from_slice(&1u16.to_be_bytes());
+    a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+    a[4] = 6;
+    a[5] = 4;
+    a[6..8].copy_from_slice(&op.to_be_bytes());
+    a[8..14].copy_from_slice(&sha.0);
+    a[14..18].copy_from_slice(&spa.octets());
+    a[18..24].copy_from_slice(&tha.0);
+    a[24..28].copy_from_slice(&tpa.octets());
+    f
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct ArpPacket<T: AsRef<[u8]>> {
     buffer: T,

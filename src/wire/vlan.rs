@@ -23,6 +23,10 @@ pub enum VlanMode {
     NativeUntagged,
     /// A trunk whose untagged frames are VLAN `tag`, which leaves tagged.
     NativeTagged,
+    /// A VXLAN tunnel's port (never configured by name): frames arrive tagged with the VLAN
+    /// their VNI maps to (decapsulation writes the tag) and leave untagged (the VNI says
+    /// their VLAN), for the VLANs of its `trunks`.
+    Tunnel,
 }
 
 impl VlanMode {
@@ -33,6 +37,7 @@ impl VlanMode {
             VlanMode::Access => "access",
             VlanMode::NativeUntagged => "native-untagged",
             VlanMode::NativeTagged => "native-tagged",
+            VlanMode::Tunnel => "tunnel",
         }
     }
 
@@ -150,6 +155,11 @@ impl PortVlan {
         PortVlan { mode: VlanMode::Trunk, tag: 0, trunks }
     }
 
+    /// A VXLAN tunnel's port, carrying `vids` (the VLANs of the VNIs it is in).
+    pub fn tunnel(vids: &[u16]) -> PortVlan {
+        PortVlan { mode: VlanMode::Tunnel, ..PortVlan::trunk(vids) }
+    }
+
     /// Whether this is a port without VLAN config.
     pub fn is_default(&self) -> bool {
         *self == PortVlan::default()
@@ -162,7 +172,7 @@ impl PortVlan {
         match (self.mode, tag) {
             (VlanMode::Access, Some(_)) => Err(VlanRefusal::TaggedOnAccess),
             (VlanMode::Access, None) => Ok(self.tag),
-            (VlanMode::Trunk, t) => {
+            (VlanMode::Trunk | VlanMode::Tunnel, t) => {
                 let v = t.unwrap_or(0);
                 if self.trunks.contains(v) { Ok(v) } else { Err(VlanRefusal::NotAllowed) }
             }
@@ -180,6 +190,7 @@ impl PortVlan {
         match self.mode {
             VlanMode::Access => (vid == self.tag).then_some(false),
             VlanMode::Trunk => self.trunks.contains(vid).then_some(vid != 0),
+            VlanMode::Tunnel => self.trunks.contains(vid).then_some(false),
             VlanMode::NativeUntagged if vid == self.tag => Some(false),
             VlanMode::NativeTagged if vid == self.tag => Some(true),
             VlanMode::NativeUntagged | VlanMode::NativeTagged => {
@@ -201,6 +212,7 @@ impl fmt::Display for PortVlan {
         match self.mode {
             VlanMode::Access => write!(f, "access {}", self.tag),
             VlanMode::Trunk => write!(f, "trunk {}", self.trunks),
+            VlanMode::Tunnel => write!(f, "tunnel {}", self.trunks),
             m => write!(f, "{} {} trunks {}", m.name(), self.tag, self.trunks),
         }
     }

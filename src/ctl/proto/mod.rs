@@ -23,7 +23,7 @@ use serde_json::Value;
 
 pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
 pub use self::ports::{
-    MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens,
+    MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens, VxlanInfo,
 };
 pub use self::stats::{
     Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,

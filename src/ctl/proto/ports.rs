@@ -9,7 +9,7 @@ use super::{Counters, NicInfo};
 pub struct PortInfo {
     pub name: String,
     pub id: u16,
-    /// "vhost-user" or "dpdk".
+    /// "vhost-user", "dpdk" or "vxlan" (a remote tunnel endpoint).
     #[serde(rename = "type")]
     pub kind: String,
     /// A vhost-user port's socket path (empty for a dpdk port).
@@ -20,6 +20,9 @@ pub struct PortInfo {
     pub device: Option<String>,
     /// What DPDK reports of a dpdk port that opened.
     pub dpdk: Option<NicInfo>,
+    /// A tunnel port's endpoints and next hop.
+    #[serde(default)]
+    pub vxlan: Option<VxlanInfo>,
     /// "running" (a NIC), "failed", "connected", "connecting" or "listening".
     pub state: String,
     pub connects: u64,
@@ -50,6 +53,20 @@ pub struct PortInfo {
     /// The port's counters summed over the poll threads (their fields inline).
     #[serde(flatten)]
     pub counters: Counters,
+}
+
+/// A remote VXLAN tunnel endpoint's port: its VTEP, the addresses, the underlay next hop
+/// and its MAC (None until ARP resolved it), and the VNIs it carries as "VNI:VLAN".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VxlanInfo {
+    pub vtep: String,
+    pub underlay: String,
+    pub local: String,
+    pub remote: String,
+    pub udp_port: u16,
+    pub next_hop: String,
+    pub next_hop_mac: Option<String>,
+    pub vnis: Vec<String>,
 }
 
 /// What a vhost-user port offers and what each direction negotiated, as offload names (csum,

@@ -185,6 +185,7 @@ pub(crate) mod samples {
             mode: "server".into(),
             device: Some("net_null0".into()),
             dpdk: Some(nic),
+            vxlan: Some(VxlanInfo { next_hop_mac: Some("x".into()), ..Default::default() }),
             state: "connected".into(),
             connected_secs: Some(5),
             last_error: Some("frontend closed".into()),

@@ -1,0 +1,286 @@
+//! VXLAN in the data path, on the poll threads, in the same visits as every frame.
+//!
+//! - **Decapsulation** (`VtepRx`): a VTEP's underlay is a dpdk port whose receive queues are
+//!   visited as a NIC's are, through this source. Each received frame is checked once
+//!   (`wire::vxlan::parse`: IPv4/UDP to the VTEP's address and port, sane lengths, the I flag;
+//!   a known remote endpoint; a known VNI; an untagged inner frame) and rewritten in place: its
+//!   inner addresses move 4 bytes toward the outer headers and the VNI's VLAN is written as an
+//!   802.1Q tag after them. The inner frame then enters the switch from the remote's tunnel
+//!   port (a trunk of its VLANs), in runs of consecutive frames from the same remote: the
+//!   rest of the data path (port security, learning per VLAN, flows, delivery) is unchanged.
+//!   ARP for the VTEP's address is answered here; ARP from a tunnel's next hop resolves it.
+//!   Anything else on the underlay is dropped and counted on the underlay port.
+//! - **Encapsulation** (`encap`): delivery writes a frame to a tunnel port as it writes to a
+//!   NIC, into an mbuf of the underlay's transmit batch, with the tunnel's outer headers in
+//!   front (filled per frame: lengths, the IPv4 checksum, a UDP source port hashed from the
+//!   inner addresses, the next hop's MAC). A tunnel port sends its VLANs untagged (the VNI
+//!   carries the VLAN), so a tagged frame has its tag popped on the way, as for an access
+//!   port. Offloads are finished in software first (a tunnel port takes none), each segment
+//!   encapsulated on its own.
+#![forbid(unsafe_code)]
+
+use std::net::Ipv4Addr;
+
+use super::Env;
+use super::counters::{DropReason, PortCounters, bump};
+use super::delivery::Delivery;
+use super::frame::{Frame, Shape};
+use super::input::Source;
+use super::nic_io::{NicDest, NicRx};
+use super::plan::Underlay;
+use crate::config::MAX_BURST;
+use crate::port::nic::NicPort;
+use crate::port::tunnel::Tunnel;
+use crate::vring::RingError;
+use crate::wire::arp::{self, ArpPacket, arp_frame};
+use crate::wire::gso::Negotiated;
+use crate::wire::vxlan::{self, OUTER_LEN, Refusal};
+use crate::wire::{MacAddr, ethertype};
+
+/// No tunnel port: the frame is not switched (dropped, or the VTEP's own ARP).
+const NONE: u16 = u16::MAX;
+/// ARP replies one burst may owe.
+const MAX_REPLIES: usize = 4;
+
+/// A VTEP's underlay receive queue as a source of inner frames, in runs from one remote.
+pub(super) struct VtepRx<'a> {
+    env: &'a Env<'a>,
+    nic: &'a NicPort,
+    queue: usize,
+    rx: &'a mut NicRx,
+    under: &'a Underlay,
+    /// The underlay port's counters (this thread's).
+    pc: &'a PortCounters,
+    /// Per frame of the burst: its tunnel port (NONE: not switched), where its inner frame
+    /// (tagged) starts and how long it is.
+    to: [u16; MAX_BURST as usize],
+    at: [(u16, u16); MAX_BURST as usize],
+    /// Frames received, and the next one to hand out.
+    n: usize,
+    next: usize,
+    /// The tunnel port of the run `ready` found.
+    run: u16,
+    replies: [[u8; arp::RARP_FRAME_LEN]; MAX_REPLIES],
+    n_replies: usize,
+}
+
+impl<'a> VtepRx<'a> {
+    pub fn new(env: &'a Env<'a>, nic: &'a NicPort, queue: usize, rx: &'a mut NicRx, under: &'a Underlay) -> Self {
+        VtepRx {
+            env,
+            nic,
+            queue,
+            rx,
+            under,
+            pc: &env.cx.stats.ports[under.port as usize],
+            to: [NONE; MAX_BURST as usize],
+            at: [(0, 0); MAX_BURST as usize],
+            n: 0,
+            next: 0,
+            run: NONE,
+            replies: [[0; arp::RARP_FRAME_LEN]; MAX_REPLIES],
+            n_replies: 0,
+        }
+    }
+
+    /// Ends the visit: the burst is freed, the ARP replies owed go out.
+    pub fn finish(self, dv: &mut Delivery) {
+        self.rx.clear();
+        let to = NicDest { id: self.under.port, nic: self.nic, thread: self.env.cx.index, pc: self.pc };
+        for r in &self.replies[..self.n_replies] {
+            if let Err(why) = dv.nic_tx.write_bytes(&to, r) {
+                self.pc.drop(why, 1);
+            }
+        }
+    }
+
+    /// Checks and decapsulates the burst's `n` frames in place.
+    fn sort(&mut self, n: usize) {
+        let mut bytes = 0u64;
+        for i in 0..n {
+            self.to[i] = NONE;
+            let d = self.rx.frame_mut(i);
+            bytes += d.len() as u64;
+            match vxlan::parse(d, d.len(), self.under.local, self.under.udp_port) {
+                Ok(r) => match decap(self.under, d, r) {
+                    Ok((port, at)) => (self.to[i], self.at[i]) = (port, at),
+                    Err(why) => self.pc.drop(why, 1),
+                },
+                Err(Refusal::NotOurs) => {
+                    if !self.arp(i) {
+                        self.pc.drop(DropReason::UnderlayOther, 1);
+                    }
+                }
+                Err(Refusal::BadOuter) => self.pc.drop(DropReason::VxlanBadOuter, 1),
+                Err(Refusal::BadInner) => self.pc.drop(DropReason::VxlanBadInner, 1),
+            }
+        }
+        bump(&self.pc.rx_packets, n as u64);
+        bump(&self.pc.rx_bytes, bytes);
+    }
+
+    /// Frame `i` as ARP on the underlay: a request for the VTEP's address is answered, and a
+    /// tunnel's next hop that speaks is resolved. False if it is not ARP.
+    fn arp(&mut self, i: usize) -> bool {
+        let d = self.rx.frame_mut(i);
+        if d.get(12..14) != Some(&ethertype::ARP.to_be_bytes()[..]) {
+            return false;
+        }
+        let Ok(a) = ArpPacket::new_checked(&d[14..]) else { return false };
+        let local = self.under.local;
+        let (op, sha, spa, tpa) = (a.operation(), a.sender_hw(), a.sender_ip(), a.target_ip());
+        if tpa != local && spa != tpa {
+            // Not about us, not gratuitous: another host's business.
+            return true;
+        }
+        if sha.is_unicast() && sha != MacAddr::ZERO {
+            learn_neighbour(self.env, self.under, spa, sha);
+        }
+        if op == arp::OP_REQUEST && tpa == local && self.n_replies < MAX_REPLIES {
+            self.replies[self.n_replies] = arp_frame(sha, arp::OP_REPLY, self.nic.mac(), local, sha, spa);
+            self.n_replies += 1;
+        }
+        true
+    }
+}
+
+/// Tells every tunnel of `under` whose next hop is `ip` that it is at `mac`.
+fn learn_neighbour(env: &Env, under: &Underlay, ip: Ipv4Addr, mac: MacAddr) {
+    for &(_, id) in &under.remotes {
+        if let Some(t) = env.ports.get(id).and_then(|p| p.tunnel())
+            && t.next_hop == ip
+        {
+            t.learned(mac, env.now);
+        }
+    }
+}
+
+/// Decapsulates a VXLAN frame `d` that `r` describes, in place: the inner frame's addresses,
+/// then an 802.1Q tag with the VNI's VLAN, then the rest of the inner frame. Returns the tunnel
+/// port it comes from and (offset, length) of the tagged inner frame.
+#[inline]
+fn decap(under: &Underlay, d: &mut [u8], r: vxlan::Received) -> Result<(u16, (u16, u16)), DropReason> {
+    let port = under.tunnel(r.remote).ok_or(DropReason::VxlanUnknownRemote)?;
+    let vlan = under.vlan(r.vni).ok_or(DropReason::VxlanUnknownVni)?;
+    let inner = OUTER_LEN..OUTER_LEN + r.inner_len;
+    let ty = d.get(inner.start + 12..inner.start + 14).ok_or(DropReason::VxlanBadInner)?;
+    // RFC 7348: a decapsulated frame with a VLAN tag is dropped (the VNI is its network).
+    if matches!(u16::from_be_bytes([ty[0], ty[1]]), ethertype::VLAN | ethertype::QINQ | 0x9100) {
+        return Err(DropReason::VxlanBadInner);
+    }
+    let start = OUTER_LEN - 4;
+    d.copy_within(inner.start..inner.start + 12, start);
+    d[start + 12..start + 14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
+    d[start + 14..start + 16].copy_from_slice(&vlan.to_be_bytes());
+    Ok((port, (start as u16, (r.inner_len + 4) as u16)))
+}
+
+impl<'a> Source<'a> for VtepRx<'a> {
+    const CAN_WAIT: bool = false;
+
+    fn hdr_len(&self) -> u32 {
+        0
+    }
+
+    fn offloads(&self) -> Negotiated {
+        Negotiated::default()
+    }
+
+    /// The next run of frames from one remote endpoint: from this burst, else from a new one.
+    #[inline]
+    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
+        while self.next < self.n && self.to[self.next] == NONE {
+            self.next += 1;
+        }
+        if self.next >= self.n {
+            self.rx.clear();
+            self.n = self.rx.receive(self.nic, self.queue, max.min(MAX_BURST as usize)).unwrap_or(0);
+            self.next = 0;
+            self.sort(self.n);
+            while self.next < self.n && self.to[self.next] == NONE {
+                self.next += 1;
+            }
+        }
+        if self.next >= self.n {
+            return Ok(0);
+        }
+        self.run = self.to[self.next];
+        let run = self.to[self.next..self.n].iter().take_while(|&&p| p == self.run).count();
+        Ok(run.min(max))
+    }
+
+    #[inline]
+    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
+    where
+        'a: 's,
+    {
+        for f in frames.iter_mut() {
+            let (off, len) = self.at[self.next];
+            self.rx.source_from(self.next, off as usize, len as usize, f.source_mut());
+            f.valid = false;
+            f.head = self.next as u16;
+            self.next += 1;
+        }
+        (frames.len(), None)
+    }
+
+    fn give_back(&mut self, _: usize) {
+        unreachable!("an underlay's frames never wait: delivery consumes them all")
+    }
+
+    /// The mbufs stay until the burst is done (`ready`, `finish`).
+    #[inline]
+    fn complete(&mut self, _: &[Frame<'_>], _: usize, _: &mut Delivery) {}
+
+    fn walked(&mut self) -> u32 {
+        0
+    }
+
+    fn broke(&mut self, _: RingError) {}
+
+    #[inline]
+    fn sender(&self) -> Option<u16> {
+        Some(self.run)
+    }
+}
+
+/// Writes frame `f`, shaped by `e` (its inner frame, untagged), to tunnel `t` through the
+/// underlay `to`: the outer headers for the frame's VLAN in front. A next hop not resolved yet
+/// drops the frame and asks (ARP) at most once an interval; a resolved one is confirmed again
+/// now and then while frames go.
+#[inline]
+pub(super) fn encap(
+    env_now: u64,
+    t: &Tunnel,
+    to: &NicDest,
+    max_frame: u32,
+    f: &Frame,
+    e: Shape,
+    dv: &mut Delivery,
+) -> Result<u32, DropReason> {
+    let outer = t.outer(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
+    let inner_len = e.prefix.len() as u32 + e.body_len(f);
+    if inner_len > max_frame {
+        return Err(DropReason::Mtu);
+    }
+    let hz = crate::counter::cycles_per_sec();
+    let ask = t.should_ask(env_now, hz);
+    if ask {
+        let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
+        if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
+            to.pc.drop(why, 1);
+        }
+    }
+    let mac = t.neighbour().ok_or(DropReason::NoNeighbour)?;
+    let mut addrs = [0u8; 12];
+    if e.prefix.len() >= 12 {
+        addrs.copy_from_slice(&e.prefix[..12]);
+    } else {
+        f.read_at(e.skip, &mut addrs);
+    }
+    let mut hdr = [0u8; OUTER_LEN];
+    outer.fill(&mut hdr, inner_len as usize, 0, vxlan::source_port(&addrs));
+    hdr[0..6].copy_from_slice(&mac.0);
+    hdr[6..12].copy_from_slice(&to.nic.mac().0);
+    dv.nic_tx.write_under(to, &hdr, f, e)
+}

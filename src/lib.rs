@@ -6,6 +6,7 @@ pub mod control;
 pub mod counter;
 pub mod ctl;
 pub mod datapath;
+pub mod evpn;
 pub mod flow;
 #[cfg(test)]
 mod fuzz;

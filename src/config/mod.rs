@@ -60,7 +60,7 @@ pub use switch::{
     DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
-pub use vtep::VxlanConfig;
+pub use vtep::{Remotes, VniConfig, VtepConfig, VxlanConfig};
 
 pub use crate::mem::MemLimits;
 
@@ -114,6 +114,8 @@ pub struct Config {
     pub dropin_errors: Vec<ConfigError>,
     pub flows: Vec<FlowSource>,
     pub dpdk: DpdkConfig,
+    /// VXLAN tunnel endpoints (`[[vtep]]`); their tunnel ports are among `ports`.
+    pub vteps: Vec<VtepConfig>,
 }
 
 impl Config {
@@ -167,11 +169,22 @@ impl Config {
     fn finish(mut self, file: &str, text: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
-        let tunnels = vtep::validate(raw.vtep, &self.ports, &self.defaults, &cx)?;
-        self.ports.extend(tunnels);
+        self.vteps = vtep::validate(raw.vtep, &self.ports, &cx)?;
+        self.set_remotes(&Remotes::new());
         self.flows = flows::validate(raw.flows, &self.ports, &cx)?;
         self.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         Ok(self)
+    }
+
+    /// Makes the tunnel ports again: the file's remotes and `learned` (EVPN's), each a port.
+    pub fn set_remotes(&mut self, learned: &Remotes) {
+        self.ports.retain(|p| p.vxlan().is_none());
+        let mut tunnels = Vec::new();
+        for v in &self.vteps {
+            let taken = |n: &str| self.ports.iter().any(|p| p.name == n);
+            tunnels.extend(v.tunnel_ports(learned.get(&v.name), &self.defaults, &taken));
+        }
+        self.ports.extend(tunnels);
     }
 
     /// How long the poll thread on `core` polls without frames before it sleeps (None: never).

@@ -173,6 +173,7 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
         dropin_errors: Vec::new(),
         flows: Vec::new(),
         dpdk: DpdkConfig::default(),
+        vteps: Vec::new(),
     })
 }
 

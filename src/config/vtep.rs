@@ -53,23 +53,98 @@ impl VxlanConfig {
 /// outer headers.
 pub const DEFAULT_MTU: u32 = 1450;
 
-/// Checks `[[vtep]]` tables against the ports (`ports`: the file's and the drop-ins') and
-/// returns the tunnel ports they make.
-pub(super) fn validate(
-    raw: Vec<RawVtep>,
-    ports: &[PortConfig],
-    defaults: &PortDefaults,
-    cx: &Ctx,
-) -> Result<Vec<PortConfig>, ConfigError> {
-    let mut out: Vec<PortConfig> = Vec::new();
-    let mut names = BTreeSet::new();
+/// A `[[vtep]]` as validated: what it makes tunnel ports of, with the remotes learned at run
+/// time (EVPN's flood lists, `Remotes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VtepConfig {
+    pub name: String,
+    pub underlay: String,
+    pub local: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+    pub udp_port: u16,
+    /// The overlay MTU (of its tunnel ports).
+    pub mtu: u32,
+    pub vnis: Vec<VniConfig>,
+}
+
+/// One tenant network of a VTEP: its VNI, its VLAN here, the remotes the file names for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VniConfig {
+    pub vni: u32,
+    pub vlan: u16,
+    pub remotes: Vec<Ipv4Addr>,
+}
+
+/// Remote endpoints learned at run time, per VTEP name: each remote's VNIs (EVPN's type-3
+/// routes, `vtep-sync`). They join the file's remotes.
+pub type Remotes = BTreeMap<String, BTreeMap<Ipv4Addr, BTreeSet<u32>>>;
+
+impl VtepConfig {
+    /// The VLAN of VNI `vni` here.
+    pub fn vlan_of(&self, vni: u32) -> Option<u16> {
+        self.vnis.iter().find(|v| v.vni == vni).map(|v| v.vlan)
+    }
+
+    /// The tunnel ports of this VTEP: one per remote, of the file or `learned`, carrying the
+    /// VLANs of the VNIs that list it. Names of `taken` ports are skipped (the file's names
+    /// were checked when it was read; a learned remote cannot take a port's name).
+    pub fn tunnel_ports(
+        &self,
+        learned: Option<&BTreeMap<Ipv4Addr, BTreeSet<u32>>>,
+        defaults: &PortDefaults,
+        taken: &dyn Fn(&str) -> bool,
+    ) -> Vec<PortConfig> {
+        let mut remotes: BTreeMap<Ipv4Addr, BTreeSet<u16>> = BTreeMap::new();
+        for n in &self.vnis {
+            for r in &n.remotes {
+                remotes.entry(*r).or_default().insert(n.vlan);
+            }
+        }
+        for (r, vnis) in learned.into_iter().flatten() {
+            if *r == self.local {
+                continue;
+            }
+            for vni in vnis {
+                if let Some(vlan) = self.vlan_of(*vni) {
+                    remotes.entry(*r).or_default().insert(vlan);
+                }
+            }
+        }
+        let vnis: Vec<(u32, u16)> = self.vnis.iter().map(|v| (v.vni, v.vlan)).collect();
+        let mut out = Vec::new();
+        for (remote, vlans) in remotes {
+            let name = format!("{}-{remote}", self.name);
+            if taken(&name) {
+                continue;
+            }
+            let cfg = VxlanConfig {
+                vtep: self.name.clone(),
+                underlay: self.underlay.clone(),
+                local: self.local,
+                prefix_len: self.prefix_len,
+                gateway: self.gateway,
+                udp_port: self.udp_port,
+                remote,
+                vnis: vnis.clone(),
+            };
+            let vlans: Vec<u16> = vlans.into_iter().collect();
+            out.push(tunnel_port(name, cfg, self.mtu, &vlans, defaults));
+        }
+        out
+    }
+}
+
+/// Checks `[[vtep]]` tables against the ports (`ports`: the file's and the drop-ins').
+pub(super) fn validate(raw: Vec<RawVtep>, ports: &[PortConfig], cx: &Ctx) -> Result<Vec<VtepConfig>, ConfigError> {
+    let mut out: Vec<VtepConfig> = Vec::new();
     let mut underlays = BTreeSet::new();
     for v in raw {
         let name = v.name.get_ref();
         if name.is_empty() || name.len() > 15 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_".contains(c)) {
             return Err(cx.err(Some(v.name.span()), "name: expected 1-15 characters of A-Z a-z 0-9 _"));
         }
-        if !names.insert(name.clone()) {
+        if out.iter().any(|o| &o.name == name) {
             return Err(cx.err(Some(v.name.span()), format!("name: a second vtep named \"{name}\"")));
         }
         let under = v.underlay.get_ref();
@@ -89,8 +164,7 @@ pub(super) fn validate(
             Some(p) => return Err(cx.err(Some(p.span()), "udp_port: expected a port from 1 to 65535")),
         };
         let mtu = cx.range(&v.mtu, "mtu", 68, 9216 - vxlan::OUTER_LEN as u32, DEFAULT_MTU)?;
-        let mut vnis = Vec::new();
-        let mut remotes: BTreeMap<Ipv4Addr, Vec<u16>> = BTreeMap::new();
+        let mut vnis: Vec<VniConfig> = Vec::new();
         for n in &v.vni {
             let vni = *n.vni.get_ref();
             if !(1..=vxlan::MAX_VNI as i64).contains(&vni) {
@@ -100,40 +174,32 @@ pub(super) fn validate(
             if !(1..=MAX_VID as i64).contains(&vlan) {
                 return Err(cx.err(Some(n.vlan.span()), format!("vlan: expected a VLAN id from 1 to {MAX_VID}")));
             }
-            if vnis.iter().any(|&(x, _)| x as i64 == vni) {
+            if vnis.iter().any(|x| x.vni as i64 == vni) {
                 return Err(cx.err(Some(n.vni.span()), format!("vni: {vni} is mapped twice")));
             }
-            if vnis.iter().any(|&(_, y)| y as i64 == vlan) {
+            if vnis.iter().any(|x| x.vlan as i64 == vlan) {
                 return Err(cx.err(Some(n.vlan.span()), format!("vlan: VLAN {vlan} has a VNI already")));
             }
-            vnis.push((vni as u32, vlan as u16));
+            let mut remotes = Vec::new();
             for r in &n.remotes {
                 let a = ip(r, "remotes", cx)?;
                 if a == local || a.is_multicast() || a.is_broadcast() || a.is_unspecified() {
                     return Err(cx.err(Some(r.span()), format!("remotes: {a} is not a remote tunnel endpoint")));
                 }
-                remotes.entry(a).or_default().push(vlan as u16);
+                remotes.push(a);
             }
+            vnis.push(VniConfig { vni: vni as u32, vlan: vlan as u16, remotes });
         }
-        for (remote, vlans) in remotes {
-            let port_name = format!("{name}-{remote}");
-            if ports.iter().chain(&out).any(|p| p.name == port_name) {
+        let vtep =
+            VtepConfig { name: name.clone(), underlay: under.clone(), local, prefix_len, gateway, udp_port, mtu, vnis };
+        for p in vtep.tunnel_ports(None, &PortDefaults::default(), &|_| false) {
+            if ports.iter().any(|o| o.name == p.name) {
                 return Err(
-                    cx.err(Some(v.name.span()), format!("a port is named \"{port_name}\", as a tunnel would be"))
+                    cx.err(Some(v.name.span()), format!("a port is named \"{}\", as a tunnel would be", p.name))
                 );
             }
-            let cfg = VxlanConfig {
-                vtep: name.clone(),
-                underlay: under.clone(),
-                local,
-                prefix_len,
-                gateway,
-                udp_port,
-                remote,
-                vnis: vnis.clone(),
-            };
-            out.push(tunnel_port(port_name, cfg, mtu, &vlans, defaults));
         }
+        out.push(vtep);
     }
     Ok(out)
 }

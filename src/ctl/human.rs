@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 
 use super::proto::{
     Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo,
-    RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply,
+    RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -27,10 +27,31 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
         Request::Version => version(&typed(result)?),
         Request::Port { name } if super::proto::is_glob(name) => ports(&typed::<Vec<PortInfo>>(result)?),
         Request::Port { .. } => ports(&[typed::<PortInfo>(result)?]),
-        Request::AddPort { .. } | Request::DelPort { .. } | Request::SetPort { .. } => {
+        Request::AddPort { .. } | Request::DelPort { .. } | Request::SetPort { .. } | Request::VtepSync { .. } => {
             format!("{}\n", typed::<PortReply>(result)?.summary)
         }
+        Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
     })
+}
+
+/// `vteps`: one block per VTEP: its VNIs, its local MACs, what its control plane said.
+fn vteps(v: &[VtepInfo]) -> String {
+    let mut s = String::new();
+    for t in v {
+        let vnis: Vec<String> = t.vnis.iter().map(|n| format!("{}:vlan{}", n.vni, n.vlan)).collect();
+        let _ = writeln!(s, "vtep {} on {} at {}:{}  vnis {}", t.name, t.underlay, t.local, t.udp_port, vnis.join(" "));
+        for m in &t.local_macs {
+            let _ = writeln!(s, "  local   vni {:<8} {}", m.vni, m.mac);
+        }
+        for r in &t.learned.remotes {
+            let vnis: Vec<String> = r.vnis.iter().map(|v| v.to_string()).collect();
+            let _ = writeln!(s, "  remote  {:<15} floods vni {}", r.remote, vnis.join(","));
+        }
+        for m in &t.learned.macs {
+            let _ = writeln!(s, "  remote  vni {:<8} {} behind {}", m.vni, m.mac, m.remote);
+        }
+    }
+    s
 }
 
 /// The result's JSON text read straight into its type (no `Value` in between: a `ports` reply

@@ -82,6 +82,8 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
             Err(e) => Err(format!("reload rejected, running configuration unchanged: {e}")),
         },
         Request::Version => json(VersionReply::current()),
+        Request::Vteps => json(c.vteps()),
+        Request::VtepSync { vtep, state } => done(c.vtep_sync(ep, &vtep, &state)?),
     }?)
 }
 

@@ -241,6 +241,18 @@ impl MacTable {
         let _ = self.learned[port as usize].fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
     }
 
+    /// Forgets `mac` on VLAN `vid` if it is still behind `port` (a remote MAC its control
+    /// plane withdrew); one that moved elsewhere since stays.
+    pub fn forget(&self, mac: &Mac, vid: u16, port: u16) {
+        let bits = self.key(mac, vid);
+        let want = bits | ((port as u64 + 1) << 48);
+        for e in &self.bucket(bits).0 {
+            if e.compare_exchange(want, 0, Relaxed, Relaxed).is_ok() {
+                self.release(port);
+            }
+        }
+    }
+
     /// Forgets every MAC learned on `port` (it disconnected or was removed).
     pub fn flush_port(&self, port: u16) {
         for b in self.buckets.iter() {
@@ -277,6 +289,21 @@ mod tests {
     fn mac(i: u32) -> Mac {
         let b = i.to_be_bytes();
         Mac([2, 0, b[0], b[1], b[2], b[3]])
+    }
+
+    #[test]
+    fn forget_takes_only_the_entry_still_behind_its_port() {
+        let t = MacTable::new(64, 4, 100);
+        let (a, b) = (Mac([2, 0, 0, 0, 0, 1]), Mac([2, 0, 0, 0, 0, 2]));
+        t.learn(&a, 10, 1);
+        t.learn(&b, 10, 1);
+        t.learn(&b, 10, 2);
+        t.forget(&a, 20, 1);
+        assert_eq!(t.lookup(&a, 10), Some(1), "another VLAN's entry is another entry");
+        t.forget(&a, 10, 1);
+        t.forget(&b, 10, 1);
+        assert_eq!((t.lookup(&a, 10), t.lookup(&b, 10)), (None, Some(2)), "b moved to port 2: it stays");
+        assert_eq!((t.learned(1), t.learned(2)), (0, 1));
     }
 
     #[test]

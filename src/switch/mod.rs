@@ -17,6 +17,7 @@ pub mod portcmd;
 pub mod rebalance;
 pub mod reload;
 pub mod samples;
+pub mod vtep;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -159,6 +160,8 @@ pub struct Switch {
     pub started: Instant,
     /// Starts a poll thread (set by pvswitchd's main).
     pub spawner: Option<Spawner>,
+    /// What VTEPs learned at run time from their control plane (`vtep-sync`).
+    pub learned: vtep::Learned,
 }
 
 impl Switch {
@@ -183,6 +186,7 @@ impl Switch {
             mac,
             started: Instant::now(),
             spawner: None,
+            learned: Default::default(),
         };
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {
             sw.add_port(id as u16, p);

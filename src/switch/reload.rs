@@ -33,7 +33,15 @@ impl Switch {
 
     /// Applies `new` in place of the running configuration (reload, and the port commands).
     /// It must have been checked whole; only opening new ports may still fail.
-    pub fn apply_config(&mut self, ep: &mut dyn Endpoints, new: Config) -> Result<String, String> {
+    pub fn apply_config(&mut self, ep: &mut dyn Endpoints, mut new: Config) -> Result<String, String> {
+        // Tunnel ports: the file's remotes and those learned at run time (`vtep-sync`).
+        new.set_remotes(&self.learned.remotes);
+        let result = self.apply_ports(ep, new);
+        self.install_remote_macs();
+        result
+    }
+
+    fn apply_ports(&mut self, ep: &mut dyn Endpoints, new: Config) -> Result<String, String> {
         // Ids for the new port set: kept ports keep theirs, new ones take free slots.
         let mut removed = Vec::new();
         let mut updated = Vec::new();

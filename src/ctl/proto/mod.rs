@@ -32,6 +32,7 @@ pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};
 pub use crate::port::nic::{NicInfo, NicOffloads, NicStats};
 pub use crate::switch::rebalance::{Moved as MoveReply, Rebalanced as RebalanceReply};
+pub use crate::switch::vtep::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
 
 /// One request: the command and its arguments, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +71,10 @@ pub enum Request {
     DelPort { name: String, if_exists: bool },
     /// Changes settings of a port added at run time (reply: [`PortReply`]).
     SetPort { name: String, settings: Vec<(String, String)> },
+    /// VTEPs as their control plane reads them.
+    Vteps,
+    /// A VTEP's remote endpoints and MACs, whole (JSON, `VtepState`).
+    VtepSync { vtep: String, state: String },
 }
 
 /// Whether a port name given to `ports` is a glob (`*` any run of characters, `?` one).
@@ -153,8 +158,7 @@ pub struct PortReply {
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str =
-    "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port";
+pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -211,6 +215,11 @@ impl Request {
             "move" => parse_move(args)?,
             "reload" => Request::Reload,
             "version" => Request::Version,
+            "vteps" => Request::Vteps,
+            "vtep-sync" => match args {
+                [vtep, state] => Request::VtepSync { vtep: vtep.clone(), state: state.clone() },
+                _ => return Err("vtep-sync: expected VTEP STATE (JSON: {\"remotes\": [...], \"macs\": [...]})".into()),
+            },
             other => return Err(format!("unknown command \"{other}\" (try {COMMANDS})")),
         })
     }
@@ -232,6 +241,8 @@ impl Request {
             Request::AddPort { .. } => "add-port",
             Request::DelPort { .. } => "del-port",
             Request::SetPort { .. } => "set-port",
+            Request::Vteps => "vteps",
+            Request::VtepSync { .. } => "vtep-sync",
         }
     }
 
@@ -251,6 +262,7 @@ impl Request {
                 if_exists.then(|| "--if-exists".to_string()).into_iter().chain(std::iter::once(name.clone())).collect()
             }
             Request::SetPort { name, settings } => std::iter::once(name.clone()).chain(pairs(settings)).collect(),
+            Request::VtepSync { vtep, state } => vec![vtep.clone(), state.clone()],
             _ => Vec::new(),
         }
     }

@@ -1,0 +1,218 @@
+//! VTEPs and their control plane. pvswitchd runs no routing protocol: a control plane outside it
+//! (EVPN through FRR and `pvs-evpn`, or an orchestrator) reads what a VTEP has here (`vteps`:
+//! its VNIs and the MACs local to this host on each) and tells it what lives elsewhere
+//! (`vtep-sync`: the remote endpoints of each VNI, its flood list, and the MACs behind each).
+//! A sync is the whole state, not a change: a control plane that restarts, or a pvswitchd
+//! that restarts, is back in step with the first sync.
+//!
+//! Remote endpoints become tunnel ports (with the file's, `Config::set_remotes`); remote MACs
+//! are entries of the MAC table pointing at them, as learned ones are (a MAC that moves, a
+//! migrated VM's RARP, is learned where it is now, and the control plane's next sync agrees).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+use super::portcmd::PortCmdError::{self, Failed, Invalid, NotFound};
+use super::{Endpoints, Switch};
+use crate::config::Remotes;
+use crate::wire::MacAddr;
+use crate::wire::vlan::VlanMode;
+
+/// What the VTEPs' control plane told them.
+#[derive(Debug, Default)]
+pub struct Learned {
+    pub remotes: Remotes,
+    /// Per VTEP: (VNI, MAC, remote endpoint).
+    pub macs: BTreeMap<String, BTreeSet<(u32, MacAddr, Ipv4Addr)>>,
+}
+
+/// `vtep-sync`'s state for one VTEP: every remote endpoint with its VNIs, every remote MAC.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VtepState {
+    #[serde(default)]
+    pub remotes: Vec<RemoteVnis>,
+    #[serde(default)]
+    pub macs: Vec<RemoteMac>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteVnis {
+    pub remote: String,
+    pub vnis: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteMac {
+    pub vni: u32,
+    pub mac: String,
+    pub remote: String,
+}
+
+/// `vteps`: one VTEP as its control plane reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VtepInfo {
+    pub name: String,
+    pub underlay: String,
+    pub local: String,
+    pub udp_port: u16,
+    /// (VNI, VLAN) pairs.
+    pub vnis: Vec<VniInfo>,
+    /// MACs on this host, per VNI: learned on its ports (not on tunnels) and the configured
+    /// `allowed_macs` of access ports in the VNI's VLAN.
+    pub local_macs: Vec<LocalMac>,
+    /// What the last `vtep-sync` said (sorted).
+    pub learned: VtepState,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VniInfo {
+    pub vni: u32,
+    pub vlan: u16,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LocalMac {
+    pub vni: u32,
+    pub mac: String,
+}
+
+/// Most remote MACs one sync may install (the MAC table's room is shared with every port).
+pub const MAX_REMOTE_MACS: usize = 65536;
+
+impl Switch {
+    /// `vteps`: every VTEP, its local MACs and what it learned.
+    pub fn vteps(&self) -> Vec<VtepInfo> {
+        let entries = self.mac.entries();
+        self.cfg
+            .vteps
+            .iter()
+            .map(|v| {
+                let vni_of = |vlan: u16| v.vnis.iter().find(|n| n.vlan == vlan).map(|n| n.vni);
+                let mut local = BTreeSet::new();
+                for (mac, vlan, port) in &entries {
+                    let local_port = self.port(*port as usize).is_some_and(|ps| ps.port.tunnel().is_none());
+                    if let (true, Some(vni)) = (local_port, vni_of(*vlan)) {
+                        local.insert(LocalMac { vni, mac: mac.to_string() });
+                    }
+                }
+                for ps in self.ports.iter().flatten() {
+                    if ps.cfg.vlan.mode == VlanMode::Access
+                        && let Some(vni) = vni_of(ps.cfg.vlan.tag)
+                    {
+                        local.extend(ps.cfg.allowed_macs.iter().map(|m| LocalMac { vni, mac: m.to_string() }));
+                    }
+                }
+                VtepInfo {
+                    name: v.name.clone(),
+                    underlay: v.underlay.clone(),
+                    local: v.local.to_string(),
+                    udp_port: v.udp_port,
+                    vnis: v.vnis.iter().map(|n| VniInfo { vni: n.vni, vlan: n.vlan }).collect(),
+                    local_macs: local.into_iter().collect(),
+                    learned: self.learned_state(&v.name),
+                }
+            })
+            .collect()
+    }
+
+    /// What VTEP `name` learned, as a sync says it (sorted).
+    fn learned_state(&self, name: &str) -> VtepState {
+        let remotes = self.learned.remotes.get(name).into_iter().flatten();
+        let macs = self.learned.macs.get(name).into_iter().flatten();
+        VtepState {
+            remotes: remotes
+                .map(|(r, vnis)| RemoteVnis { remote: r.to_string(), vnis: vnis.iter().copied().collect() })
+                .collect(),
+            macs: macs
+                .map(|(vni, mac, r)| RemoteMac { vni: *vni, mac: mac.to_string(), remote: r.to_string() })
+                .collect(),
+        }
+    }
+
+    /// `vtep-sync NAME STATE`: VTEP `name`'s remote endpoints and MACs are now `state`'s.
+    pub fn vtep_sync(&mut self, ep: &mut dyn Endpoints, name: &str, state: &str) -> Result<String, PortCmdError> {
+        let Some(v) = self.cfg.vteps.iter().find(|v| v.name == name) else {
+            return Err(NotFound(format!("no vtep \"{name}\"")));
+        };
+        let st: VtepState =
+            serde_json::from_str(state).map_err(|e| Invalid(format!("vtep-sync {name}: malformed state: {e}")))?;
+        let ip = |s: &str| -> Result<Ipv4Addr, PortCmdError> {
+            let a: Ipv4Addr =
+                s.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{s}\" is not an IPv4 address")))?;
+            if a == v.local || a.is_multicast() || a.is_broadcast() || a.is_unspecified() {
+                return Err(Invalid(format!("vtep-sync {name}: {a} is not a remote tunnel endpoint")));
+            }
+            Ok(a)
+        };
+        let known = |vni: u32| {
+            v.vlan_of(vni).ok_or_else(|| Invalid(format!("vtep-sync {name}: VNI {vni} is not on this vtep")))
+        };
+        let mut remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>> = BTreeMap::new();
+        for r in &st.remotes {
+            let a = ip(&r.remote)?;
+            for &vni in &r.vnis {
+                known(vni)?;
+            }
+            remotes.entry(a).or_default().extend(r.vnis.iter().copied());
+        }
+        if st.macs.len() > MAX_REMOTE_MACS {
+            return Err(Invalid(format!("vtep-sync {name}: {} MACs, at most {MAX_REMOTE_MACS}", st.macs.len())));
+        }
+        let mut macs = BTreeSet::new();
+        for m in &st.macs {
+            known(m.vni)?;
+            let mac: MacAddr =
+                m.mac.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{}\" is not a MAC", m.mac)))?;
+            if !mac.is_unicast() {
+                return Err(Invalid(format!("vtep-sync {name}: {mac} is not a unicast MAC")));
+            }
+            let a = ip(&m.remote)?;
+            // A MAC's remote carries its VNI: unicast to it needs the VLAN on its port.
+            remotes.entry(a).or_default().insert(m.vni);
+            macs.insert((m.vni, mac, a));
+        }
+        let (old_remotes, old_macs) = (self.learned.remotes.get(name), self.learned.macs.get(name));
+        if old_remotes == Some(&remotes) && old_macs == Some(&macs) {
+            return Ok(format!("vtep {name}: unchanged"));
+        }
+        let gone: Vec<_> = old_macs.map(|o| o.difference(&macs).copied().collect()).unwrap_or_default();
+        let summary = format!("vtep {name}: {} remotes, {} remote MACs", remotes.len(), macs.len());
+        self.learned.remotes.insert(name.to_string(), remotes);
+        self.learned.macs.insert(name.to_string(), macs);
+        self.forget_remote_macs(name, &gone);
+        let cfg = self.cfg.clone();
+        self.apply_config(ep, cfg).map_err(|e| Failed(format!("vtep-sync {name}: {e}")))?;
+        Ok(summary)
+    }
+
+    /// Puts every remote MAC the control plane gave in the MAC table, behind its tunnel port
+    /// (after any change of ports: a port whose VLANs changed was flushed).
+    pub(super) fn install_remote_macs(&mut self) {
+        for v in &self.cfg.vteps {
+            for (vni, mac, remote) in self.learned.macs.get(&v.name).into_iter().flatten() {
+                let (Some(vlan), Some(ps)) = (v.vlan_of(*vni), self.port_by_name(&format!("{}-{remote}", v.name)))
+                else {
+                    continue;
+                };
+                if self.mac.learn(mac, vlan, ps.id()) == crate::datapath::mac_table::Learned::Refused {
+                    log::warn!("vtep {}: no room for remote MAC {mac} (VNI {vni}) behind {remote}", v.name);
+                }
+            }
+        }
+    }
+
+    /// Withdrawn remote MACs leave the MAC table (unless they moved meanwhile).
+    fn forget_remote_macs(&self, name: &str, gone: &[(u32, MacAddr, Ipv4Addr)]) {
+        let Some(v) = self.cfg.vteps.iter().find(|v| v.name == name) else { return };
+        for (vni, mac, remote) in gone {
+            if let (Some(vlan), Some(ps)) = (v.vlan_of(*vni), self.port_by_name(&format!("{name}-{remote}"))) {
+                self.mac.forget(mac, vlan, ps.id());
+            }
+        }
+    }
+}

@@ -198,3 +198,80 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     assert_eq!(peer.ping("192.168.200.2", 3), 3, "VNI 200 after the bad input");
     vms.quit();
 }
+
+/// `vtep-sync`, as a control plane uses it: a whole state each time (remotes become tunnel
+/// ports, MACs entries behind them; what a sync leaves out goes), kept across reloads, and a
+/// bad state (garbage, an unknown VNI or VTEP, this VTEP's own address, a multicast MAC)
+/// refused with its reason and nothing changed.
+#[test]
+fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let _g = serial();
+    let dir = test_dir("vtepsync");
+    let text = format!(
+        "[switch]\npoll_cores = [1]\npoll_mode = \"adaptive\"\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n\
+         [[port]]\nname = \"vm10\"\ntype = \"vhost-user\"\nsocket = \"vm10.sock\"\ntag = 10\nallowed_macs = [\"02:00:00:00:0a:01\"]\n\
+         [[port]]\nname = \"uplink\"\ntype = \"dpdk\"\ndevice = \"net_null0\"\n\
+         [[vtep]]\nname = \"vt\"\nunderlay = \"uplink\"\nlocal_ip = \"10.9.0.1/24\"\n\
+         [[vtep.vni]]\nvni = 100\nvlan = 10\nremotes = [\"10.9.0.9\"]\n[[vtep.vni]]\nvni = 200\nvlan = 20\n",
+        dir.display()
+    );
+    let sw = Switch::start_config(dir.clone(), &text);
+    let tunnels = |sw: &Switch| -> Vec<(String, Value)> {
+        let ports = sw.ctl("ports");
+        let mut v: Vec<(String, Value)> = ports
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "vxlan")
+            .map(|p| (p["name"].as_str().unwrap().to_string(), p["vxlan"]["vnis"].clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let behind = |sw: &Switch, mac: &str| -> Option<String> {
+        let fdb = sw.ctl("fdb");
+        fdb.as_array().unwrap().iter().find(|e| e["mac"] == mac).map(|e| e["port"].as_str().unwrap().to_string())
+    };
+    let v = &sw.ctl("vteps")[0];
+    assert_eq!(v["local_macs"], serde_json::json!([{"vni": 100, "mac": "02:00:00:00:0a:01"}]), "{v}");
+    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), serde_json::json!(["100:10"]))]);
+
+    let state = r#"{"remotes": [{"remote": "10.9.0.2", "vnis": [100, 200]}],
+                    "macs": [{"vni": 100, "mac": "02:00:00:00:00:07", "remote": "10.9.0.3"}]}"#;
+    let r = sw.try_ctl_args("vtep-sync", &["vt", state]).unwrap();
+    assert!(r["summary"].as_str().unwrap().contains("2 remotes, 1 remote MACs"), "{r}");
+    let want = vec![
+        ("vt-10.9.0.2".to_string(), serde_json::json!(["100:10", "200:20"])),
+        ("vt-10.9.0.3".to_string(), serde_json::json!(["100:10"])),
+        ("vt-10.9.0.9".to_string(), serde_json::json!(["100:10"])),
+    ];
+    assert_eq!(tunnels(&sw), want);
+    assert_eq!(behind(&sw, "02:00:00:00:00:07").as_deref(), Some("vt-10.9.0.3"));
+    let same = sw.try_ctl_args("vtep-sync", &["vt", state]).unwrap();
+    assert!(same["summary"].as_str().unwrap().ends_with("unchanged"), "{same}");
+
+    for (vtep, bad, why) in [
+        ("vt", "not json", "malformed state"),
+        ("vt", r#"{"remotes": [], "extra": 1}"#, "unknown field"),
+        ("vt", r#"{"remotes": [{"remote": "10.9.0.2", "vnis": [300]}]}"#, "VNI 300 is not on this vtep"),
+        ("vt", r#"{"remotes": [{"remote": "10.9.0.1", "vnis": [100]}]}"#, "10.9.0.1 is not a remote"),
+        ("vt", r#"{"remotes": [{"remote": "10.9.0", "vnis": [100]}]}"#, "is not an IPv4 address"),
+        ("vt", r#"{"macs": [{"vni": 100, "mac": "01:00:5e:00:00:01", "remote": "10.9.0.2"}]}"#, "not a unicast MAC"),
+        ("nope", r#"{}"#, "no vtep \\\"nope\\\""),
+    ] {
+        let e = sw.try_ctl_args("vtep-sync", &[vtep, bad]).unwrap_err();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+    assert_eq!(tunnels(&sw), want, "a refused sync changes nothing");
+
+    // A reload keeps what the control plane said; a sync without it takes it away.
+    sw.ctl("reload");
+    assert_eq!(tunnels(&sw), want, "a reload keeps learned remotes");
+    assert_eq!(behind(&sw, "02:00:00:00:00:07").as_deref(), Some("vt-10.9.0.3"));
+    sw.try_ctl_args("vtep-sync", &["vt", "{}"]).unwrap();
+    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), serde_json::json!(["100:10"]))]);
+    assert_eq!(behind(&sw, "02:00:00:00:00:07"), None, "a withdrawn MAC leaves the table");
+}

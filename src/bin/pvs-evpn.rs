@@ -267,20 +267,15 @@ impl Netlink {
     }
 }
 
+/// An interface's index, from sysfs (`ip netns exec` mounts the namespace's own).
 fn ifindex(name: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i)
+    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok()?.trim().parse().ok()
 }
 
+/// The name of the interface with index `index` (its number if there is none).
 fn ifname(index: u32) -> String {
-    let mut buf = [0u8; libc::IF_NAMESIZE];
-    // SAFETY: `buf` has room for IF_NAMESIZE bytes, what if_indextoname writes at most.
-    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
-    if p.is_null() {
-        return index.to_string();
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    let found = std::fs::read_dir("/sys/class/net").ok().and_then(|d| {
+        d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| ifindex(n) == Some(index))
+    });
+    found.unwrap_or_else(|| index.to_string())
 }

@@ -54,6 +54,11 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
             req("set-port", &["vm7", "mac_limit="]),
             Request::SetPort { name: "vm7".into(), settings: vec![("mac_limit".into(), "".into())] },
         ),
+        (req("vteps", &[]), Request::Vteps),
+        (
+            req("vtep-sync", &["vt", r#"{"remotes": []}"#]),
+            Request::VtepSync { vtep: "vt".into(), state: r#"{"remotes": []}"#.into() },
+        ),
     ];
     let line = Request::Move { port: "vm1".into(), queue: 1, thread: 0 }.to_line();
     assert_eq!(line, r#"{"args":["vm1:1","0"],"command":"move"}"#);
@@ -101,6 +106,7 @@ fn bad_arguments_say_what_was_expected() {
     assert_eq!(req("del-port", &["a", "b"]), Err("del-port: expected [--if-exists] NAME".into()));
     assert_eq!(req("set-port", &["a"]), Err("set-port: expected NAME KEY=VALUE...".into()));
     assert_eq!(req("ports", &["a", "b"]), Err("ports: expected at most one port name".into()));
+    assert!(req("vtep-sync", &["vt"]).unwrap_err().starts_with("vtep-sync: expected VTEP STATE"));
 }
 
 #[test]
@@ -114,7 +120,7 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
         Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
-             add-port, del-port, set-port)"
+             add-port, del-port, set-port, vteps, vtep-sync)"
             .into())
     );
 }
@@ -391,6 +397,13 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
     check(r, "move", MoveReply::default(), &[]).unwrap();
     check(r, "reload", ReloadReply { summary: String::new() }, &[]).unwrap();
     check(r, "version", VersionReply::current(), &[]).unwrap();
+    let vtep = VtepInfo {
+        vnis: vec![VniInfo::default()],
+        local_macs: vec![LocalMac::default()],
+        learned: VtepState { remotes: vec![RemoteVnis::default()], macs: vec![RemoteMac::default()] },
+        ..VtepInfo::default()
+    };
+    check(r, "vteps", vec![vtep], &[]).unwrap();
     check(r, "drops", samples::drops(), &[]).unwrap();
     let reasons: BTreeSet<String> = DROP_REASONS.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(documented(r, "drops"), reasons);

@@ -30,6 +30,7 @@ pub(super) struct RawVtep {
     pub underlay: Spanned<String>,
     pub local_ip: Spanned<String>,
     pub gateway: Option<Spanned<String>>,
+    pub next_hop_mac: Option<Spanned<String>>,
     pub udp_port: Option<Spanned<u32>>,
     pub mtu: Option<Spanned<u32>>,
     #[serde(default)]

@@ -16,6 +16,7 @@ use super::raw::RawVtep;
 use super::switch::PortDefaults;
 use super::tenant::RateCaps;
 use crate::mem::MemLimits;
+use crate::wire::MacAddr;
 use crate::wire::vlan::{MAX_VID, PortVlan};
 use crate::wire::vxlan;
 
@@ -30,6 +31,8 @@ pub struct VxlanConfig {
     pub prefix_len: u8,
     /// The underlay router, for remotes outside the local subnet.
     pub gateway: Option<Ipv4Addr>,
+    /// The next hop's MAC when it is fixed (no ARP): a static underlay, or a benchmark.
+    pub next_hop_mac: Option<MacAddr>,
     pub udp_port: u16,
     pub remote: Ipv4Addr,
     /// Every (VNI, VLAN) of the VTEP.
@@ -62,6 +65,7 @@ pub struct VtepConfig {
     pub local: Ipv4Addr,
     pub prefix_len: u8,
     pub gateway: Option<Ipv4Addr>,
+    pub next_hop_mac: Option<MacAddr>,
     pub udp_port: u16,
     /// The overlay MTU (of its tunnel ports).
     pub mtu: u32,
@@ -124,6 +128,7 @@ impl VtepConfig {
                 local: self.local,
                 prefix_len: self.prefix_len,
                 gateway: self.gateway,
+                next_hop_mac: self.next_hop_mac,
                 udp_port: self.udp_port,
                 remote,
                 vnis: vnis.clone(),
@@ -158,6 +163,18 @@ pub(super) fn validate(raw: Vec<RawVtep>, ports: &[PortConfig], cx: &Ctx) -> Res
         }
         let (local, prefix_len) = local_ip(&v.local_ip, cx)?;
         let gateway = v.gateway.as_ref().map(|g| ip(g, "gateway", cx)).transpose()?;
+        let next_hop_mac = match &v.next_hop_mac {
+            None => None,
+            Some(m) => match m.get_ref().parse::<MacAddr>() {
+                Ok(mac) if mac.is_unicast() => Some(mac),
+                _ => {
+                    let found = m.get_ref();
+                    return Err(
+                        cx.err(Some(m.span()), format!("next_hop_mac: expected a unicast MAC, found \"{found}\""))
+                    );
+                }
+            },
+        };
         let udp_port = match &v.udp_port {
             None => vxlan::DEFAULT_PORT,
             Some(p) if (1..=65535).contains(p.get_ref()) => *p.get_ref() as u16,
@@ -190,8 +207,17 @@ pub(super) fn validate(raw: Vec<RawVtep>, ports: &[PortConfig], cx: &Ctx) -> Res
             }
             vnis.push(VniConfig { vni: vni as u32, vlan: vlan as u16, remotes });
         }
-        let vtep =
-            VtepConfig { name: name.clone(), underlay: under.clone(), local, prefix_len, gateway, udp_port, mtu, vnis };
+        let vtep = VtepConfig {
+            name: name.clone(),
+            underlay: under.clone(),
+            local,
+            prefix_len,
+            gateway,
+            next_hop_mac,
+            udp_port,
+            mtu,
+            vnis,
+        };
         for p in vtep.tunnel_ports(None, &PortDefaults::default(), &|_| false) {
             if ports.iter().any(|o| o.name == p.name) {
                 return Err(

@@ -122,6 +122,7 @@ fn vlan(v: &PortVlanInfo) -> Option<String> {
     match (v.mode.as_str(), v.tag) {
         ("trunk", _) if trunks == "0-4095" => None,
         ("trunk", _) => Some(format!("trunk {trunks}")),
+        ("tunnel", _) => Some(format!("tunnel {trunks}")),
         ("access", Some(t)) => Some(format!("access {t}")),
         (m, Some(t)) => Some(format!("{m} {t} trunks {trunks}")),
         (m, None) => Some(m.to_string()),

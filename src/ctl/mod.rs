@@ -163,7 +163,11 @@ fn vlan_info(v: &PortVlan) -> PortVlanInfo {
         VlanMode::Access => Vec::new(),
         _ => v.trunks.ranges().iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect(),
     };
-    PortVlanInfo { mode: v.mode.name().to_string(), tag: (v.mode != VlanMode::Trunk).then_some(v.tag), trunks }
+    PortVlanInfo {
+        mode: v.mode.name().to_string(),
+        tag: (!matches!(v.mode, VlanMode::Trunk | VlanMode::Tunnel)).then_some(v.tag),
+        trunks,
+    }
 }
 
 fn rate_caps(caps: &RateCaps, rates: &PortRates) -> RateCapsInfo {

@@ -123,30 +123,31 @@ mod imp {
         /// port `to`; a full batch is sent at once.
         #[inline]
         pub(in crate::datapath) fn write(&mut self, to: &NicDest, src: &Frame, e: Shape) -> Result<u32, DropReason> {
-            self.write_under(to, &[], src, e)
+            self.write_under(to, 0, |_| {}, src, e)
         }
 
-        /// `write` with `outer` in front of the frame (a tunnel's headers, `e.patch` at an
-        /// offset in the frame after them).
+        /// `write` with `outer` bytes in front of the frame, written by `fill` straight into
+        /// the mbuf (a tunnel's headers; `e.patch` is at an offset in the frame after them).
         #[inline(always)]
         pub(in crate::datapath) fn write_under(
             &mut self,
             to: &NicDest,
-            outer: &[u8],
+            outer: usize,
+            fill: impl FnOnce(&mut [u8]),
             src: &Frame,
             e: Shape,
         ) -> Result<u32, DropReason> {
             let NicDest { id, nic, thread, pc } = *to;
             let (prefix, off, patch) = (e.prefix, e.skip, e.patch);
-            let total = outer.len() + prefix.len() + e.body_len(src) as usize;
+            let total = outer + prefix.len() + e.body_len(src) as usize;
             let batch = self.batch(id);
             let Some(mut m) = batch.mbuf(nic.pool()) else { return Err(DropReason::NicTxFull) };
             let Some(room) = u16::try_from(total).ok().and_then(|t| m.append(t)) else {
                 let _ = batch.spare.push(m);
                 return Err(DropReason::Mtu);
             };
-            let (head, room) = room.split_at_mut(outer.len());
-            head.copy_from_slice(outer);
+            let (head, room) = room.split_at_mut(outer);
+            fill(head);
             room[..prefix.len()].copy_from_slice(prefix);
             src.read_at(off, &mut room[prefix.len()..]);
             if let Some((at, v)) = patch
@@ -352,7 +353,8 @@ mod stub {
         pub(in crate::datapath) fn write_under(
             &mut self,
             to: &NicDest,
-            _: &[u8],
+            _: usize,
+            _: impl FnOnce(&mut [u8]),
             _: &Frame,
             _: Shape,
         ) -> Result<u32, DropReason> {

@@ -122,9 +122,18 @@ impl PortTable {
                     next
                 })
             };
+            // A VTEP's underlay is no member of any VLAN: its frames are the VTEP's.
+            let underlays: std::collections::HashSet<&str> =
+                ports.iter().filter_map(|(t, _)| t.tunnel().map(|t| t.cfg.underlay.as_str())).collect();
+            let members_of = |vid: u16| -> Vec<u16> {
+                ports
+                    .iter()
+                    .filter(|(p, pol)| pol.vlan.carries(vid) && !underlays.contains(p.name()))
+                    .map(|(p, _)| p.id)
+                    .collect()
+            };
             for vid in 0..4096u16 {
-                let members: Vec<u16> =
-                    ports.iter().filter(|(_, pol)| pol.vlan.carries(vid)).map(|(p, _)| p.id).collect();
+                let members = members_of(vid);
                 if tunnels {
                     let local = members.iter().copied().filter(|&id| !t.tunnel[id as usize]).collect();
                     let i = list(local, &mut t.floods);
@@ -376,6 +385,38 @@ mod tests {
 
     /// A VLAN's flood list is the ports that carry it: a flood's cost grows with its VLAN's
     /// ports, not with the switch's. Without VLAN config, every port.
+    #[test]
+    fn tunnels_flood_to_local_ports_only_and_underlays_to_none() {
+        use crate::config::VxlanConfig;
+        use crate::port::tunnel::Tunnel;
+        let tunnel = |id: u16, remote: [u8; 4]| {
+            let cfg = VxlanConfig {
+                vtep: "vt".into(),
+                underlay: "up".into(),
+                local: [10, 0, 0, 1].into(),
+                prefix_len: 24,
+                gateway: None,
+                next_hop_mac: None,
+                udp_port: 4789,
+                remote: remote.into(),
+                vnis: vec![(100, 10)],
+            };
+            Arc::new(Port::vxlan(id, "t", 1450, Tunnel::new(cfg)))
+        };
+        let pol = |v: PortVlan| PortPolicy { vlan: v, ..Default::default() };
+        let ports = vec![
+            (Arc::new(Port::vhost_user(0, "vm", 1500, 1)), pol(PortVlan::access(10))),
+            (Arc::new(Port::dpdk(1, "up", 1500, None)), pol(PortVlan::default())),
+            (tunnel(2, [10, 0, 0, 2]), pol(PortVlan::tunnel(&[10]))),
+            (tunnel(3, [10, 0, 0, 3]), pol(PortVlan::tunnel(&[10]))),
+        ];
+        let t = PortTable::new(&ports);
+        assert_eq!(t.flood_list_from(10, 0), [0, 2, 3], "a VM floods to both remotes, never the underlay");
+        assert_eq!(t.flood_list_from(10, 2), [0], "split horizon: a remote's flood stays local");
+        assert_eq!(t.flood_list_from(20, 0), [] as [u16; 0], "the underlay carries no VLAN");
+        assert_eq!((t.underlay_of(2), t.underlay_of(0)), (None, None), "a failed underlay is none");
+    }
+
     #[test]
     fn flood_lists_hold_the_ports_of_their_vlan() {
         let vlans = [PortVlan::access(10), PortVlan::access(20), PortVlan::trunk(&[10, 30]), PortVlan::default()];

@@ -263,24 +263,28 @@ pub(super) fn encap(
     if inner_len > max_frame {
         return Err(DropReason::Mtu);
     }
-    let hz = crate::counter::cycles_per_sec();
-    let ask = t.should_ask(env_now, hz);
-    if ask {
+    if t.should_ask(env_now, crate::counter::cycles_per_sec()) {
         let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
         if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
             to.pc.drop(why, 1);
         }
     }
     let mac = t.neighbour().ok_or(DropReason::NoNeighbour)?;
-    let mut addrs = [0u8; 12];
-    if e.prefix.len() >= 12 {
-        addrs.copy_from_slice(&e.prefix[..12]);
-    } else {
-        f.read_at(e.skip, &mut addrs);
-    }
-    let mut hdr = [0u8; OUTER_LEN];
-    outer.fill(&mut hdr, inner_len as usize, 0, vxlan::source_port(&addrs));
-    hdr[0..6].copy_from_slice(&mac.0);
-    hdr[6..12].copy_from_slice(&to.nic.mac().0);
-    dv.nic_tx.write_under(to, &hdr, f, e)
+    // The inner addresses (what the UDP source port hashes): the rewritten header's, else
+    // the front's (a frame without one is read from the sender).
+    let addrs = match e.prefix.get(..12) {
+        Some(p) => p.try_into().unwrap_or([0; 12]),
+        None => f.front_at::<12>(0).unwrap_or_else(|| {
+            let mut a = [0u8; 12];
+            f.read_at(0, &mut a);
+            a
+        }),
+    };
+    let src_mac = to.nic.mac();
+    let fill = |hdr: &mut [u8]| {
+        outer.fill(hdr, inner_len as usize, 0, vxlan::source_port(&addrs));
+        hdr[0..6].copy_from_slice(&mac.0);
+        hdr[6..12].copy_from_slice(&src_mac.0);
+    };
+    dv.nic_tx.write_under(to, OUTER_LEN, fill, f, e)
 }

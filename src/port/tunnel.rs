@@ -46,11 +46,12 @@ impl Tunnel {
             })
             .collect();
         outers.sort_by_key(|o| o.0);
+        let fixed = cfg.next_hop_mac.map_or(0, |m| m.to_u64() | KNOWN);
         Tunnel {
             next_hop: cfg.next_hop(),
             cfg,
             outers,
-            neighbour: AtomicU64::new(0),
+            neighbour: AtomicU64::new(fixed),
             confirmed: AtomicU64::new(0),
             asked: AtomicU64::new(0),
         }
@@ -71,6 +72,9 @@ impl Tunnel {
 
     /// The next hop said it is at `mac` (at TSC `now`).
     pub fn learned(&self, mac: MacAddr, now: u64) {
+        if self.cfg.next_hop_mac.is_some() {
+            return;
+        }
         if self.neighbour.load(Relaxed) != mac.to_u64() | KNOWN {
             self.neighbour.store(mac.to_u64() | KNOWN, Relaxed);
         }
@@ -83,6 +87,9 @@ impl Tunnel {
     /// wins each interval.
     #[inline]
     pub fn should_ask(&self, now: u64, hz: u64) -> bool {
+        if self.cfg.next_hop_mac.is_some() {
+            return false;
+        }
         let known = self.neighbour.load(Relaxed) & KNOWN != 0;
         if known && now.wrapping_sub(self.confirmed.load(Relaxed)) < REFRESH_S * hz {
             return false;
@@ -104,6 +111,7 @@ mod tests {
             local: Ipv4Addr::new(10, 0, 0, 1),
             prefix_len: 24,
             gateway: Some(Ipv4Addr::new(10, 0, 0, 254)),
+            next_hop_mac: None,
             udp_port: 4789,
             remote: Ipv4Addr::new(10, 0, 0, 2),
             vnis: vec![(200, 20), (100, 10)],

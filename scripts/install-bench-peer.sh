@@ -12,10 +12,15 @@ if [ "$(id -u)" != 0 ]; then echo "install-bench-peer.sh: run as root" >&2; exit
 export DEBIAN_FRONTEND=noninteractive
 if ! dpkg -s openvswitch-switch-dpdk >/dev/null 2>&1; then
   policy=/usr/sbin/policy-rc.d
-  if [ -e "$policy" ]; then echo "install-bench-peer.sh: $policy exists; not replacing it" >&2; exit 1; fi
-  printf '#!/bin/sh\nexit 101\n' > "$policy"
-  chmod +x "$policy"
-  trap 'rm -f "$policy"' EXIT
+  if [ -e "$policy" ] && ! grep -qx 'exit 101' "$policy"; then
+    echo "install-bench-peer.sh: $policy exists and may start services; not replacing it" >&2; exit 1
+  fi
+  if [ ! -e "$policy" ]; then
+    # (A policy that already refuses every start, as container images ship, is kept.)
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod +x "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends openvswitch-switch-dpdk
   # Nor at the next boot, on a host where systemd runs (the units were enabled by the install).

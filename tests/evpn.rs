@@ -183,6 +183,23 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
         db.clone(),
         &config(&db, "192.168.100.2", &ub, &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20)]),
     );
+    // The VMs: a configured MAC is exported while its VM is connected.
+    let mut vm_a = Testpmd::spawn(
+        &format!("pvsea{pid}"),
+        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", a.sock("vm10"))],
+        &["--forward-mode=macswap"],
+    );
+    let mut vm_b = Testpmd::spawn(
+        &format!("pvseb{pid}"),
+        &[
+            format!("net_virtio_user0,path={},queues=1,mac={MAC_B}", b.sock("vm10")),
+            format!("net_virtio_user1,path={},queues=1,mac={MAC_B20}", b.sock("vm20")),
+        ],
+        &["--forward-mode=rxonly", &format!("--eth-peer=0,{MAC_A}"), &format!("--eth-peer=1,{MAC_A}")],
+    );
+    a.wait_running("vm10", 1);
+    b.wait_running("vm10", 1);
+    b.wait_running("vm20", 1);
     // pvs-evpn first (the shadow objects, the local MACs), then FRR, which reads them at start.
     h1.companion(&a, &logs.join("pvs-evpn-1.log"));
     h2.companion(&b, &logs.join("pvs-evpn-2.log"));
@@ -214,22 +231,6 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     // Traffic: B's VM sends 4 bursts to A's VM, which sends each frame back (macswap). The
     // first crossing resolves each tunnel's next hop (ARP on the underlay); then every frame
     // of a second round makes the trip.
-    let mut vm_a = Testpmd::spawn(
-        &format!("pvsea{pid}"),
-        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", a.sock("vm10"))],
-        &["--forward-mode=macswap"],
-    );
-    let mut vm_b = Testpmd::spawn(
-        &format!("pvseb{pid}"),
-        &[
-            format!("net_virtio_user0,path={},queues=1,mac={MAC_B}", b.sock("vm10")),
-            format!("net_virtio_user1,path={},queues=1,mac={MAC_B20}", b.sock("vm20")),
-        ],
-        &["--forward-mode=rxonly", &format!("--eth-peer=0,{MAC_A}"), &format!("--eth-peer=1,{MAC_A}")],
-    );
-    a.wait_running("vm10", 1);
-    b.wait_running("vm10", 1);
-    b.wait_running("vm20", 1);
     vm_a.cmd("start");
     vm_b.cmd("set fwd rxonly");
     vm_b.cmd("set portlist 0");
@@ -254,20 +255,37 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     assert!(up["drops"].as_object().unwrap().values().all(|v| v.as_u64() == Some(0)), "underlay drops: {up}");
 
     // pvswitchd restarts: the companion gives it everything again within a tick or so.
-    b.restart(false);
     let t1 = Instant::now();
+    b.restart(false);
     wait_for("host 2 to have host 1's MAC back after its restart", || {
         (fdb_port(&b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
     });
-    eprintln!("host 2 back in step {:?} after its restart", t1.elapsed());
+    eprintln!("host 2 back in step {:?} after its restart began", t1.elapsed());
 
-    // A VM leaves host 1 (its port is removed): EVPN withdraws its MAC from host 2.
-    std::fs::write(da.join("pvswitch.toml"), config(&da, "192.168.100.1", &ua, &[])).unwrap();
-    a.ctl("reload");
+    // The VM stops on host 1: its MAC is no longer local there, and EVPN withdraws it.
     let t2 = Instant::now();
-    wait_for("host 2 to forget host 1's VM", || fdb_port(&b, MAC_A, 10).is_none().then_some(()));
-    eprintln!("withdrawn on host 2 {:?} after host 1 removed the VM", t2.elapsed());
     vm_a.quit();
+    wait_for("host 2 to forget host 1's VM", || fdb_port(&b, MAC_A, 10).is_none().then_some(()));
+    eprintln!("withdrawn on host 2 {:?} after host 1's VM was told to quit", t2.elapsed());
+
+    // ... and starts again on host 2 with the same MAC: host 1 follows it there.
+    b.write_config(&config(
+        &db,
+        "192.168.100.2",
+        &ub,
+        &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20), ("vmmoved", 10, MAC_A)],
+    ));
+    let t3 = Instant::now();
+    b.ctl("reload");
+    let moved = Testpmd::spawn(
+        &format!("pvsem{pid}"),
+        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", b.sock("vmmoved"))],
+        &["--forward-mode=rxonly"],
+    );
+    b.wait_running("vmmoved", 1);
+    wait_for("host 1 to find the VM behind host 2", || (fdb_port(&a, MAC_A, 10).as_deref() == Some(ta)).then_some(()));
+    eprintln!("host 1 follows the VM to host 2 {:?} after it started there", t3.elapsed());
+    moved.quit();
     vm_b.quit();
     drop((h1, h2));
     drop(links);

@@ -3,18 +3,22 @@
 
 One testpmd VM (txonly on CPU 0, frames of one size to a MAC nobody has, so NORMAL floods them
 in the VM's VLAN 10) sends through pvswitchd (one busy poll thread on CPU 1) to a net_null0 DPDK
-port (no-rx=1: it receives nothing), which frees what it is given. Two configurations, alternated within each rep:
+port (no-rx=1: it receives nothing), which frees what it is given. Four configurations, rotated within each rep (OVS-DPDK's only with --kinds including them):
   - plain:  the NIC is an access port of VLAN 10: each frame is copied into an mbuf, untagged;
   - vxlan:  the NIC is the underlay of a [[vtep]] whose VNI 100 is VLAN 10, with one remote (a
             static next-hop MAC: net_null answers no ARP): each frame is copied into an mbuf
             behind 50 bytes of outer headers filled for it (overlay MTU 1500: the underlay's
             frames are up to 1568 bytes, which net_null and the mbufs take).
-The rate is what the NIC port sent (pvswitchd's tx_packets on it) per second over a window.
+  - ovs-plain, ovs-vxlan: OVS-DPDK the same two ways (its userspace VXLAN: a vxlan port on
+            br-int, br-phy with the NIC as its underlay bridge, the next hop set by tnl/arp/set).
+The rate is what the NIC port sent (its tx_packets) per second over a window.
 The decapsulating direction is measured by tests/evpn.rs's traffic only (correctness); see
 BENCHMARKS.md for why it has no rate here yet.
 
-Usage: tools/bench_vxlan.py [--reps 5] [--seconds 3] [--sizes 64,1518] [--out FILE]
-Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of pvswitchd.
+Usage: tools/bench_vxlan.py [--reps 5] [--seconds 3] [--sizes 64,1518] [--kinds plain,vxlan,ovs-plain,ovs-vxlan]
+                            [--out FILE]
+Needs root, hugepages and DPDK (scripts/install-deps.sh), a release build of pvswitchd, and for
+the OVS kinds OVS-DPDK (scripts/install-bench-peer.sh).
 """
 
 import argparse
@@ -27,7 +31,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSWITCHCTL, Testpmd, emit, start_pvswitchd, wait_socket, write_config  # noqa: E402
+from pvsbench import (  # noqa: E402
+    OVS_SCHEMA, OVS_VSWITCHD, PVSWITCHCTL, Testpmd, _ensure_hugepages, emit, start_pvswitchd, wait_socket,
+    write_config,
+)
+
+KINDS = ["plain", "vxlan", "ovs-plain", "ovs-vxlan"]
 
 VTEP = """[[vtep]]
 name = "vt"
@@ -48,13 +57,89 @@ def tx_of(d, port):
     return json.loads(out)["tx_packets"]
 
 
+def start_ovs_vx(d, tunnel):
+    """OVS-DPDK (one PMD on CPU 1, as tools/bench_peer.py runs it) with the VM on br-int and the
+    net_null NIC: on br-int itself (`tunnel` false), or on br-phy, the underlay bridge of a
+    userspace VXLAN port on br-int (VNI 100 to 10.99.0.2, the next hop's MAC set with
+    tnl/arp/set, br-phy's own flow sending everything to the NIC). Returns (stop, tx count of the
+    NIC)."""
+    env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
+    _ensure_hugepages()
+
+    def run(*cmd):
+        r = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
+        return r.stdout
+
+    db = f"unix:{d}/db.sock"
+    run("ovsdb-tool", "create", f"{d}/conf.db", OVS_SCHEMA)
+    run("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
+        f"--unixctl={d}/ovsdb-server.ctl", f"--log-file={d}/ovsdb-server.log", "--detach")
+    vsctl = ["ovs-vsctl", f"--db={db}"]
+    appctl = ["ovs-appctl", "-t", f"{d}/ovs-vswitchd.ctl"]
+    run(*vsctl, "--no-wait", "init")
+    run(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
+        "other_config:pmd-cpu-mask=0x2", "other_config:dpdk-socket-mem=512", "other_config:dpdk-extra=--no-pci")
+
+    def stop():
+        for ctl in ("ovs-vswitchd", "ovsdb-server"):
+            subprocess.run(["ovs-appctl", "-t", f"{d}/{ctl}.ctl", "exit"], env=env, capture_output=True, timeout=60)
+        subprocess.run(["ip", "link", "del", "br-phy"], capture_output=True)
+    try:
+        run("taskset", "-c", "1", OVS_VSWITCHD, db, f"--pidfile={d}/ovs-vswitchd.pid",
+            f"--unixctl={d}/ovs-vswitchd.ctl", f"--log-file={d}/ovs-vswitchd.log", "--detach")
+        run(*vsctl, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+        run(*vsctl, "add-port", "br-int", "vm", "--", "set", "Interface", "vm", "type=dpdkvhostuser")
+        os.symlink(f"{d}/vm", f"{d}/vm.sock")
+        nic_br = "br-int"
+        if tunnel:
+            run(*vsctl, "add-port", "br-int", "vx", "--", "set", "Interface", "vx", "type=vxlan",
+                "options:remote_ip=10.99.0.2", "options:key=100")
+            run(*vsctl, "add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+                "other_config:hwaddr=02:00:00:00:00:01")
+            nic_br = "br-phy"
+        # Room for a 1518-byte frame behind 50 bytes of headers, as pvswitchd's vtep has (mtu).
+        run(*vsctl, "add-port", nic_br, "nic", "--", "set", "Interface", "nic", "type=dpdk",
+            "options:dpdk-devargs=net_null0,no-rx=1", "mtu_request=9000")
+        if tunnel:
+            run(*vsctl, "set", "Interface", "br-phy", "mtu_request=9000")
+        # An explicit output, not NORMAL: a flood would also reach the bridge's own port, a
+        # kernel tap, which pvswitchd does not have.
+        run("ovs-ofctl", "del-flows", "br-int")
+        run("ovs-ofctl", "add-flow", "br-int", f"in_port=vm,actions=output:{'vx' if tunnel else 'nic'}")
+        if tunnel:
+            run("ip", "addr", "replace", "10.99.0.1/24", "dev", "br-phy")
+            run("ip", "link", "set", "br-phy", "up")
+            # The route comes from the kernel's (br-phy's address); added here in case it did not yet.
+            subprocess.run([*appctl, "ovs/route/add", "10.99.0.0/24", "br-phy"], env=env, capture_output=True)
+            run(*appctl, "tnl/arp/set", "br-phy", "10.99.0.2", "02:00:00:00:00:fe")
+            run("ovs-ofctl", "del-flows", "br-phy")
+            run("ovs-ofctl", "add-flow", "br-phy", "actions=output:nic")
+    except Exception:
+        stop()
+        raise
+
+    def tx():
+        # Live counters (the database's are refreshed only every few seconds).
+        out = run("ovs-ofctl", "dump-ports", nic_br, "nic")
+        return int(out.split("tx pkts=")[1].split(",")[0])
+    return stop, tx
+
+
 def measure(kind, size, seconds, warmup=1.5):
     d = tempfile.mkdtemp(prefix=f"pvs-bench-vx-{kind}-")
-    conf = write_config(d, [("vm", "tag = 10")], (1,))
-    with open(conf, "a") as f:
-        f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0,no-rx=1"\n')
-        f.write("tag = 10\n" if kind == "plain" else VTEP)
-    stop = start_pvswitchd(d, conf)
+    if kind.startswith("ovs"):
+        stop, tx = start_ovs_vx(d, kind == "ovs-vxlan")
+    else:
+        conf = write_config(d, [("vm", "tag = 10")], (1,))
+        with open(conf, "a") as f:
+            f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0,no-rx=1"\n')
+            f.write("tag = 10\n" if kind == "plain" else VTEP)
+        stop = start_pvswitchd(d, conf)
+
+        def tx():
+            return tx_of(d, "nic")
     try:
         wait_socket(f"{d}/vm.sock")
         vm = Testpmd(
@@ -67,9 +152,9 @@ def measure(kind, size, seconds, warmup=1.5):
         try:
             vm.cmd("start")
             time.sleep(warmup)
-            t0, n0 = time.time(), tx_of(d, "nic")
+            t0, n0 = time.time(), tx()
             time.sleep(seconds)
-            t1, n1 = time.time(), tx_of(d, "nic")
+            t1, n1 = time.time(), tx()
             return (n1 - n0) / (t1 - t0)
         finally:
             vm.close()
@@ -82,30 +167,39 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--sizes", default="64,1518")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="plain,vxlan (pvswitchd), ovs-plain,ovs-vxlan (OVS-DPDK)")
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    kinds = a.kinds.split(",")
+    if any(k.startswith("ovs") for k in kinds) and not os.path.exists(OVS_VSWITCHD):
+        sys.exit(f"no {OVS_VSWITCHD}: run scripts/install-bench-peer.sh (or --kinds plain,vxlan)")
     rows = {s: [] for s in sizes}
     for rep in range(a.reps):
         for s in sizes:
-            order = ["plain", "vxlan"] if rep % 2 == 0 else ["vxlan", "plain"]
+            # Each kind goes first in turn.
+            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
             r = {k: measure(k, s, a.seconds) for k in order}
             rows[s].append(r)
-            print(f"rep {rep + 1} {s:>4} B: plain {r['plain'] / 1e6:6.3f} Mpps  vxlan {r['vxlan'] / 1e6:6.3f} Mpps  "
-                  f"ratio {r['vxlan'] / r['plain']:.3f}", flush=True)
+            print(f"rep {rep + 1} {s:>4} B: " + "  ".join(f"{k} {r[k] / 1e6:6.3f}" for k in kinds) + " Mpps", flush=True)
+    pairs = [("vxlan", "plain", "pvswitchd vxlan/plain"), ("ovs-vxlan", "ovs-plain", "OVS vxlan/plain"),
+             ("vxlan", "ovs-vxlan", "pvswitchd/OVS, vxlan"), ("plain", "ovs-plain", "pvswitchd/OVS, plain")]
+    pairs = [p for p in pairs if p[0] in kinds and p[1] in kinds]
     lines = [
-        f"VM -> VXLAN -> NIC (net_null) against VM -> NIC, {a.reps} alternating pairs of {a.seconds:g} s, "
-        "testpmd txonly VM on CPU 0, pvswitchd on CPU 1",
+        f"VM -> VXLAN -> NIC (net_null, no rx) against VM -> NIC, {a.reps} reps of {a.seconds:g} s, kinds rotated, "
+        "testpmd txonly VM on CPU 0, the switch on CPU 1",
         "",
-        "| frame | plain (median) | vxlan (median) | median ratio | ratio min..max |",
-        "|---|---|---|---|---|",
+        "| frame | " + " | ".join(f"{k} (median)" for k in kinds) + " | "
+        + " | ".join(f"{name} median (min..max)" for _, _, name in pairs) + " |",
+        "|---|" + "---|" * (len(kinds) + len(pairs)),
     ]
     for s in sizes:
         rs = rows[s]
-        ratios = [r["vxlan"] / r["plain"] for r in rs]
-        lines.append(f"| {s} B | {statistics.median(r['plain'] for r in rs) / 1e6:.3f} Mpps | "
-                     f"{statistics.median(r['vxlan'] for r in rs) / 1e6:.3f} Mpps | {statistics.median(ratios):.3f} | "
-                     f"{min(ratios):.3f}..{max(ratios):.3f} |")
+        cells = [f"{statistics.median(r[k] for r in rs) / 1e6:.3f} Mpps" for k in kinds]
+        for x, y, _ in pairs:
+            v = [r[x] / r[y] for r in rs]
+            cells.append(f"{statistics.median(v):.3f} ({min(v):.3f}..{max(v):.3f})")
+        lines.append(f"| {s} B | " + " | ".join(cells) + " |")
     emit("\n".join(lines), a.out)
 
 

@@ -63,7 +63,7 @@ pub struct VtepInfo {
     /// (VNI, VLAN) pairs.
     pub vnis: Vec<VniInfo>,
     /// MACs on this host, per VNI: learned on its ports (not on tunnels) and the configured
-    /// `allowed_macs` of access ports in the VNI's VLAN.
+    /// `allowed_macs` of connected access ports in the VNI's VLAN.
     pub local_macs: Vec<LocalMac>,
     /// What the last `vtep-sync` said (sorted).
     pub learned: VtepState,
@@ -100,8 +100,12 @@ impl Switch {
                         local.insert(LocalMac { vni, mac: mac.to_string() });
                     }
                 }
+                // A configured MAC is here while its VM is: a port whose frontend left (a VM
+                // stopped, or migrated away) no longer claims it.
                 for ps in self.ports.iter().flatten() {
+                    let here = ps.link.is_some() || ps.port.nic().is_some();
                     if ps.cfg.vlan.mode == VlanMode::Access
+                        && here
                         && let Some(vni) = vni_of(ps.cfg.vlan.tag)
                     {
                         local.extend(ps.cfg.allowed_macs.iter().map(|m| LocalMac { vni, mac: m.to_string() }));

@@ -15,6 +15,8 @@ use common::*;
 use serde_json::Value;
 
 const NEEDS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping"), Need::Cmd("python3")];
+/// A QEMU guest through the tunnel: QEMU, the guest image and the namespace's iperf3 server.
+const GUEST: &[Need] = &[Need::Qemu, Need::GuestImage, Need::Cmd("ethtool"), Need::Cmd("iperf3")];
 
 fn sh(args: &[&str]) -> String {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
@@ -51,6 +53,12 @@ impl Peer {
 
     fn ex(&self, args: &[&str]) -> String {
         sh(&[&["ip", "netns", "exec", &self.ns], args].concat())
+    }
+
+    /// Room on the underlay for 1500-byte inner frames behind 50 bytes of headers.
+    fn jumbo_underlay(&self) {
+        sh(&["ip", "link", "set", &self.host_if, "mtu", "1600"]);
+        self.ex(&["ip", "link", "set", "pvsns0", "mtu", "1600"]);
     }
 
     /// Kernel VXLAN device `vxN` for VNI `vni`, address `addr` on it.
@@ -274,4 +282,98 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
     sw.try_ctl_args("vtep-sync", &["vt", "{}"]).unwrap();
     assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), serde_json::json!(["100:10"]))]);
     assert_eq!(behind(&sw, "02:00:00:00:00:07"), None, "a withdrawn MAC leaves the table");
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A QEMU guest (Linux, TCG) on VLAN 10 reaches Linux's VXLAN in the namespace through the
+/// tunnel: ping both ways and iperf3 both ways. The guest sends TSO frames and partial
+/// checksums, which the tunnel port takes none of: segmented and completed in software, then
+/// encapsulated; the namespace's kernel sees no bad checksum. Overlay MTU 1500 on an underlay
+/// of 1600.
+#[test]
+fn qemu_guest_tcp_through_the_tunnel() {
+    if !require(&[TESTPMD, NEEDS, GUEST].concat()) {
+        return;
+    }
+    let _g = serial();
+    let peer = Peer::new("q");
+    peer.jumbo_underlay();
+    peer.vni(100, "192.168.100.1/24");
+    peer.ex(&["ip", "link", "set", "vx100", "mtu", "1500"]);
+    let dir = test_dir("vxlanguest");
+    let text = config(&dir, &peer.host_if)
+        .replace("local_ip = \"10.77.0.2/24\"\n", "local_ip = \"10.77.0.2/24\"\nmtu = 1500\n");
+    let sw = Switch::start_config(dir.clone(), &text);
+    let _iperf = KillOnDrop(
+        Command::new("ip")
+            .args(["netns", "exec", &peer.ns, "iperf3", "-s", "-B", "192.168.100.1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("iperf3 server"),
+    );
+    let job = dir.join("job.sh");
+    std::fs::write(
+        &job,
+        r#"P=192.168.100.1
+i=0
+until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
+ping -c 5 -i 0.2 -W 2 $P | tail -n 2
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c $P -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+echo PVS-READY
+sleep 60
+"#,
+    )
+    .unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let log = dir.join("guest.log");
+    let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+    cmd.args(["--socket", &sw.sock("vm10"), "--ip", "192.168.100.2/24", "--name", "pvsvx"])
+        .arg("--job")
+        .arg(&job)
+        .arg("--log")
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Ok(g) = std::env::var("PVS_GUEST_DIR") {
+        cmd.args(["--guest-dir", &g]);
+    }
+    let mut vm = KillOnDrop(cmd.spawn().expect("scripts/run-vm.sh"));
+    let start = std::time::Instant::now();
+    let guest = || std::fs::read_to_string(&log).unwrap_or_default();
+    while !guest().contains("PVS-READY") {
+        assert!(start.elapsed().as_secs() < 240, "guest did not finish its job:\n{}\n{:#}", guest(), sw.ctl("ports"));
+        assert!(vm.0.try_wait().unwrap().is_none(), "QEMU exited:\n{}", guest());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = guest();
+    eprintln!(
+        "{}",
+        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
+    assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
+    assert_eq!(peer.ping("192.168.100.2", 5), 5, "namespace -> guest ping");
+    let snmp = peer.ex(&["cat", "/proc/net/snmp"]);
+    let tcp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Tcp:")).collect();
+    let (names, vals): (Vec<&str>, Vec<&str>) = (tcp[0].split(' ').collect(), tcp[1].split(' ').collect());
+    let csum_errors = names.iter().position(|n| *n == "InCsumErrors").map(|i| vals[i]).unwrap();
+    assert_eq!(csum_errors, "0", "the namespace's kernel saw bad TCP checksums:\n{snmp}");
+    let vmp = sw.port("vm10");
+    assert!(vmp["rx_gso"].as_u64() > Some(0), "the guest sent TSO frames: {vmp}");
+    let t = sw.port("vt-10.77.0.1");
+    assert!(t["sw_segmented"].as_u64() > Some(0), "segmented in software for the tunnel: {t}");
+    assert_eq!(t["drops"]["mtu_exceeded"].as_u64(), Some(0), "{t}");
+    drop(vm);
 }

@@ -284,15 +284,6 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
     assert_eq!(behind(&sw, "02:00:00:00:00:07"), None, "a withdrawn MAC leaves the table");
 }
 
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A QEMU guest (Linux, TCG) on VLAN 10 reaches Linux's VXLAN in the namespace through the
 /// tunnel: ping both ways and iperf3 both ways. The guest sends TSO frames and partial
 /// checksums, which the tunnel port takes none of: segmented and completed in software, then
@@ -319,49 +310,7 @@ fn qemu_guest_tcp_through_the_tunnel() {
             .spawn()
             .expect("iperf3 server"),
     );
-    let job = dir.join("job.sh");
-    std::fs::write(
-        &job,
-        r#"P=192.168.100.1
-i=0
-until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
-ping -c 5 -i 0.2 -W 2 $P | tail -n 2
-for args in "" "-R"; do
-  n=0
-  until out=$(timeout 30 iperf3 -c $P -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
-  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
-done
-echo PVS-READY
-sleep 60
-"#,
-    )
-    .unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let log = dir.join("guest.log");
-    let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
-    cmd.args(["--socket", &sw.sock("vm10"), "--ip", "192.168.100.2/24", "--name", "pvsvx"])
-        .arg("--job")
-        .arg(&job)
-        .arg("--log")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Ok(g) = std::env::var("PVS_GUEST_DIR") {
-        cmd.args(["--guest-dir", &g]);
-    }
-    let mut vm = KillOnDrop(cmd.spawn().expect("scripts/run-vm.sh"));
-    let start = std::time::Instant::now();
-    let guest = || std::fs::read_to_string(&log).unwrap_or_default();
-    while !guest().contains("PVS-READY") {
-        assert!(start.elapsed().as_secs() < 240, "guest did not finish its job:\n{}\n{:#}", guest(), sw.ctl("ports"));
-        assert!(vm.0.try_wait().unwrap().is_none(), "QEMU exited:\n{}", guest());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    let out = guest();
-    eprintln!(
-        "{}",
-        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
-    );
+    let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm10"), "192.168.100.2/24", "192.168.100.1", "pvsvx", 240);
     assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     assert_eq!(peer.ping("192.168.100.2", 5), 5, "namespace -> guest ping");

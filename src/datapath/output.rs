@@ -48,60 +48,35 @@ struct Open<'a> {
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
-        let vlan = &env.ports.policy[p as usize].vlan;
-        let queues = match &port.kind {
-            PortKind::VhostUser(q) => q,
-            PortKind::Nic(_) => {
-                let capped = port.rates.egress_capped();
-                let (tunnel, now) = (None, env.now);
-                return Some(Open {
-                    cx: env.cx,
-                    port,
-                    vq_index: 0,
-                    guard: None,
-                    packets: 0,
-                    bytes: 0,
-                    capped,
-                    vlan,
-                    tunnel,
-                    now,
-                });
-            }
-            PortKind::Tunnel(t) => {
-                let u = env.ports.underlay_of(p)?;
-                let nic = env.ports.get(u)?.nic()?;
-                let to = NicDest { id: u, nic, thread: env.cx.index, pc: &env.cx.stats.ports[u as usize] };
-                let (tunnel, now) = (Some((t, to)), env.now);
-                return Some(Open {
-                    cx: env.cx,
-                    port,
-                    vq_index: 0,
-                    guard: None,
-                    packets: 0,
-                    bytes: 0,
-                    capped: false,
-                    vlan,
-                    tunnel,
-                    now,
-                });
-            }
-            PortKind::Failed => return None,
-        };
-        let (vq_index, vq) = queues.rx_queue_for(env.src_q.get())?;
-        let guard = vq.lock();
-        let capped = port.rates.egress_capped();
-        guard.is_ready().then_some(Open {
+        let open = |guard, vq_index, capped, tunnel| Open {
             cx: env.cx,
             port,
             vq_index,
-            guard: Some(guard),
+            guard,
             packets: 0,
             bytes: 0,
             capped,
-            vlan,
-            tunnel: None,
-            now: 0,
-        })
+            vlan: &env.ports.policy[p as usize].vlan,
+            tunnel,
+            now: env.now,
+        };
+        match &port.kind {
+            PortKind::VhostUser(queues) => {
+                let (vq_index, vq) = queues.rx_queue_for(env.src_q.get())?;
+                let guard = vq.lock();
+                let capped = port.rates.egress_capped();
+                guard.is_ready().then(|| open(Some(guard), vq_index, capped, None))
+            }
+            PortKind::Nic(_) => Some(open(None, 0, port.rates.egress_capped(), None)),
+            PortKind::Tunnel(t) => {
+                // A tunnel takes no caps; its frames go to its underlay's TX batch.
+                let u = env.ports.underlay_of(p)?;
+                let nic = env.ports.get(u)?.nic()?;
+                let to = NicDest { id: u, nic, thread: env.cx.index, pc: &env.cx.stats.ports[u as usize] };
+                Some(open(None, 0, false, Some((t, to))))
+            }
+            PortKind::Failed => None,
+        }
     }
 
     /// Whether the guest has `n` receive buffers free (all of them, for a ring smaller).

@@ -628,3 +628,73 @@ pub fn pcap_vms_opts(dir: &Path, sw: &Switch, queues: u16, jumbo: bool, learn: b
     sw.wait_running("a", q as usize);
     PcapVms { a, b }
 }
+
+/// A child process killed (and reaped) when this goes out of scope, a test failing included.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Boots a QEMU Linux guest (scripts/run-vm.sh) on vhost-user socket `sock` with address `ip`,
+/// which pings `peer` and runs iperf3 to it both ways (an `iperf3 -s` must listen there);
+/// returns the guest, still running, and its console log once the job is done. Panics if the
+/// guest exits or takes longer than `timeout_s`.
+pub fn guest_ping_iperf(
+    dir: &Path,
+    sock: &str,
+    ip: &str,
+    peer: &str,
+    name: &str,
+    timeout_s: u64,
+) -> (KillOnDrop, String) {
+    let job = dir.join("job.sh");
+    std::fs::write(
+        &job,
+        format!(
+            r#"P={peer}
+i=0
+until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
+ping -c 5 -i 0.2 -W 2 $P | tail -n 2
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c $P -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+echo PVS-READY
+sleep 60
+"#
+        ),
+    )
+    .unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let log = dir.join("guest.log");
+    let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+    cmd.args(["--socket", sock, "--ip", ip, "--name", name])
+        .arg("--job")
+        .arg(&job)
+        .arg("--log")
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Ok(g) = std::env::var("PVS_GUEST_DIR") {
+        cmd.args(["--guest-dir", &g]);
+    }
+    let mut vm = KillOnDrop(cmd.spawn().expect("scripts/run-vm.sh"));
+    let start = Instant::now();
+    let guest = || std::fs::read_to_string(&log).unwrap_or_default();
+    while !guest().contains("PVS-READY") {
+        assert!(start.elapsed().as_secs() < timeout_s, "guest did not finish its job:\n{}", guest());
+        assert!(vm.0.try_wait().unwrap().is_none(), "QEMU exited:\n{}", guest());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = guest();
+    eprintln!(
+        "{}",
+        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
+    );
+    (vm, out)
+}

@@ -228,19 +228,18 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     let remote_line = macs.lines().find(|l| l.contains(MAC_A)).unwrap_or_default();
     assert!(remote_line.contains("remote") && remote_line.contains("192.168.100.1"), "{remote_line}");
 
-    // Traffic: B's VM sends 4 bursts to A's VM, which sends each frame back (macswap). The
-    // first crossing resolves each tunnel's next hop (ARP on the underlay); then every frame
-    // of a second round makes the trip.
-    vm_a.cmd("start");
-    vm_b.cmd("set fwd rxonly");
-    vm_b.cmd("set portlist 0");
-    vm_b.cmd("start tx_first 4");
-    wait_for("both tunnels' next hops resolved", || {
+    // Each tunnel resolves its next hop (ARP on the underlay) as soon as it exists, before any
+    // frame needs it: the first frames to cross are not lost to it.
+    wait_for("both tunnels' next hops resolved, with no traffic", || {
         (a.port(ta)["vxlan"]["next_hop_mac"].is_string() && b.port(tb)["vxlan"]["next_hop_mac"].is_string())
             .then_some(())
     });
-    vm_b.cmd("stop");
-    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(tx_to(&b, "vm10"), 0);
+    // Traffic: B's VM sends 4 bursts to A's VM, which sends each frame back (macswap): every
+    // frame makes the trip.
+    vm_a.cmd("start");
+    vm_b.cmd("set fwd rxonly");
+    vm_b.cmd("set portlist 0");
     let before = tx_to(&b, "vm10");
     vm_b.cmd("start tx_first 4");
     let mut last = Value::Null;

@@ -77,6 +77,9 @@ drop_reasons! {
     VxlanBadInner = "vxlan_bad_inner",
     /// VXLAN: underlay traffic that is neither VXLAN to this VTEP nor ARP.
     UnderlayOther = "underlay_not_vxlan",
+    /// VXLAN: a frame from one remote VTEP to a MAC behind another (split horizon; counted on
+    /// the tunnel it came from).
+    SplitHorizon = "vxlan_split_horizon",
 }
 
 impl From<crate::wire::gso::OffloadError> for DropReason {

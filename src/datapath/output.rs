@@ -359,6 +359,8 @@ fn deliver_in_order(
     // A port found full by a source that cannot wait: its ring is not read again for the
     // rest of this burst (its avail index is a line its guest keeps writing).
     let mut full: Option<u16> = None;
+    // Split horizon: what came from one remote VTEP never goes to another.
+    let from_tunnel = env.ports.is_tunnel(in_port);
     let mut i = 0;
     while i < frames.len() {
         let f = &frames[i];
@@ -374,6 +376,9 @@ fn deliver_in_order(
         match f.out {
             Out::Nowhere | Out::Drop(_) => {}
             Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(DropReason::RxRingFull, 1),
+            Out::Port(p) if from_tunnel && env.ports.is_tunnel(p) => {
+                cx.stats.ports[in_port as usize].drop(DropReason::SplitHorizon, 1)
+            }
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
                     o_close(open.take(), env, dv);

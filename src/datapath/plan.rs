@@ -73,7 +73,7 @@ pub struct PortTable {
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
 /// each VNI is on this host, and which tunnel port each remote endpoint is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Underlay {
     pub port: u16,
     pub local: std::net::Ipv4Addr,
@@ -82,6 +82,8 @@ pub struct Underlay {
     pub vlan_of: Vec<(u32, u16)>,
     /// (remote address, its tunnel port), sorted by address.
     pub remotes: Vec<(u32, u16)>,
+    /// When a poll thread last looked for tunnels whose next hop is unresolved (TSC).
+    pub swept: std::sync::atomic::AtomicU64,
 }
 
 impl Underlay {
@@ -161,6 +163,7 @@ impl PortTable {
                         udp_port: tun.cfg.udp_port,
                         vlan_of,
                         remotes: Vec::new(),
+                        swept: Default::default(),
                     });
                     t.underlays.len() - 1
                 }
@@ -183,11 +186,17 @@ impl PortTable {
         self.underlay_of.get(id as usize).copied().filter(|&u| u != NO_UNDERLAY)
     }
 
+    /// Whether port `id` is a tunnel port.
+    #[inline]
+    pub fn is_tunnel(&self, id: u16) -> bool {
+        self.tunnel.get(id as usize) == Some(&true)
+    }
+
     /// The ports a frame of VLAN `vid` from port `from` floods to: every port that carries
     /// the VLAN but, for a frame from a tunnel, the other tunnels (split horizon).
     #[inline]
     pub fn flood_list_from(&self, vid: u16, from: u16) -> &[u16] {
-        if self.tunnel.get(from as usize) == Some(&true)
+        if self.is_tunnel(from)
             && let Some(&i) = self.local_flood_of.get(vid as usize)
         {
             return &self.floods[i as usize];

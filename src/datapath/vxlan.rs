@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::Env;
 use super::counters::{DropReason, PortCounters, bump};
@@ -83,13 +84,29 @@ impl<'a> VtepRx<'a> {
         }
     }
 
-    /// Ends the visit: the burst is freed, the ARP replies owed go out.
+    /// Ends the visit: the burst is freed, the ARP replies owed go out, and (at most once a
+    /// millisecond for the underlay) a tunnel whose next hop is unresolved asks for it now,
+    /// not when its first frame is dropped for want of it.
     pub fn finish(self, dv: &mut Delivery) {
         self.rx.clear();
         let to = NicDest { id: self.under.port, nic: self.nic, thread: self.env.cx.index, pc: self.pc };
         for r in &self.replies[..self.n_replies] {
             if let Err(why) = dv.nic_tx.write_bytes(&to, r) {
                 self.pc.drop(why, 1);
+            }
+        }
+        let (now, hz) = (self.env.now, crate::counter::cycles_per_sec());
+        let swept = &self.under.swept;
+        if now.wrapping_sub(swept.load(Relaxed)) < hz / 1000 {
+            return;
+        }
+        swept.store(now, Relaxed);
+        for &(_, id) in &self.under.remotes {
+            if let Some(t) = self.env.ports.get(id).and_then(|p| p.tunnel())
+                && t.neighbour().is_none()
+                && t.should_ask(now, hz)
+            {
+                ask(t, &to, dv);
             }
         }
     }
@@ -264,10 +281,7 @@ pub(super) fn encap(
         return Err(DropReason::Mtu);
     }
     if t.should_ask(env_now, crate::counter::cycles_per_sec()) {
-        let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
-        if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
-            to.pc.drop(why, 1);
-        }
+        ask(t, to, dv);
     }
     let mac = t.neighbour().ok_or(DropReason::NoNeighbour)?;
     // The inner addresses (what the UDP source port hashes): the rewritten header's, else
@@ -287,4 +301,13 @@ pub(super) fn encap(
         hdr[6..12].copy_from_slice(&src_mac.0);
     };
     dv.nic_tx.write_under(to, OUTER_LEN, fill, f, e)
+}
+
+/// Sends an ARP request for tunnel `t`'s next hop on its underlay `to`.
+#[cold]
+fn ask(t: &Tunnel, to: &NicDest, dv: &mut Delivery) {
+    let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
+    if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
+        to.pc.drop(why, 1);
+    }
 }

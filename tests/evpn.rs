@@ -77,6 +77,18 @@ impl Frr {
         sh(&["vtysh", "-N", &self.ns, "-b"]);
     }
 
+    /// Stops zebra and bgpd (each removes what it installed) and waits until they are gone.
+    fn stop_daemons(&self) {
+        for d in ["bgpd", "zebra"] {
+            let Ok(pid) = std::fs::read_to_string(format!("/var/run/frr/{}/{d}.pid", self.ns)) else { continue };
+            let pid = pid.trim().to_string();
+            let _ = Command::new("kill").arg(&pid).status();
+            wait_for(&format!("{d} to exit"), || {
+                (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+            });
+        }
+    }
+
     fn vtysh(&self, cmd: &str) -> String {
         sh(&["vtysh", "-N", &self.ns, "-c", cmd])
     }
@@ -260,6 +272,25 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
         (fdb_port(&b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
     });
     eprintln!("host 2 back in step {:?} after its restart began", t1.elapsed());
+
+    // FRR restarts on host 2 (zebra and bgpd): what it removed on the way down comes back.
+    let t4 = Instant::now();
+    h2.stop_daemons();
+    let mut withdrawn = false;
+    for _ in 0..20 {
+        withdrawn |= fdb_port(&b, MAC_A, 10).is_none();
+        if withdrawn {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("FRR down on host 2: host 1's MAC {} there", if withdrawn { "withdrawn" } else { "kept" });
+    h2.start("192.168.100.2", "192.168.100.1", &logs);
+    wait_for("host 2 to have host 1's MAC back after FRR's restart", || {
+        (fdb_port(&b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
+    });
+    assert!(h2.vtysh("show evpn mac vni 100").contains(MAC_A));
+    eprintln!("host 2 back in step {:?} after FRR's restart began", t4.elapsed());
 
     // The VM stops on host 1: its MAC is no longer local there, and EVPN withdraws it.
     let t2 = Instant::now();

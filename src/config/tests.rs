@@ -236,4 +236,6 @@ mod dropins;
 mod one_port;
 mod sections;
 mod tenant;
+// A vtep's underlay is a dpdk port, which a build without DPDK refuses.
+#[cfg(feature = "dpdk")]
 mod vtep;

@@ -32,8 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pvsbench import (  # noqa: E402
-    OVS_SCHEMA, OVS_VSWITCHD, PVSWITCHCTL, Testpmd, _ensure_hugepages, emit, start_pvswitchd, wait_socket,
-    write_config,
+    OVS_VSWITCHD, PVSWITCHCTL, Testpmd, emit, ovs_daemons, start_pvswitchd, wait_socket, write_config,
 )
 
 KINDS = ["plain", "vxlan", "ovs-plain", "ovs-vxlan"]
@@ -63,32 +62,13 @@ def start_ovs_vx(d, tunnel):
     userspace VXLAN port on br-int (VNI 100 to 10.99.0.2, the next hop's MAC set with
     tnl/arp/set, br-phy's own flow sending everything to the NIC). Returns (stop, tx count of the
     NIC)."""
-    env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
-    _ensure_hugepages()
-
-    def run(*cmd):
-        r = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=60)
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
-        return r.stdout
-
-    db = f"unix:{d}/db.sock"
-    run("ovsdb-tool", "create", f"{d}/conf.db", OVS_SCHEMA)
-    run("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
-        f"--unixctl={d}/ovsdb-server.ctl", f"--log-file={d}/ovsdb-server.log", "--detach")
-    vsctl = ["ovs-vsctl", f"--db={db}"]
+    run, vsctl, stop_daemons = ovs_daemons(d)
     appctl = ["ovs-appctl", "-t", f"{d}/ovs-vswitchd.ctl"]
-    run(*vsctl, "--no-wait", "init")
-    run(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
-        "other_config:pmd-cpu-mask=0x2", "other_config:dpdk-socket-mem=512", "other_config:dpdk-extra=--no-pci")
 
     def stop():
-        for ctl in ("ovs-vswitchd", "ovsdb-server"):
-            subprocess.run(["ovs-appctl", "-t", f"{d}/{ctl}.ctl", "exit"], env=env, capture_output=True, timeout=60)
+        stop_daemons()
         subprocess.run(["ip", "link", "del", "br-phy"], capture_output=True)
     try:
-        run("taskset", "-c", "1", OVS_VSWITCHD, db, f"--pidfile={d}/ovs-vswitchd.pid",
-            f"--unixctl={d}/ovs-vswitchd.ctl", f"--log-file={d}/ovs-vswitchd.log", "--detach")
         run(*vsctl, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
         run(*vsctl, "add-port", "br-int", "vm", "--", "set", "Interface", "vm", "type=dpdkvhostuser")
         os.symlink(f"{d}/vm", f"{d}/vm.sock")
@@ -112,7 +92,10 @@ def start_ovs_vx(d, tunnel):
             run("ip", "addr", "replace", "10.99.0.1/24", "dev", "br-phy")
             run("ip", "link", "set", "br-phy", "up")
             # The route comes from the kernel's (br-phy's address); added here in case it did not yet.
-            subprocess.run([*appctl, "ovs/route/add", "10.99.0.0/24", "br-phy"], env=env, capture_output=True)
+            try:
+                run(*appctl, "ovs/route/add", "10.99.0.0/24", "br-phy")
+            except RuntimeError:
+                pass
             run(*appctl, "tnl/arp/set", "br-phy", "10.99.0.2", "02:00:00:00:00:fe")
             run("ovs-ofctl", "del-flows", "br-phy")
             run("ovs-ofctl", "add-flow", "br-phy", "actions=output:nic")

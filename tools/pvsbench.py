@@ -173,7 +173,11 @@ def start_pvswitch(d, extra="", binary=None, switch_extra="", ports=None):
     """pvswitchd with ports a and b on CPU 1, as the VM-to-VM benchmark uses it (`ports`: their
     (name, extra toml), e.g. VLAN keys)."""
     ports = ports or [("a", ""), ("b", "")]
-    return start_pvswitchd(d, write_config(d, ports, (1,), switch_extra, extra), binary)
+    stop = start_pvswitchd(d, write_config(d, ports, (1,), switch_extra, extra), binary)
+    # The control socket can answer before every port's socket is bound.
+    for name, _ in ports:
+        wait_socket(f"{d}/{name}.sock")
+    return stop
 
 
 def start_ceiling(d):
@@ -188,13 +192,25 @@ def start_ceiling(d):
 
 
 def start_ovs(d, flows=None, nic=False, ports=("a", "b")):
-    """Open vSwitch with DPDK as the switch: its database and daemon in `d`, one bridge of the
-    netdev datapath with a dpdkvhostuser port per name in `ports` (sockets `d`/NAME.sock, OVS the
-    server as pvswitchd is), and with `nic` a net_null0 port named nic. One PMD thread on CPU 1,
-    and every other OVS thread started there too (taskset), so none runs on the generator's CPU.
+    """Open vSwitch with DPDK as the switch: its database and daemon in `d` (`ovs_daemons`), one
+    bridge of the netdev datapath with a dpdkvhostuser port per name in `ports` (sockets
+    `d`/NAME.sock, OVS the server as pvswitchd is), and with `nic` a net_null0 port named nic.
     `flows` (ovs-ofctl lines) replace the bridge's NORMAL flow. OVS's defaults otherwise, as a
     new user has them (EMC on, insertion probability 1%, SMC off). Returns a function that
     stops it."""
+    run, vsctl, stop = ovs_daemons(d)
+    try:
+        _setup_ovs(d, run, vsctl, flows, nic, ports)
+    except Exception:
+        stop()
+        raise
+    return stop
+
+
+def ovs_daemons(d):
+    """ovsdb-server and ovs-vswitchd-dpdk with their files in `d`: one PMD thread on CPU 1, and
+    every other OVS thread started there too (taskset), so none runs on the generator's CPU;
+    DPDK in 512 MiB. Returns (run: a command in OVS's environment, ovs-vsctl's argv, stop)."""
     env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
     # OVS runs DPDK --in-memory (no hugepage files to keep between runs, unlike testpmd's).
     _ensure_hugepages()
@@ -205,31 +221,30 @@ def start_ovs(d, flows=None, nic=False, ports=("a", "b")):
             raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
         return r.stdout
 
+    def stop():
+        for ctl in ("ovs-vswitchd", "ovsdb-server"):
+            subprocess.run(["ovs-appctl", "-t", f"{d}/{ctl}.ctl", "exit"], env=env, capture_output=True,
+                           timeout=60)
+
     db = f"unix:{d}/db.sock"
     run("ovsdb-tool", "create", f"{d}/conf.db", OVS_SCHEMA)
     run("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
         f"--unixctl={d}/ovsdb-server.ctl", f"--log-file={d}/ovsdb-server.log", "--detach")
     vsctl = ["ovs-vsctl", f"--db={db}"]
-    run(*vsctl, "--no-wait", "init")
-    run(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
-        "other_config:pmd-cpu-mask=0x2", "other_config:dpdk-socket-mem=512",
-        "other_config:dpdk-extra=--no-pci")
-
-    def stop():
-        for ctl in ("ovs-vswitchd", "ovsdb-server"):
-            subprocess.run(["ovs-appctl", "-t", f"{d}/{ctl}.ctl", "exit"], env=env, capture_output=True,
-                           timeout=60)
     try:
-        _setup_ovs(d, run, vsctl, db, flows, nic, ports)
+        run(*vsctl, "--no-wait", "init")
+        run(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
+            "other_config:pmd-cpu-mask=0x2", "other_config:dpdk-socket-mem=512",
+            "other_config:dpdk-extra=--no-pci")
+        run("taskset", "-c", "1", OVS_VSWITCHD, db, f"--pidfile={d}/ovs-vswitchd.pid",
+            f"--unixctl={d}/ovs-vswitchd.ctl", f"--log-file={d}/ovs-vswitchd.log", "--detach")
     except Exception:
         stop()
         raise
-    return stop
+    return run, vsctl, stop
 
 
-def _setup_ovs(d, run, vsctl, db, flows, nic, ports):
-    run("taskset", "-c", "1", OVS_VSWITCHD, db, f"--pidfile={d}/ovs-vswitchd.pid",
-        f"--unixctl={d}/ovs-vswitchd.ctl", f"--log-file={d}/ovs-vswitchd.log", "--detach")
+def _setup_ovs(d, run, vsctl, flows, nic, ports):
     run(*vsctl, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
     for name in ports:
         run(*vsctl, "add-port", "br0", name, "--", "set", "Interface", name, "type=dpdkvhostuser")

@@ -18,19 +18,8 @@ pub const RARP_FRAME_LEN: usize = 60;
 /// guest that cannot announce itself): from `mac`, asking for `mac`'s address, every IPv4
 /// address zero. Switches on the way learn `mac` where the frame comes from.
 pub fn rarp_announcement(mac: MacAddr) -> [u8; RARP_FRAME_LEN] {
-    let mut f = [0u8; RARP_FRAME_LEN];
-    f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
-    f[6..12].copy_from_slice(&mac.0);
-    f[12..14].copy_from_slice(&ethertype::RARP.to_be_bytes());
-    let a = &mut f[14..14 + PACKET_LEN];
-    a[0..2].copy_from_slice(&1u16.to_be_bytes());
-    a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
-    a[4] = 6;
-    a[5] = 4;
-    a[6..8].copy_from_slice(&OP_REVERSE_REQUEST.to_be_bytes());
-    a[8..14].copy_from_slice(&mac.0);
-    a[18..24].copy_from_slice(&mac.0);
-    f
+    let zero = Ipv4Addr::UNSPECIFIED;
+    frame(ethertype::RARP, MacAddr::BROADCAST, OP_REVERSE_REQUEST, mac, zero, mac, zero)
 }
 
 /// An Ethernet/IPv4 ARP frame, zero-padded to the Ethernet minimum: operation `op` from
@@ -43,10 +32,23 @@ pub fn arp_frame(
     tha: MacAddr,
     tpa: Ipv4Addr,
 ) -> [u8; RARP_FRAME_LEN] {
+    frame(ethertype::ARP, dst, op, sha, spa, tha, tpa)
+}
+
+/// An ARP-format frame (ARP or RARP, by `ty`) from `sha` to Ethernet destination `dst`.
+fn frame(
+    ty: u16,
+    dst: MacAddr,
+    op: u16,
+    sha: MacAddr,
+    spa: Ipv4Addr,
+    tha: MacAddr,
+    tpa: Ipv4Addr,
+) -> [u8; RARP_FRAME_LEN] {
     let mut f = [0u8; RARP_FRAME_LEN];
     f[0..6].copy_from_slice(&dst.0);
     f[6..12].copy_from_slice(&sha.0);
-    f[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+    f[12..14].copy_from_slice(&ty.to_be_bytes());
     let a = &mut f[14..14 + PACKET_LEN];
     a[0..2].copy_from_slice(&1u16.to_be_bytes());
     a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());

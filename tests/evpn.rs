@@ -8,7 +8,13 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -23,6 +29,8 @@ const NEEDS: &[Need] = &[
     Need::Cmd("/usr/lib/frr/bgpd"),
 ];
 
+const IP1: &str = "192.168.100.1";
+const IP2: &str = "192.168.100.2";
 const MAC_A: &str = "02:00:00:00:0a:01";
 const MAC_B: &str = "02:00:00:00:0a:02";
 const MAC_B20: &str = "02:00:00:00:14:02";
@@ -136,7 +144,9 @@ impl Drop for Links {
     }
 }
 
-fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)]) -> String {
+/// One host's pvswitchd: VMs (name, VLAN, MAC), a VTEP at `local` on the `underlay` veth with
+/// VNIs 100 (VLAN 10) and 200 (VLAN 20) and no remotes, and `vtep_extra` keys (e.g. its mtu).
+fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)], vtep_extra: &str) -> String {
     let mut c = format!(
         "[switch]\npoll_cores = [1]\npoll_mode = \"adaptive\"\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n",
         dir.display()
@@ -148,7 +158,7 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
     }
     c += &format!(
         "[[port]]\nname = \"uplink\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={underlay}\"\n\
-         [[vtep]]\nname = \"vt\"\nunderlay = \"uplink\"\nlocal_ip = \"{local}/24\"\n\
+         [[vtep]]\nname = \"vt\"\nunderlay = \"uplink\"\nlocal_ip = \"{local}/24\"\n{vtep_extra}\
          [[vtep.vni]]\nvni = 100\nvlan = 10\n[[vtep.vni]]\nvni = 200\nvlan = 20\n"
     );
     c
@@ -167,6 +177,213 @@ fn tx_to(sw: &Switch, port: &str) -> u64 {
     sw.counter(port, "tx_packets")
 }
 
+/// What crossed the underlay, as seen by a raw socket on one end of it.
+#[derive(Debug, Default)]
+struct Tally {
+    /// UDP to port 4789 from one VTEP address to the other.
+    vxlan: u64,
+    /// ARP between the VTEP addresses.
+    arp: u64,
+    /// Anything else (the first few, described).
+    other: Vec<String>,
+    other_count: u64,
+}
+
+impl Tally {
+    fn count(&mut self, f: &[u8], vteps: [Ipv4Addr; 2]) {
+        let be16 = |o: usize| f.get(o..o + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        let ip = |o: usize| f.get(o..o + 4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+        let between = |a: Option<Ipv4Addr>, b: Option<Ipv4Addr>| {
+            a != b && a.is_some_and(|a| vteps.contains(&a)) && b.is_some_and(|b| vteps.contains(&b))
+        };
+        match be16(12) {
+            Some(0x0800)
+                if f.get(14) == Some(&0x45)
+                    && f.get(23) == Some(&17)
+                    && be16(36) == Some(4789)
+                    && between(ip(26), ip(30)) =>
+            {
+                self.vxlan += 1
+            }
+            Some(0x0806) if between(ip(28), ip(38)) => self.arp += 1,
+            _ => {
+                self.other_count += 1;
+                if self.other.len() < 8 {
+                    let n = f.len().min(48);
+                    self.other.push(format!("{} bytes: {:02x?}", f.len(), &f[..n]));
+                }
+            }
+        }
+    }
+}
+
+/// Raw sockets on both ends of the underlay, counting every frame that arrives at either end
+/// until stopped. (Arrivals, not departures: DPDK's af_packet PMD sends past the kernel's
+/// taps, so a raw socket does not see what the switch on its own end sends.)
+struct Capture {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Tally>>,
+}
+
+impl Capture {
+    fn start(ifnames: &[&str], vteps: [Ipv4Addr; 2]) -> Capture {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = ifnames.iter().map(|i| Capture::listen(i, vteps, stop.clone())).collect();
+        Capture { stop, threads }
+    }
+
+    fn listen(ifname: &str, vteps: [Ipv4Addr; 2], stop: Arc<AtomicBool>) -> JoinHandle<Tally> {
+        let ifindex: i32 =
+            std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).unwrap().trim().parse().unwrap();
+        let all = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket(2); the descriptor is owned by `sock` from here on.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, all as i32) };
+        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = all;
+        sll.sll_ifindex = ifindex;
+        let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
+        let rcvbuf: libc::c_int = 16 << 20;
+        // SAFETY: the pointers and lengths describe the locals above, which outlive the calls.
+        unsafe {
+            let r = libc::bind(
+                sock.as_raw_fd(),
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(r, 0, "bind to {ifname}: {}", std::io::Error::last_os_error());
+            for (opt, val, len) in [
+                (libc::SO_RCVTIMEO, &tv as *const libc::timeval as *const libc::c_void, size_of::<libc::timeval>()),
+                (libc::SO_RCVBUF, &rcvbuf as *const libc::c_int as *const libc::c_void, size_of::<libc::c_int>()),
+            ] {
+                libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, opt, val, len as u32);
+            }
+        }
+        std::thread::spawn(move || {
+            let mut tally = Tally::default();
+            let mut buf = vec![0u8; 65536];
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: as above; recvfrom fills at most `buf.len()` bytes and `from`.
+                let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                let mut from_len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                let n = unsafe {
+                    libc::recvfrom(
+                        sock.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                        &mut from as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+                        &mut from_len,
+                    )
+                };
+                if n > 0 && from.sll_pkttype != libc::PACKET_OUTGOING {
+                    tally.count(&buf[..n as usize], vteps);
+                }
+            }
+            tally
+        })
+    }
+
+    /// Stops listening; the tallies of both ends, summed.
+    fn finish(mut self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut sum = Tally::default();
+        for t in self.threads.drain(..) {
+            let t = t.join().unwrap();
+            sum.vxlan += t.vxlan;
+            sum.arp += t.arp;
+            sum.other_count += t.other_count;
+            sum.other.extend(t.other);
+        }
+        sum
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Two hosts on one machine: a veth underlay between two pvswitchd (A on `ua`, B on `ub`,
+/// VTEPs IP1 and IP2), and two namespaces whose FRRs peer over a veth of their own. Dropped in
+/// field order: the capture, FRR, the switches, the links.
+struct Hosts {
+    capture: Option<Capture>,
+    h1: Frr,
+    h2: Frr,
+    a: Switch,
+    b: Switch,
+    db: PathBuf,
+    ub: String,
+    logs: PathBuf,
+    _links: Links,
+}
+
+impl Hosts {
+    /// Links, namespaces and both switches (their VMs' ports as `config` takes them; `mtu`:
+    /// the underlay's, `vtep_extra`: keys of both VTEPs), with a capture on the underlay from
+    /// before either switch starts. FRR and pvs-evpn wait for `start_control`.
+    fn new(
+        tag: &str,
+        ports_a: &[(&str, u16, &str)],
+        ports_b: &[(&str, u16, &str)],
+        mtu: u32,
+        vtep_extra: &str,
+    ) -> Hosts {
+        let pid = std::process::id() % 100_000;
+        let (ua, ub) = (format!("pv{tag}a{pid}"), format!("pv{tag}b{pid}"));
+        let links = Links(vec![ua.clone()]);
+        let _ = Command::new("ip").args(["link", "del", &ua]).stderr(Stdio::null()).status();
+        sh(&["ip", "link", "add", &ua, "type", "veth", "peer", "name", &ub]);
+        for l in [&ua, &ub] {
+            sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{l}.disable_ipv6=1")]);
+            sh(&["ip", "link", "set", l, "mtu", &mtu.to_string(), "up"]);
+        }
+        let logs = test_dir(&format!("evpn{tag}logs"));
+        let (h1, h2) = (Frr::new(&format!("pv{tag}1h{pid}")), Frr::new(&format!("pv{tag}2h{pid}")));
+        sh(&["ip", "link", "add", "bgp0", "netns", &h1.ns, "type", "veth", "peer", "name", "bgp0", "netns", &h2.ns]);
+        for (h, ip) in [(&h1, IP1), (&h2, IP2)] {
+            h.ex(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "bgp0"]);
+            h.ex(&["ip", "link", "set", "bgp0", "up"]);
+        }
+        let capture = Capture::start(&[&ua, &ub], [IP1.parse().unwrap(), IP2.parse().unwrap()]);
+        let (da, db) = (test_dir(&format!("evpn{tag}A")), test_dir(&format!("evpn{tag}B")));
+        let a = Switch::start_config(da.clone(), &config(&da, IP1, &ua, ports_a, vtep_extra));
+        let b = Switch::start_config(db.clone(), &config(&db, IP2, &ub, ports_b, vtep_extra));
+        Hosts { capture: Some(capture), h1, h2, a, b, db, ub, logs, _links: links }
+    }
+
+    /// pvs-evpn first (the shadow objects, the local MACs), then FRR, which reads them at start.
+    fn start_control(&mut self) {
+        let Hosts { h1, h2, a, b, logs, .. } = self;
+        h1.companion(a, &logs.join("pvs-evpn-1.log"));
+        h2.companion(b, &logs.join("pvs-evpn-2.log"));
+        wait_for("the shadow VXLAN devices", || {
+            (h1.ex(&["ip", "-br", "link"]).contains("pvsx200") && h2.ex(&["ip", "-br", "link"]).contains("pvsx200"))
+                .then_some(())
+        });
+        h1.start(IP1, IP2, logs);
+        h2.start(IP2, IP1, logs);
+    }
+
+    /// Stops the capture: every frame on the underlay so far was VXLAN or ARP between the two
+    /// VTEPs. Returns the count of VXLAN frames.
+    fn underlay_only_vteps(&mut self) -> u64 {
+        let t = self.capture.take().unwrap().finish();
+        assert!(t.other.is_empty(), "the underlay carried {} other frames: {:#?}", t.other_count, t.other);
+        eprintln!("underlay: {} VXLAN and {} ARP frames between the VTEPs, nothing else", t.vxlan, t.arp);
+        t.vxlan
+    }
+}
+
 #[test]
 fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     if !require(&[TESTPMD, NEEDS].concat()) {
@@ -174,68 +391,40 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     }
     let _g = serial();
     let pid = std::process::id() % 100_000;
-    let (ua, ub) = (format!("pvua{pid}"), format!("pvub{pid}"));
-    let links = Links(vec![ua.clone()]);
-    let _ = Command::new("ip").args(["link", "del", &ua]).stderr(Stdio::null()).status();
-    sh(&["ip", "link", "add", &ua, "type", "veth", "peer", "name", &ub]);
-    for l in [&ua, &ub] {
-        sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{l}.disable_ipv6=1")]);
-        sh(&["ip", "link", "set", l, "up"]);
-    }
-    let logs = test_dir("evpnlogs");
-    let (mut h1, mut h2) = (Frr::new(&format!("pvsh1{pid}")), Frr::new(&format!("pvsh2{pid}")));
-    sh(&["ip", "link", "add", "bgp0", "netns", &h1.ns, "type", "veth", "peer", "name", "bgp0", "netns", &h2.ns]);
-    for (h, ip) in [(&h1, "192.168.100.1/24"), (&h2, "192.168.100.2/24")] {
-        h.ex(&["ip", "addr", "add", ip, "dev", "bgp0"]);
-        h.ex(&["ip", "link", "set", "bgp0", "up"]);
-    }
-    let (da, db) = (test_dir("evpnA"), test_dir("evpnB"));
-    let a = Switch::start_config(da.clone(), &config(&da, "192.168.100.1", &ua, &[("vm10", 10, MAC_A)]));
-    let mut b = Switch::start_config(
-        db.clone(),
-        &config(&db, "192.168.100.2", &ub, &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20)]),
-    );
+    let mut hosts = Hosts::new("e", &[("vm10", 10, MAC_A)], &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20)], 1500, "");
     // The VMs: a configured MAC is exported while its VM is connected.
     let mut vm_a = Testpmd::spawn(
         &format!("pvsea{pid}"),
-        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", a.sock("vm10"))],
+        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", hosts.a.sock("vm10"))],
         &["--forward-mode=macswap"],
     );
     let mut vm_b = Testpmd::spawn(
         &format!("pvseb{pid}"),
         &[
-            format!("net_virtio_user0,path={},queues=1,mac={MAC_B}", b.sock("vm10")),
-            format!("net_virtio_user1,path={},queues=1,mac={MAC_B20}", b.sock("vm20")),
+            format!("net_virtio_user0,path={},queues=1,mac={MAC_B}", hosts.b.sock("vm10")),
+            format!("net_virtio_user1,path={},queues=1,mac={MAC_B20}", hosts.b.sock("vm20")),
         ],
         &["--forward-mode=rxonly", &format!("--eth-peer=0,{MAC_A}"), &format!("--eth-peer=1,{MAC_A}")],
     );
-    a.wait_running("vm10", 1);
-    b.wait_running("vm10", 1);
-    b.wait_running("vm20", 1);
-    // pvs-evpn first (the shadow objects, the local MACs), then FRR, which reads them at start.
-    h1.companion(&a, &logs.join("pvs-evpn-1.log"));
-    h2.companion(&b, &logs.join("pvs-evpn-2.log"));
-    wait_for("the shadow VXLAN devices", || {
-        (h1.ex(&["ip", "-br", "link"]).contains("pvsx200") && h2.ex(&["ip", "-br", "link"]).contains("pvsx200"))
-            .then_some(())
-    });
-    h1.start("192.168.100.1", "192.168.100.2", &logs);
-    h2.start("192.168.100.2", "192.168.100.1", &logs);
+    hosts.a.wait_running("vm10", 1);
+    hosts.b.wait_running("vm10", 1);
+    hosts.b.wait_running("vm20", 1);
+    hosts.start_control();
 
     // BGP up, routes exchanged: each pvswitchd has a tunnel port to the other, in both VNIs,
     // and the other's VM MACs behind it, before any frame crossed.
     let t0 = Instant::now();
     let (ta, tb) = ("vt-192.168.100.2", "vt-192.168.100.1");
     wait_for("EVPN to bring each host the other's MACs", || {
-        (fdb_port(&a, MAC_B, 10).as_deref() == Some(ta)
-            && fdb_port(&a, MAC_B20, 20).as_deref() == Some(ta)
-            && fdb_port(&b, MAC_A, 10).as_deref() == Some(tb))
+        (fdb_port(&hosts.a, MAC_B, 10).as_deref() == Some(ta)
+            && fdb_port(&hosts.a, MAC_B20, 20).as_deref() == Some(ta)
+            && fdb_port(&hosts.b, MAC_A, 10).as_deref() == Some(tb))
         .then_some(())
     });
     eprintln!("EVPN converged {:?} after FRR started", t0.elapsed());
-    let pa = a.port(ta);
+    let pa = hosts.a.port(ta);
     assert_eq!(pa["vxlan"]["vnis"], serde_json::json!(["100:10", "200:20"]), "flood lists from type-3 routes: {pa}");
-    let macs = h2.vtysh("show evpn mac vni 100");
+    let macs = hosts.h2.vtysh("show evpn mac vni 100");
     assert!(macs.contains(MAC_A) && macs.contains(MAC_B), "zebra on host 2 knows both MACs:\n{macs}");
     let remote_line = macs.lines().find(|l| l.contains(MAC_A)).unwrap_or_default();
     assert!(remote_line.contains("remote") && remote_line.contains("192.168.100.1"), "{remote_line}");
@@ -243,80 +432,159 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     // Each tunnel resolves its next hop (ARP on the underlay) as soon as it exists, before any
     // frame needs it: the first frames to cross are not lost to it.
     wait_for("both tunnels' next hops resolved, with no traffic", || {
-        (a.port(ta)["vxlan"]["next_hop_mac"].is_string() && b.port(tb)["vxlan"]["next_hop_mac"].is_string())
+        (hosts.a.port(ta)["vxlan"]["next_hop_mac"].is_string() && hosts.b.port(tb)["vxlan"]["next_hop_mac"].is_string())
             .then_some(())
     });
-    assert_eq!(tx_to(&b, "vm10"), 0);
+    assert_eq!(tx_to(&hosts.b, "vm10"), 0);
     // Traffic: B's VM sends 4 bursts to A's VM, which sends each frame back (macswap): every
     // frame makes the trip.
     vm_a.cmd("start");
     vm_b.cmd("set fwd rxonly");
     vm_b.cmd("set portlist 0");
-    let before = tx_to(&b, "vm10");
+    let before = tx_to(&hosts.b, "vm10");
     vm_b.cmd("start tx_first 4");
     let mut last = Value::Null;
     let back = try_wait_for(|| {
-        last = b.port("vm10");
-        (tx_to(&b, "vm10") >= before + 128).then_some(())
+        last = hosts.b.port("vm10");
+        (tx_to(&hosts.b, "vm10") >= before + 128).then_some(())
     });
-    assert!(back.is_some(), "128 frames went out, not all came back: {last}\nA: {:#}", a.ctl("ports"));
-    assert_eq!(tx_to(&b, "vm20"), 0, "VNI 200's VM saw VNI 100's traffic");
-    assert!(tx_to(&a, "vm10") >= 128, "host 1's VM got them");
-    let up = a.port("uplink");
+    assert!(back.is_some(), "128 frames went out, not all came back: {last}\nA: {:#}", hosts.a.ctl("ports"));
+    assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM saw VNI 100's traffic");
+    assert!(tx_to(&hosts.a, "vm10") >= 128, "host 1's VM got them");
+    let up = hosts.a.port("uplink");
     assert!(up["drops"].as_object().unwrap().values().all(|v| v.as_u64() == Some(0)), "underlay drops: {up}");
 
     // pvswitchd restarts: the companion gives it everything again within a tick or so.
     let t1 = Instant::now();
-    b.restart(false);
+    hosts.b.restart(false);
     wait_for("host 2 to have host 1's MAC back after its restart", || {
-        (fdb_port(&b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
+        (fdb_port(&hosts.b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
     });
     eprintln!("host 2 back in step {:?} after its restart began", t1.elapsed());
 
     // FRR restarts on host 2 (zebra and bgpd): what it removed on the way down comes back.
     let t4 = Instant::now();
-    h2.stop_daemons();
+    hosts.h2.stop_daemons();
     let mut withdrawn = false;
     for _ in 0..20 {
-        withdrawn |= fdb_port(&b, MAC_A, 10).is_none();
+        withdrawn |= fdb_port(&hosts.b, MAC_A, 10).is_none();
         if withdrawn {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("FRR down on host 2: host 1's MAC {} there", if withdrawn { "withdrawn" } else { "kept" });
-    h2.start("192.168.100.2", "192.168.100.1", &logs);
+    hosts.h2.start(IP2, IP1, &hosts.logs);
     wait_for("host 2 to have host 1's MAC back after FRR's restart", || {
-        (fdb_port(&b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
+        (fdb_port(&hosts.b, MAC_A, 10).as_deref() == Some(tb)).then_some(())
     });
-    assert!(h2.vtysh("show evpn mac vni 100").contains(MAC_A));
+    assert!(hosts.h2.vtysh("show evpn mac vni 100").contains(MAC_A));
     eprintln!("host 2 back in step {:?} after FRR's restart began", t4.elapsed());
 
     // The VM stops on host 1: its MAC is no longer local there, and EVPN withdraws it.
     let t2 = Instant::now();
     vm_a.quit();
-    wait_for("host 2 to forget host 1's VM", || fdb_port(&b, MAC_A, 10).is_none().then_some(()));
+    wait_for("host 2 to forget host 1's VM", || fdb_port(&hosts.b, MAC_A, 10).is_none().then_some(()));
     eprintln!("withdrawn on host 2 {:?} after host 1's VM was told to quit", t2.elapsed());
 
     // ... and starts again on host 2 with the same MAC: host 1 follows it there.
-    b.write_config(&config(
-        &db,
-        "192.168.100.2",
-        &ub,
+    hosts.b.write_config(&config(
+        &hosts.db,
+        IP2,
+        &hosts.ub,
         &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20), ("vmmoved", 10, MAC_A)],
+        "",
     ));
     let t3 = Instant::now();
-    b.ctl("reload");
+    hosts.b.ctl("reload");
     let moved = Testpmd::spawn(
         &format!("pvsem{pid}"),
-        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", b.sock("vmmoved"))],
+        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", hosts.b.sock("vmmoved"))],
         &["--forward-mode=rxonly"],
     );
-    b.wait_running("vmmoved", 1);
-    wait_for("host 1 to find the VM behind host 2", || (fdb_port(&a, MAC_A, 10).as_deref() == Some(ta)).then_some(()));
+    hosts.b.wait_running("vmmoved", 1);
+    wait_for("host 1 to find the VM behind host 2", || {
+        (fdb_port(&hosts.a, MAC_A, 10).as_deref() == Some(ta)).then_some(())
+    });
     eprintln!("host 1 follows the VM to host 2 {:?} after it started there", t3.elapsed());
     moved.quit();
     vm_b.quit();
-    drop((h1, h2));
-    drop(links);
+    // All along, the underlay carried VXLAN between the two VTEPs and their ARP, nothing else
+    // (the 128-frame round trip alone is 256 VXLAN frames).
+    assert!(hosts.underlay_only_vteps() >= 256);
+}
+
+/// Two QEMU guests (Linux, TCG) on VNI 100, one on each host: they ping and run TCP (iperf3
+/// both ways) through the tunnel that EVPN set up, while host 2's VM on VNI 200 (a testpmd)
+/// gets nothing, their broadcasts (ARP) included. zebra lists each guest's MAC as local on its
+/// host and remote on the other, and the underlay carries only VXLAN and ARP between the VTEPs.
+#[test]
+fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
+    if !require(&[TESTPMD, NEEDS, QEMU].concat()) {
+        return;
+    }
+    let _g = serial();
+    const GA: &str = "52:54:00:64:00:01";
+    const GB: &str = "52:54:00:64:00:02";
+    // A jumbo underlay, so the guests keep their 1500-byte MTU inside the tunnel.
+    let mut hosts =
+        Hosts::new("q", &[("vm10", 10, GA)], &[("vm10", 10, GB), ("vm20", 20, MAC_B20)], 9000, "mtu = 1500\n");
+    hosts.start_control();
+    let pid = std::process::id() % 100_000;
+    let mut vm20 = Testpmd::spawn(
+        &format!("pvseq{pid}"),
+        &[format!("net_virtio_user0,path={},queues=1,mac={MAC_B20}", hosts.b.sock("vm20"))],
+        &["--forward-mode=rxonly"],
+    );
+    vm20.cmd("start");
+    hosts.b.wait_running("vm20", 1);
+    let job1 = r#"i=0
+until ping -c 1 -W 1 10.100.0.2 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
+ping -c 5 -i 0.2 -W 2 10.100.0.2 | tail -n 2
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c 10.100.0.2 -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+echo PVS-READY
+while true; do sleep 1000; done
+"#;
+    let job2 = "iperf3 -s -B 10.100.0.2 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
+    let (da, db) = (hosts.a.dir.clone(), hosts.b.dir.clone());
+    let vms = Qemus(vec![
+        guest(&hosts.b, &db, "vm10", "10.100.0.2/24", GB, job2),
+        guest(&hosts.a, &da, "vm10", "10.100.0.1/24", GA, job1),
+    ]);
+    // Still running after its job: a VM gone is a MAC withdrawn.
+    let mut out = String::new();
+    let ready = Instant::now() + Duration::from_secs(600);
+    while !out.contains("PVS-READY") {
+        assert!(Instant::now() < ready, "host 1's guest did not finish its job:\n{out}");
+        std::thread::sleep(Duration::from_millis(200));
+        out = guest_log(&da, "vm10");
+    }
+    eprintln!(
+        "{}",
+        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.contains(" 0% packet loss"), "host 1's guest -> host 2's guest ping:\n{out}");
+    assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
+    // Each guest's MAC: local on its host, remote (behind the other VTEP) on the other.
+    let (ta, tb) = ("vt-192.168.100.2", "vt-192.168.100.1");
+    assert_eq!(fdb_port(&hosts.a, GB, 10).as_deref(), Some(ta));
+    assert_eq!(fdb_port(&hosts.b, GA, 10).as_deref(), Some(tb));
+    for (h, local, remote, vtep) in [(&hosts.h1, GA, GB, IP2), (&hosts.h2, GB, GA, IP1)] {
+        let macs = h.vtysh("show evpn mac vni 100");
+        let line = |m: &str| macs.lines().find(|l| l.contains(m)).unwrap_or_default().to_string();
+        assert!(line(local).contains("local"), "{}: {local} not local:\n{macs}", h.ns);
+        assert!(line(remote).contains("remote") && line(remote).contains(vtep), "{}: {remote}:\n{macs}", h.ns);
+    }
+    drop(vms);
+    assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM got VNI 100's frames");
+    for sw in [&hosts.a, &hosts.b] {
+        let up = sw.port("uplink");
+        assert!(up["drops"].as_object().unwrap().values().all(|v| v.as_u64() == Some(0)), "underlay drops: {up}");
+    }
+    assert!(hosts.underlay_only_vteps() > 1000, "the guests' TCP crossed the underlay");
+    vm20.quit();
 }

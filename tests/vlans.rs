@@ -8,7 +8,6 @@ mod common;
 mod frontend;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::vms::{BCAST, RX_BUF, recv_n};
@@ -302,33 +301,6 @@ fn linux_guests_on_two_vlans_see_only_their_own() {
 
 /// Starts a Linux guest (QEMU, scripts/run-vm.sh) on port `name` with address `ip`, MAC `mac`
 /// and job `job` (a shell script run in the guest, which then powers off).
-fn guest(sw: &Switch, dir: &Path, name: &str, ip: &str, mac: &str, job: &str) -> std::process::Child {
-    let path = dir.join(format!("job-{name}.sh"));
-    std::fs::write(&path, job).unwrap();
-    Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/run-vm.sh"))
-        .args(["--socket", &sw.sock(name), "--name", name, "--ip", ip, "--mac", mac])
-        .args(["--job", path.to_str().unwrap(), "--log", dir.join(format!("{name}.log")).to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(format!("qemu-{name}.log"))).unwrap())
-        .spawn()
-        .expect("run scripts/run-vm.sh")
-}
-
-fn guest_log(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
-}
-
-/// Waits until the guests' own jobs end them (PVS-JOB-EXIT); bounded for a machine that
-/// boots slowly.
-fn await_jobs(dir: &Path, names: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !names.iter().all(|n| guest_log(dir, n).contains("PVS-JOB-EXIT")) {
-        let logs: Vec<String> = names.iter().map(|n| format!("{n}:\n{}", guest_log(dir, n))).collect();
-        assert!(Instant::now() < deadline, "the guests' jobs did not end\n{}", logs.join("\n"));
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// Guest TCP through an ingress bps cap: vm1, capped at 10 Mbit/s, runs iperf3 to vm2. Over
 /// its cap vm1's frames wait in its own TX ring, so its TCP sees backpressure, not loss: the
 /// goodput settles just under the cap (headers are charged too), the sender retransmits

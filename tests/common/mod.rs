@@ -639,6 +639,35 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Boots a QEMU guest (scripts/run-vm.sh) on `sw`'s port `name` with `ip` and `mac`, running
+/// `job` (its console in `dir`/NAME.log).
+pub fn guest(sw: &Switch, dir: &Path, name: &str, ip: &str, mac: &str, job: &str) -> std::process::Child {
+    let path = dir.join(format!("job-{name}.sh"));
+    std::fs::write(&path, job).unwrap();
+    Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/run-vm.sh"))
+        .args(["--socket", &sw.sock(name), "--name", name, "--ip", ip, "--mac", mac])
+        .args(["--job", path.to_str().unwrap(), "--log", dir.join(format!("{name}.log")).to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("qemu-{name}.log"))).unwrap())
+        .spawn()
+        .expect("run scripts/run-vm.sh")
+}
+
+pub fn guest_log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
+}
+
+/// Waits until the guests' own jobs end them (PVS-JOB-EXIT); bounded for a machine that
+/// boots slowly.
+pub fn await_jobs(dir: &Path, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !names.iter().all(|n| guest_log(dir, n).contains("PVS-JOB-EXIT")) {
+        let logs: Vec<String> = names.iter().map(|n| format!("{n}:\n{}", guest_log(dir, n))).collect();
+        assert!(Instant::now() < deadline, "the guests' jobs did not end\n{}", logs.join("\n"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Boots a QEMU Linux guest (scripts/run-vm.sh) on vhost-user socket `sock` with address `ip`,
 /// which pings `peer` and runs iperf3 to it both ways (an `iperf3 -s` must listen there);
 /// returns the guest, still running, and its console log once the job is done. Panics if the

@@ -63,6 +63,11 @@ impl Peer {
 
     /// Kernel VXLAN device `vxN` for VNI `vni`, address `addr` on it.
     fn vni(&self, vni: u32, addr: &str) {
+        self.vni_from(vni, addr, "10.77.0.1");
+    }
+
+    /// The same from VTEP address `local` (one of the namespace's).
+    fn vni_from(&self, vni: u32, addr: &str, local: &str) {
         let dev = format!("vx{vni}");
         let id = vni.to_string();
         self.ex(&[
@@ -75,13 +80,11 @@ impl Peer {
             "id",
             &id,
             "local",
-            "10.77.0.1",
+            local,
             "remote",
             "10.77.0.2",
             "dstport",
             "4789",
-            "dev",
-            "pvsns0",
         ]);
         self.ex(&["ip", "addr", "add", addr, "dev", &dev]);
         self.ex(&["ip", "link", "set", &dev, "up"]);
@@ -97,10 +100,11 @@ impl Peer {
         text.split(", ").find_map(|s| s.strip_suffix(" received").and_then(|n| n.trim().parse().ok())).unwrap_or(0)
     }
 
-    /// Sends UDP datagrams with these payloads to the switch's VTEP, port 4789.
-    fn udp_to_vtep(&self, payloads: &[&str]) {
+    /// Sends UDP datagrams with these payloads (hex) from address `from` to the switch's VTEP,
+    /// port 4789.
+    fn udp_to_vtep(&self, from: &str, payloads: &[&str]) {
         let script = format!(
-            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor p in [{}]:\n    s.sendto(bytes.fromhex(p),('10.77.0.2',4789))\n",
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('{from}',0))\nfor p in [{}]:\n    s.sendto(bytes.fromhex(p),('10.77.0.2',4789))\n",
             payloads.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(",")
         );
         self.ex(&["python3", "-c", &script]);
@@ -190,7 +194,10 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     peer.vni(300, "192.168.30.1/24");
     assert_eq!(peer.ping("192.168.30.2", 3), 0, "VNI 300 is nobody's");
     let inner = "ffffffffffff020000000001080045000014000000004011000000000000000000000000";
-    peer.udp_to_vtep(&["08000000", &format!("00000000000064 00{inner}").replace(' ', ""), "0800000000006400deadbeef"]);
+    peer.udp_to_vtep(
+        "10.77.0.1",
+        &["08000000", &format!("00000000000064 00{inner}").replace(' ', ""), "0800000000006400deadbeef"],
+    );
     let up = wait_for("the underlay to count every bad frame", || {
         let u = sw.port("uplink");
         let d: std::collections::BTreeMap<String, u64> = drops(&u).into_iter().collect();
@@ -201,9 +208,68 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     });
     eprintln!("underlay drops: {:?}", drops(&up));
     assert!(drops(&sw.port("vm10")).is_empty() && drops(&sw.port("vm20")).is_empty());
+    // Split horizon for unicast: a frame from a second remote VTEP (10.77.0.3, given by
+    // vtep-sync as a control plane would) to the MAC behind the first is not sent back into
+    // the underlay, nor anywhere else.
+    let behind_first: Vec<String> = sw
+        .ctl("fdb")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["port"] == tunnel && e["vlan"] == 10)
+        .map(|e| e["mac"].as_str().unwrap().replace(':', ""))
+        .collect();
+    peer.ex(&["ip", "addr", "add", "10.77.0.3/24", "dev", "pvsns0"]);
+    sw.try_ctl_args("vtep-sync", &["vt", r#"{"remotes": [{"remote": "10.77.0.3", "vnis": [100]}]}"#]).unwrap();
+    let before = (sw.counter(tunnel, "tx_packets"), sw.counter("vm10", "tx_packets"));
+    let hairpin = format!("0800000000006400{}020000000c03{}", behind_first[0], &inner[24..]);
+    peer.udp_to_vtep("10.77.0.3", &[&hairpin]);
+    // Counted on the port it came in by, the second tunnel.
+    let second = wait_for("the hairpinned frame to be dropped", || {
+        let p = sw.port("vt-10.77.0.3");
+        (drops(&p) == vec![("vxlan_split_horizon".to_string(), 1)]).then_some(p)
+    });
+    assert_eq!(second["rx_packets"].as_u64(), Some(1), "{second}");
+    assert_eq!((sw.counter(tunnel, "tx_packets"), sw.counter("vm10", "tx_packets")), before, "the hairpin went out");
+    sw.try_ctl_args("vtep-sync", &["vt", "{}"]).unwrap();
+
     // And the tenants still work.
     assert_eq!(peer.ping("192.168.100.2", 3), 3, "VNI 100 after the bad input");
     assert_eq!(peer.ping("192.168.200.2", 3), 3, "VNI 200 after the bad input");
+    vms.quit();
+}
+
+/// A remote VTEP outside the underlay's subnet is reached through the `gateway`: its tunnel's
+/// next hop is the gateway's address, resolved by ARP, and the outer headers still go to the
+/// remote's address. The namespace plays both gateway (10.77.0.1) and remote VTEP (10.78.0.1,
+/// on its loopback).
+#[test]
+fn a_remote_beyond_the_subnet_is_reached_through_the_gateway() {
+    if !require(&[TESTPMD, NEEDS].concat()) {
+        return;
+    }
+    let _g = serial();
+    let peer = Peer::new("g");
+    peer.ex(&["ip", "addr", "add", "10.78.0.1/32", "dev", "lo"]);
+    peer.vni_from(100, "192.168.100.1/24", "10.78.0.1");
+    let dir = test_dir("vxlangw");
+    let text = config(&dir, &peer.host_if)
+        .replace("local_ip = \"10.77.0.2/24\"\n", "local_ip = \"10.77.0.2/24\"\ngateway = \"10.77.0.1\"\n")
+        .replace("remotes = [\"10.77.0.1\"]", "remotes = [\"10.78.0.1\"]");
+    let sw = Switch::start_config(dir.clone(), &text);
+    let mut vms = Testpmd::spawn(
+        &format!("pvsgw{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:0a:02", sw.sock("vm10"))],
+        &["--forward-mode=icmpecho"],
+    );
+    sw.wait_running("vm10", 1);
+    vms.cmd("start");
+    assert_eq!(peer.ping("192.168.100.2", 5), 5, "ping through the gateway\n{:#}", sw.ctl("ports"));
+    let t = sw.port("vt-10.78.0.1");
+    let gw_mac = peer.ex(&["cat", "/sys/class/net/pvsns0/address"]);
+    assert_eq!(t["vxlan"]["next_hop"], "10.77.0.1", "{t}");
+    assert_eq!(t["vxlan"]["next_hop_mac"].as_str(), Some(gw_mac.trim()), "the gateway's MAC: {t}");
+    assert!(drops(&sw.port("uplink")).is_empty(), "{}", sw.port("uplink"));
     vms.quit();
 }
 

@@ -14,13 +14,22 @@ pub struct FlowSource {
     pub offset: usize,
 }
 
-/// Every flow, each parsed against `ports`' names (a port's id is its index).
+/// Every flow, each parsed against `ports`' names (a port's id is its index). A flow may not
+/// name a VTEP's underlay (`underlays`: (vtep, underlay port)): its frames are the VTEP's,
+/// and a tunnel port stands for each remote.
 pub(super) fn validate(
     raw: Vec<Spanned<String>>,
     ports: &[PortConfig],
+    underlays: &[(&str, &str)],
     cx: &Ctx,
 ) -> Result<Vec<FlowSource>, ConfigError> {
-    let id = |name: &str| ports.iter().position(|p| p.name == name).map(|i| i as u16);
+    let named_underlay = std::cell::Cell::new(None);
+    let id = |name: &str| {
+        if let Some(u) = underlays.iter().find(|u| u.1 == name) {
+            named_underlay.set(Some(*u));
+        }
+        ports.iter().position(|p| p.name == name).map(|i| i as u16)
+    };
     let mut flows = Vec::new();
     for f in raw {
         // The span covers the quotes (one, or three for a multi-line string).
@@ -31,6 +40,16 @@ pub(super) fn validate(
         let text = f.into_inner();
         if let Err(e) = crate::flow::parse_flow(&text, &id) {
             return Err(cx.err(Some(offset + e.offset..offset + e.offset), format!("flow: {}", e.message)));
+        }
+        if let Some((vtep, port)) = named_underlay.take() {
+            let at = offset + text.find(port).unwrap_or(0);
+            return Err(cx.err(
+                Some(at..at),
+                format!(
+                    "flow: port \"{port}\" is vtep \"{vtep}\"'s underlay: it carries only the VTEP's \
+                     encapsulated frames (name a tunnel port, {vtep}-ADDRESS)"
+                ),
+            ));
         }
         flows.push(FlowSource { text, offset });
     }

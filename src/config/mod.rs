@@ -171,7 +171,8 @@ impl Config {
         let raw: RawConfig = raw::read(&cx)?;
         self.vteps = vtep::validate(raw.vtep, &self.ports, &cx)?;
         self.set_remotes(&Remotes::new());
-        self.flows = flows::validate(raw.flows, &self.ports, &cx)?;
+        let underlays: Vec<(&str, &str)> = self.vteps.iter().map(|v| (v.name.as_str(), v.underlay.as_str())).collect();
+        self.flows = flows::validate(raw.flows, &self.ports, &underlays, &cx)?;
         self.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         Ok(self)
     }

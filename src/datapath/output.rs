@@ -556,7 +556,7 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
             Emit::Port(_) => {}
             Emit::InPort => send_one(env, in_port, f, shape, dv, true),
             Emit::Flood | Emit::All => {
-                for &id in env.ports.live.iter().filter(|&&id| id != in_port) {
+                for id in env.ports.flood_all_from(in_port) {
                     send_one(env, id, f, shape, dv, false);
                 }
             }
@@ -564,7 +564,7 @@ fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
             Emit::Normal => match normal(env, in_port, 0, &h.dst, &h.src) {
                 Out::Port(p) => send_one(env, p, f, shape, dv, true),
                 Out::Flood => {
-                    for &id in env.ports.live.iter().filter(|&&id| id != in_port) {
+                    for id in env.ports.flood_all_from(in_port) {
                         send_one(env, id, f, shape, dv, false);
                     }
                 }

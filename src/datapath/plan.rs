@@ -65,6 +65,8 @@ pub struct PortTable {
     local_flood_of: Vec<u16>,
     /// By port id: whether it is a tunnel port.
     tunnel: Vec<bool>,
+    /// By port id: whether it is a VTEP's underlay (open or not), which no flood reaches.
+    underlay_port: Vec<bool>,
     /// Every VTEP's underlay, as decapsulation needs it.
     pub underlays: Vec<Underlay>,
     /// By port id: a tunnel port's underlay port (`NO_UNDERLAY` if none is open).
@@ -115,6 +117,10 @@ impl PortTable {
         t.vlans = ports.iter().any(|(_, pol)| !pol.vlan.is_default());
         t.tunnel = t.by_id.iter().map(|p| p.as_ref().is_some_and(|p| p.tunnel().is_some())).collect();
         let tunnels = t.tunnel.contains(&true);
+        // A VTEP's underlay is no member of any VLAN, nor of any flood: its frames are the VTEP's.
+        let underlays: std::collections::HashSet<&str> =
+            ports.iter().filter_map(|(t, _)| t.tunnel().map(|t| t.cfg.underlay.as_str())).collect();
+        t.underlay_port = t.by_id.iter().map(|p| p.as_ref().is_some_and(|p| underlays.contains(p.name()))).collect();
         if t.vlans {
             let mut index = std::collections::HashMap::new();
             let mut list = |members: Vec<u16>, floods: &mut Vec<Vec<u16>>| {
@@ -124,13 +130,10 @@ impl PortTable {
                     next
                 })
             };
-            // A VTEP's underlay is no member of any VLAN: its frames are the VTEP's.
-            let underlays: std::collections::HashSet<&str> =
-                ports.iter().filter_map(|(t, _)| t.tunnel().map(|t| t.cfg.underlay.as_str())).collect();
             let members_of = |vid: u16| -> Vec<u16> {
                 ports
                     .iter()
-                    .filter(|(p, pol)| pol.vlan.carries(vid) && !underlays.contains(p.name()))
+                    .filter(|(p, pol)| pol.vlan.carries(vid) && !t.underlay_port[p.id as usize])
                     .map(|(p, _)| p.id)
                     .collect()
             };
@@ -202,6 +205,17 @@ impl PortTable {
             return &self.floods[i as usize];
         }
         self.flood_list(vid)
+    }
+
+    /// The ports a flow's FLOOD or ALL action from port `from` sends to: every port but
+    /// `from`, the VTEPs' underlays (a frame goes there only encapsulated, by a tunnel port)
+    /// and, from a tunnel, the other tunnels (split horizon, as NORMAL's floods).
+    pub fn flood_all_from(&self, from: u16) -> impl Iterator<Item = u16> + '_ {
+        let from_tunnel = self.is_tunnel(from);
+        self.live
+            .iter()
+            .copied()
+            .filter(move |&id| id != from && !self.underlay_port[id as usize] && !(from_tunnel && self.is_tunnel(id)))
     }
 
     /// The ports a frame of VLAN `vid` floods to (every port, on a switch without VLANs).
@@ -424,6 +438,8 @@ mod tests {
         assert_eq!(t.flood_list_from(10, 2), [0], "split horizon: a remote's flood stays local");
         assert_eq!(t.flood_list_from(20, 0), [] as [u16; 0], "the underlay carries no VLAN");
         assert_eq!((t.underlay_of(2), t.underlay_of(0)), (None, None), "a failed underlay is none");
+        assert_eq!(t.flood_all_from(0).collect::<Vec<_>>(), [2, 3], "a flow's FLOOD: never the underlay");
+        assert_eq!(t.flood_all_from(2).collect::<Vec<_>>(), [0], "nor, from a tunnel, another tunnel");
     }
 
     #[test]

@@ -71,3 +71,17 @@ fn bad_vteps_are_refused_where_they_are_wrong() {
     let (_, _, m) = err(&second);
     assert!(m.contains("is a second vtep's underlay"), "{m}");
 }
+
+/// A flow naming an underlay is refused where it names it: its frames are the VTEP's, and a
+/// flow that sent tenants' frames there would put them on the physical network unencapsulated.
+#[test]
+fn flows_may_not_name_an_underlay() {
+    for flow in ["in_port=up,actions=normal", "actions=output:up", "priority=5,in_port=vm,actions=up"] {
+        let text = format!("flows = [\"{flow}\"]\n{}", file(GOOD));
+        let e = Config::parse("t.toml", &text).unwrap_err();
+        assert!(e.message.contains("port \"up\" is vtep \"v\"'s underlay"), "{flow}: {}", e.message);
+        assert_eq!((e.line, e.col), (1, 11 + flow.find("up").unwrap()), "{flow}: {}", e.message);
+    }
+    let ok = format!("flows = [\"in_port=vm,actions=v-10.0.0.2\"]\n{}", file(GOOD));
+    Config::parse("t.toml", &ok).unwrap();
+}

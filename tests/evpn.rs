@@ -144,7 +144,7 @@ impl Drop for Links {
     }
 }
 
-/// One host's pvswitchd: VMs (name, VLAN, MAC), a VTEP at `local` on the `underlay` veth with
+/// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none), a VTEP at `local` on the `underlay` veth with
 /// VNIs 100 (VLAN 10) and 200 (VLAN 20) and no remotes, and `vtep_extra` keys (e.g. its mtu).
 fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)], vtep_extra: &str) -> String {
     let mut c = format!(
@@ -152,9 +152,10 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
         dir.display()
     );
     for (name, tag, mac) in ports {
-        c += &format!(
-            "[[port]]\nname = \"{name}\"\ntype = \"vhost-user\"\nsocket = \"{name}.sock\"\ntag = {tag}\nallowed_macs = [\"{mac}\"]\n"
-        );
+        c += &format!("[[port]]\nname = \"{name}\"\ntype = \"vhost-user\"\nsocket = \"{name}.sock\"\ntag = {tag}\n");
+        if !mac.is_empty() {
+            c += &format!("allowed_macs = [\"{mac}\"]\n");
+        }
     }
     c += &format!(
         "[[port]]\nname = \"uplink\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={underlay}\"\n\
@@ -512,6 +513,70 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     // All along, the underlay carried VXLAN between the two VTEPs and their ARP, nothing else
     // (the 128-frame round trip alone is 256 VXLAN frames).
     assert!(hosts.underlay_only_vteps() >= 256);
+}
+
+/// A VM that moves while its old host still advertises it, as in a live migration (the
+/// destination announces the VM before the source is gone): no configured MAC, so host 2
+/// knows the VM only from its first frame there, a broadcast (as QEMU's RARP announcement).
+/// Host 2 learns it on a local port and exports it; EVPN's MAC mobility (a higher sequence
+/// number) makes it remote at host 2 in host 1's zebra, and both switches agree and stay so.
+#[test]
+fn a_vm_announced_on_another_host_moves_there_by_mac_mobility() {
+    if !require(&[TESTPMD, NEEDS].concat()) {
+        return;
+    }
+    let _g = serial();
+    const MAC_R: &str = "02:00:00:00:0a:77";
+    let pid = std::process::id() % 100_000;
+    let mut hosts = Hosts::new("m", &[("roam", 10, "")], &[("roam", 10, "")], 1500, "");
+    hosts.start_control();
+    let (ta, tb) = ("vt-192.168.100.2", "vt-192.168.100.1");
+    let has_port = |sw: &Switch, name: &str| sw.ctl("ports").as_array().unwrap().iter().any(|p| p["name"] == name);
+    wait_for("EVPN's flood lists: a tunnel each way", || {
+        (has_port(&hosts.a, ta) && has_port(&hosts.b, tb)).then_some(())
+    });
+    // The VM announces itself (one burst of broadcasts from its MAC) on `sw`'s port "roam".
+    let announce = |prefix: String, sw: &Switch| {
+        let mut vm = Testpmd::spawn(
+            &prefix,
+            &[format!("net_virtio_user0,path={},queues=1,mac={MAC_R}", sw.sock("roam"))],
+            &["--forward-mode=rxonly", "--eth-peer=0,ff:ff:ff:ff:ff:ff"],
+        );
+        sw.wait_running("roam", 1);
+        vm.cmd("start tx_first 1");
+        vm
+    };
+    let source = announce(format!("pvsms{pid}"), &hosts.a);
+    wait_for("host 2's zebra to have the VM behind host 1", || {
+        let macs = hosts.h2.vtysh("show evpn mac vni 100");
+        macs.lines().any(|l| l.contains(MAC_R) && l.contains("remote") && l.contains(IP1)).then_some(())
+    });
+    assert_eq!(fdb_port(&hosts.a, MAC_R, 10).as_deref(), Some("roam"));
+
+    let t0 = Instant::now();
+    let dest = announce(format!("pvsmd{pid}"), &hosts.b);
+    let moved = |h: &Frr, vtep: &str, local: bool| {
+        let macs = h.vtysh("show evpn mac vni 100");
+        let line = macs.lines().find(|l| l.contains(MAC_R)).unwrap_or_default().to_string();
+        if local { line.contains("local") } else { line.contains("remote") && line.contains(vtep) }
+    };
+    wait_for("both zebras to have the VM at host 2", || {
+        (moved(&hosts.h1, IP2, false) && moved(&hosts.h2, "", true)).then_some(())
+    });
+    eprintln!("the VM is at host 2 in both zebras {:?} after it announced itself there", t0.elapsed());
+    // And it stays there, in both switches, while the source VM (silent) is still connected:
+    // no sync with the old route moves it back.
+    for _ in 0..10 {
+        assert_eq!(fdb_port(&hosts.b, MAC_R, 10).as_deref(), Some("roam"), "host 2: the VM is local");
+        assert_eq!(fdb_port(&hosts.a, MAC_R, 10).as_deref(), Some(ta), "host 1: behind host 2");
+        assert!(moved(&hosts.h1, IP2, false), "{}", hosts.h1.vtysh("show evpn mac vni 100"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seq = hosts.h1.vtysh(&format!("show evpn mac vni 100 mac {MAC_R}"));
+    assert!(seq.contains("Remote Seq: 1"), "moved by MAC mobility's sequence number:\n{seq}");
+    source.quit();
+    dest.quit();
+    assert!(hosts.underlay_only_vteps() > 0);
 }
 
 /// Two QEMU guests (Linux, TCG) on VNI 100, one on each host: they ping and run TCP (iperf3

@@ -603,35 +603,12 @@ fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
     );
     vm20.cmd("start");
     hosts.b.wait_running("vm20", 1);
-    let job1 = r#"i=0
-until ping -c 1 -W 1 10.100.0.2 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
-ping -c 5 -i 0.2 -W 2 10.100.0.2 | tail -n 2
-for args in "" "-R"; do
-  n=0
-  until out=$(timeout 30 iperf3 -c 10.100.0.2 -t 3 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
-  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
-done
-echo PVS-READY
-while true; do sleep 1000; done
-"#;
     let job2 = "iperf3 -s -B 10.100.0.2 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
     let (da, db) = (hosts.a.dir.clone(), hosts.b.dir.clone());
-    let vms = Qemus(vec![
-        guest(&hosts.b, &db, "vm10", "10.100.0.2/24", GB, job2),
-        guest(&hosts.a, &da, "vm10", "10.100.0.1/24", GA, job1),
-    ]);
-    // Still running after its job: a VM gone is a MAC withdrawn.
-    let mut out = String::new();
-    let ready = Instant::now() + Duration::from_secs(600);
-    while !out.contains("PVS-READY") {
-        assert!(Instant::now() < ready, "host 1's guest did not finish its job:\n{out}");
-        std::thread::sleep(Duration::from_millis(200));
-        out = guest_log(&da, "vm10");
-    }
-    eprintln!(
-        "{}",
-        out.lines().filter(|l| l.contains("PVS-") || l.contains("packet loss")).collect::<Vec<_>>().join("\n")
-    );
+    let server = Qemus(vec![guest(&hosts.b, &db, "vm10", "10.100.0.2/24", GB, job2)]);
+    // Host 1's guest pings and runs iperf3 both ways, then stays (a VM gone is a MAC withdrawn).
+    let (client, out) =
+        guest_ping_iperf(&da, &hosts.a.sock("vm10"), "10.100.0.1/24", "10.100.0.2", "vm10", Some(GA), 600);
     assert!(out.contains(" 0% packet loss"), "host 1's guest -> host 2's guest ping:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     // Each guest's MAC: local on its host, remote (behind the other VTEP) on the other.
@@ -644,7 +621,7 @@ while true; do sleep 1000; done
         assert!(line(local).contains("local"), "{}: {local} not local:\n{macs}", h.ns);
         assert!(line(remote).contains("remote") && line(remote).contains(vtep), "{}: {remote}:\n{macs}", h.ns);
     }
-    drop(vms);
+    drop((client, server));
     assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM got VNI 100's frames");
     for sw in [&hosts.a, &hosts.b] {
         let up = sw.port("uplink");

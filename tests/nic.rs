@@ -578,7 +578,7 @@ fn qemu_guest_through(
             .spawn()
             .expect("iperf3 server"),
     );
-    let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm"), "10.77.0.2/24", "10.77.0.1", "pvsnic", 180);
+    let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm"), "10.77.0.2/24", "10.77.0.1", "pvsnic", None, 180);
     assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     // And from the namespace's Linux to the guest's.

@@ -378,7 +378,7 @@ fn qemu_guest_tcp_through_the_tunnel() {
             .spawn()
             .expect("iperf3 server"),
     );
-    let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm10"), "192.168.100.2/24", "192.168.100.1", "pvsvx", 240);
+    let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm10"), "192.168.100.2/24", "192.168.100.1", "pvsvx", None, 240);
     assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     assert_eq!(peer.ping("192.168.100.2", 5), 5, "namespace -> guest ping");

@@ -678,6 +678,7 @@ pub fn guest_ping_iperf(
     ip: &str,
     peer: &str,
     name: &str,
+    mac: Option<&str>,
     timeout_s: u64,
 ) -> (KillOnDrop, String) {
     let job = dir.join("job.sh");
@@ -702,13 +703,11 @@ sleep 60
     let root = env!("CARGO_MANIFEST_DIR");
     let log = dir.join("guest.log");
     let mut cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
-    cmd.args(["--socket", sock, "--ip", ip, "--name", name])
-        .arg("--job")
-        .arg(&job)
-        .arg("--log")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args(["--socket", sock, "--ip", ip, "--name", name]);
+    if let Some(mac) = mac {
+        cmd.args(["--mac", mac]);
+    }
+    cmd.arg("--job").arg(&job).arg("--log").arg(&log).stdout(Stdio::null()).stderr(Stdio::null());
     if let Ok(g) = std::env::var("PVS_GUEST_DIR") {
         cmd.args(["--guest-dir", &g]);
     }

@@ -219,7 +219,14 @@ fn install_and_uninstall_leave_nothing_behind() {
         text
     };
     install(&[]);
-    for f in ["usr/sbin/pvswitchd", "usr/bin/pvswitchctl", "etc/pvswitch/pvswitch.toml", "units/pvswitchd.service"] {
+    for f in [
+        "usr/sbin/pvswitchd",
+        "usr/sbin/pvs-evpn",
+        "usr/bin/pvswitchctl",
+        "etc/pvswitch/pvswitch.toml",
+        "units/pvswitchd.service",
+        "units/pvs-evpn.service",
+    ] {
         assert!(t.join(f).exists(), "{f} not installed");
     }
     let unit = std::fs::read_to_string(units.join("pvswitchd.service")).unwrap();
@@ -231,7 +238,11 @@ fn install_and_uninstall_leave_nothing_behind() {
         )),
         "{unit}"
     );
-    assert!(!unit.contains('@'), "unfilled placeholder:\n{unit}");
+    let evpn = std::fs::read_to_string(units.join("pvs-evpn.service")).unwrap();
+    assert!(evpn.contains(&format!("ExecStart={}/sbin/pvs-evpn --ctl ", prefix.display())), "{evpn}");
+    for u in [&unit, &evpn] {
+        assert!(!u.contains('@'), "unfilled placeholder:\n{u}");
+    }
     // The installed daemon validates the installed configuration.
     let check = Command::new(prefix.join("sbin/pvswitchd"))
         .arg("--check")
@@ -239,16 +250,18 @@ fn install_and_uninstall_leave_nothing_behind() {
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    // systemd's own check of the unit (every key known, every command executable).
-    let verify = Command::new("systemd-analyze").arg("verify").arg(units.join("pvswitchd.service")).output();
-    match verify {
-        Ok(v) => assert!(
-            v.status.success() && v.stderr.is_empty(),
-            "systemd-analyze verify:\n{}{}",
-            String::from_utf8_lossy(&v.stdout),
-            String::from_utf8_lossy(&v.stderr)
-        ),
-        Err(e) => panic!("systemd-analyze: {e} (scripts/install-deps.sh installs systemd)"),
+    // systemd's own check of the units (every key known, every command executable).
+    for u in ["pvswitchd.service", "pvs-evpn.service"] {
+        let verify = Command::new("systemd-analyze").arg("verify").arg(units.join(u)).output();
+        match verify {
+            Ok(v) => assert!(
+                v.status.success() && v.stderr.is_empty(),
+                "systemd-analyze verify {u}:\n{}{}",
+                String::from_utf8_lossy(&v.stdout),
+                String::from_utf8_lossy(&v.stderr)
+            ),
+            Err(e) => panic!("systemd-analyze: {e} (scripts/install-deps.sh installs systemd)"),
+        }
     }
     // A configuration the operator edited is never overwritten.
     std::fs::write(etc.join("pvswitch/pvswitch.toml"), "# mine\n").unwrap();

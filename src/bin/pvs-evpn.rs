@@ -6,7 +6,8 @@
 //! pvs-evpn --ctl /run/pvswitch/pvswitchd.sock [--vtep NAME] [--interval-ms 200] [--once]
 //! ```
 //!
-//! Each tick it reads `vteps` from pvswitchd, makes the shadow bridge, VXLAN device and local
+//! Each tick (every `--interval-ms`, and at once when the kernel's FDB changes: zebra installed
+//! or removed a remote MAC) it reads `vteps` from pvswitchd, makes the shadow bridge, VXLAN device and local
 //! port of any VNI that lacks them (with `ip` and `bridge`: done once per VNI), reads the
 //! namespace's bridge FDB over rtnetlink, adds and deletes the static entries of local MACs,
 //! and sends `vtep-sync` when what zebra installed differs from what pvswitchd holds.
@@ -17,6 +18,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixStream;
 use std::process::Command;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use netlink_packet_core::{
@@ -76,6 +78,12 @@ fn main() {
         std::process::exit(1)
     });
     let mut made: BTreeMap<u32, (Ipv4Addr, u16)> = BTreeMap::new();
+    // What zebra installs or removes wakes the loop at once; pvswitchd's side (MACs learned
+    // and lost) is read every tick.
+    let fdb_changed = watch_fdb().unwrap_or_else(|e| {
+        eprintln!("pvs-evpn: netlink: {e}");
+        std::process::exit(1)
+    });
     loop {
         if let Err(e) = tick(&a, &mut nl, &mut made) {
             log::warn!("{e}");
@@ -83,8 +91,47 @@ fn main() {
         if a.once {
             break;
         }
-        std::thread::sleep(a.interval);
+        match fdb_changed.recv_timeout(a.interval) {
+            Ok(()) => {
+                // A burst of changes (a peer's MACs arriving together) lands in one sync.
+                std::thread::sleep(FDB_SETTLE);
+                while fdb_changed.try_recv().is_ok() {}
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            // The watcher failed (logged): ticks alone, as before it.
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(a.interval),
+        }
     }
+}
+
+/// How long a change to the kernel's FDB waits for the rest of its burst before the tick.
+const FDB_SETTLE: Duration = Duration::from_millis(10);
+
+/// A thread that reads the namespace's neighbour notifications (the bridge FDB among them) and
+/// says so on the returned channel, one message a datagram. Our own FDB changes wake the loop
+/// too: one tick that finds nothing to do.
+fn watch_fdb() -> std::io::Result<std::sync::mpsc::Receiver<()>> {
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.add_membership(libc::RTNLGRP_NEIGH)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("fdb-events".into()).spawn(move || {
+        loop {
+            match sock.recv_from_full() {
+                Ok(_) => {}
+                // Notifications were lost (the socket overflowed): a tick reads the whole FDB anyway.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) => {
+                    log::warn!("FDB notifications: {e}; ticks only from now on");
+                    return;
+                }
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok(rx)
 }
 
 fn tick(a: &Args, nl: &mut Netlink, made: &mut BTreeMap<u32, (Ipv4Addr, u16)>) -> Result<(), String> {

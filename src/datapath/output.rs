@@ -718,10 +718,11 @@ fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Del
         copied += c;
         nbufs += 1;
     }
-    let hdr = VirtioNetHdr { num_buffers: nbufs, ..*vh }.to_bytes();
     // Usually the buffer's header already reads so (the guest's last frame in it was a one-buffer
-    // frame too); not writing it then keeps the guest's cached copy of that line valid.
-    let stored = first.update_at(0, &hdr[..hdr_len as usize]);
+    // frame too); not writing it then keeps the guest's cached copy of that line valid. Compared
+    // in registers (`update_words`): see there for why not through a byte array.
+    let (lo, hi) = VirtioNetHdr { num_buffers: nbufs, ..*vh }.words();
+    let stored = first.update_words(0, lo, hi, hdr_len);
     ring.header_written(stored);
     Ok(nbufs)
 }

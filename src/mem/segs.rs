@@ -240,29 +240,48 @@ impl<'m> Segs<'m> {
         }
     }
 
-    /// Like `write_at`, but leaves the bytes alone when they already equal `src` (for small
-    /// `src` in one segment): a line that is only read stays shared with the guest's
-    /// core, where a store, even of the same bytes, would take it away. Returns whether it
-    /// stored (else the bytes already read as `src`).
+    /// Stores a 10- or 12-byte value (a virtio-net header) at `off` unless the bytes there
+    /// already equal it: a line that is only read stays shared with the guest's core, where a
+    /// store, even of the same bytes, would take it away. The value comes as the little-endian
+    /// words of its bytes `0..8` (`lo`) and `8..len` (`hi`, its low half for 10 bytes), and the
+    /// guest's bytes are loaded and compared as two words in registers, never through a byte
+    /// array on the stack: a word loaded from an array just built by narrow stores cannot be
+    /// forwarded from the store buffer, and waits for every older store to reach the cache,
+    /// such as the frame's copy just made into lines still on their way from the guest's core
+    /// (docs/benchmark-history.md, "The header compare in registers"). Returns whether it
+    /// stored. Across segments (a header split over descriptors) the bytes are written without
+    /// looking.
     #[inline(always)]
-    pub fn update_at(&self, off: u32, src: &[u8]) -> bool {
-        const MAX: usize = 16;
-        if src.len() <= MAX
-            && let Some(p) = self.contiguous(off, src.len())
-        {
-            let mut cur = [0u8; MAX];
-            // SAFETY: src.len() bytes inside one segment (the type's invariant: valid
-            // for 'm), copied into a local; then, if they differ, the other way.
+    pub fn update_words(&self, off: u32, lo: u64, hi: u32, len: u32) -> bool {
+        debug_assert!(len == 10 || len == 12);
+        if let Some(p) = self.contiguous(off, len as usize) {
+            // SAFETY: `len` bytes inside one segment (the type's invariant: valid for 'm):
+            // unaligned loads of bytes 0..8 and 8..len into registers, then, if they differ,
+            // unaligned stores of the same ranges.
             unsafe {
-                copy_bytes(p, cur.as_mut_ptr(), src.len());
-                if same_bytes(&cur, src) {
+                let cur_lo = u64::from_le(ptr::read_unaligned(p as *const u64));
+                let q = p.add(8);
+                let cur_hi = if len == 12 {
+                    u32::from_le(ptr::read_unaligned(q as *const u32))
+                } else {
+                    u16::from_le(ptr::read_unaligned(q as *const u16)) as u32 | (hi & 0xffff_0000)
+                };
+                if cur_lo == lo && cur_hi == hi {
                     return false;
                 }
-                copy_bytes(src.as_ptr(), p, src.len());
+                ptr::write_unaligned(p as *mut u64, lo.to_le());
+                if len == 12 {
+                    ptr::write_unaligned(q as *mut u32, hi.to_le());
+                } else {
+                    ptr::write_unaligned(q as *mut u16, (hi as u16).to_le());
+                }
             }
             return true;
         }
-        self.write_at(off, src);
+        let mut b = [0u8; 12];
+        b[..8].copy_from_slice(&lo.to_le_bytes());
+        b[8..].copy_from_slice(&hi.to_le_bytes());
+        self.write_at(off, &b[..len as usize]);
         true
     }
 
@@ -332,15 +351,6 @@ impl<'m> Segs<'m> {
         }
         (self.n, 0)
     }
-}
-
-/// Whether `a` starts with `b` (`b` at most 16 bytes): two overlapping word compares instead
-/// of a call to memcmp.
-#[inline(always)]
-fn same_bytes(a: &[u8; 16], b: &[u8]) -> bool {
-    let n = b.len();
-    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
-    if n >= 8 { word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8) } else { a[..n] == *b }
 }
 
 /// Copies `n` bytes; correct even if the ranges overlap (a hostile VMM may give two ports the
@@ -422,7 +432,7 @@ mod tests {
     }
 
     #[test]
-    fn update_at_writes_only_bytes_that_differ() {
+    fn update_words_writes_only_bytes_that_differ() {
         // A read-only page: a store into it would fault, so equal bytes must not be stored.
         // SAFETY: a fresh anonymous mapping of one page, unmapped at the end of the test.
         let page = unsafe {
@@ -432,9 +442,9 @@ mod tests {
         let mut ro = Segs::default();
         // SAFETY: the page is mapped until the munmap below, after the last use of `ro`.
         unsafe { ro.set_one(page as *mut u8, 4096) };
-        for n in [1, 7, 8, 10, 12, 16] {
-            assert!(!ro.update_at(100, &[0u8; 16][..n]), "{n} equal bytes: nothing stored");
-        }
+        assert!(!ro.update_words(100, 0, 0, 12), "12 equal bytes: nothing stored");
+        assert!(!ro.update_words(4086, 0, 0, 10), "10 equal bytes at the page's end: nothing stored");
+        assert!(!ro.update_words(100, 0, 0xabcd_0000, 10), "a 10-byte value ignores hi's upper half");
         // SAFETY: the mapping made above, no longer used.
         unsafe { libc::munmap(page, 4096) };
 
@@ -442,14 +452,15 @@ mod tests {
         let mut rw = Segs::default();
         // SAFETY: `buf` outlives `rw`; the test reads `buf` only between uses of `rw`.
         unsafe { rw.set_one(buf.as_mut_ptr(), 64) };
-        let mut hdr = [0u8; 12];
-        hdr[10] = 1;
-        assert!(rw.update_at(20, &hdr[..12]), "bytes that differ are stored");
-        assert!(!rw.update_at(20, &hdr[..10]), "and then read the same");
-        assert_eq!(&buf[20..32], &hdr);
-        hdr[0] = 9;
-        assert!(rw.update_at(20, &hdr[..4]));
-        assert_eq!(buf[20], 9);
+        let (lo, hi) = (u64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8]), u32::from_le_bytes([9, 10, 11, 12]));
+        assert!(rw.update_words(20, lo, hi, 12), "bytes that differ are stored");
+        assert!(!rw.update_words(20, lo, hi, 12), "and then read the same");
+        assert_eq!(&buf[20..32], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(buf[32], 0, "nothing past the value");
+        assert!(rw.update_words(20, lo, 0x0b0b_0a0a, 10), "one byte of the tail differs");
+        assert_eq!(&buf[28..33], &[0x0a, 0x0a, 11, 12, 0], "10 bytes: the tail's low half only");
+        assert!(rw.update_words(20, lo ^ 1 << 56, hi, 12));
+        assert_eq!(buf[27], 9, "the last byte of lo");
     }
 
     /// Segments over `buf` cut at `cuts` (ascending offsets), with the pieces laid out in
@@ -517,17 +528,19 @@ mod tests {
                 for (k, &b) in v.iter().enumerate() {
                     assert_eq!(buf[wat[off as usize + k]], b, "cuts {cuts:?} write at {off}");
                 }
-                let u = [0x5au8; 3];
-                assert!(w.update_at(off, &u));
-                // Equal bytes in the first or second segment are left alone; elsewhere (across
-                // a cut, or further on) they are written.
-                let (o, end) = (off as usize, off as usize + u.len());
-                let c0 = cuts.first().copied().unwrap_or(total);
-                let c1 = cuts.get(1).copied().unwrap_or(total);
-                let fast = end <= c0 || (o >= c0 && end <= c1);
-                assert_eq!(w.update_at(off, &u), !fast, "cuts {cuts:?} update at {off}");
-                for k in 0..u.len() {
-                    assert_eq!(buf[wat[off as usize + k]], 0x5a, "cuts {cuts:?} update at {off}");
+                if off + 12 <= total as u32 {
+                    let (lo, hi) = (0x5a5a_5a5a_5a5a_5a5a_u64, 0x5a5a_5a5a_u32);
+                    assert!(w.update_words(off, lo, hi, 12));
+                    // Equal bytes in the first or second segment are left alone; elsewhere
+                    // (across a cut, or further on) they are written.
+                    let (o, end) = (off as usize, off as usize + 12);
+                    let c0 = cuts.first().copied().unwrap_or(total);
+                    let c1 = cuts.get(1).copied().unwrap_or(total);
+                    let fast = end <= c0 || (o >= c0 && end <= c1);
+                    assert_eq!(w.update_words(off, lo, hi, 12), !fast, "cuts {cuts:?} update at {off}");
+                    for k in 0..12 {
+                        assert_eq!(buf[wat[off as usize + k]], 0x5a, "cuts {cuts:?} update at {off}");
+                    }
                 }
                 let mut flat = [0u8; 64];
                 let mut dst = Segs::default();

@@ -616,7 +616,7 @@ impl ActiveRing {
     /// `Ahead::Write(from)` is for receive buffers, `from` the offset where the frame will
     /// start (after the virtio-net header): the lines from
     /// there are fetched for ownership, to be written; the header's line only for reading:
-    /// the header usually already holds the bytes we would write, and then `Segs::update_at`
+    /// the header usually already holds the bytes we would write, and then `Segs::update_words`
     /// leaves it alone, so the guest's copy of that line stays valid. Not so for a guest
     /// that sends its received buffers back out (a forwarding VM): its transmit header, left
     /// in the buffer, differs from ours. When most of the last eight headers had to be written

@@ -169,6 +169,19 @@ impl VirtioNetHdr {
         out[..n].copy_from_slice(&b[..n]);
     }
 
+    /// The header's bytes `0..8` and `8..12` as little-endian words, built in registers (what
+    /// `Segs::update_words` compares with a receive buffer's header; a legacy 10-byte header
+    /// is `lo` and the low half of `hi`).
+    #[inline(always)]
+    pub fn words(&self) -> (u64, u32) {
+        let lo = self.flags as u64
+            | (self.gso_type as u64) << 8
+            | (self.hdr_len as u64) << 16
+            | (self.gso_size as u64) << 32
+            | (self.csum_start as u64) << 48;
+        (lo, self.csum_offset as u32 | (self.num_buffers as u32) << 16)
+    }
+
     /// The header as bytes (12; a legacy header is the first 10).
     pub fn to_bytes(&self) -> [u8; HDR_LEN] {
         let mut b = [0u8; HDR_LEN];
@@ -194,6 +207,9 @@ mod tests {
         };
         let b = h.to_bytes();
         assert_eq!(b, [1, 0x81, 54, 0, 0xa8, 5, 34, 0, 16, 0, 3, 0]);
+        // The same bytes as two words.
+        let (lo, hi) = h.words();
+        assert_eq!((&lo.to_le_bytes()[..], &hi.to_le_bytes()[..]), (&b[..8], &b[8..]));
         assert_eq!(VirtioNetHdr::parse(&b).unwrap(), h);
         assert_eq!(VirtioNetHdr::parse(&b[..10]).unwrap(), VirtioNetHdr { num_buffers: 0, ..h });
         assert!(VirtioNetHdr::parse(&b[..9]).is_err());

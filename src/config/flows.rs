@@ -23,10 +23,14 @@ pub(super) fn validate(
     underlays: &[(&str, &str)],
     cx: &Ctx,
 ) -> Result<Vec<FlowSource>, ConfigError> {
+    // The first underlay the flow names, and the address of the name: the parser hands out
+    // slices of the flow's text, so that address less the text's is the name's column.
     let named_underlay = std::cell::Cell::new(None);
     let id = |name: &str| {
-        if let Some(u) = underlays.iter().find(|u| u.1 == name) {
-            named_underlay.set(Some(*u));
+        if let Some(u) = underlays.iter().find(|u| u.1 == name)
+            && named_underlay.get().is_none()
+        {
+            named_underlay.set(Some((*u, name.as_ptr() as usize)));
         }
         ports.iter().position(|p| p.name == name).map(|i| i as u16)
     };
@@ -41,8 +45,8 @@ pub(super) fn validate(
         if let Err(e) = crate::flow::parse_flow(&text, &id) {
             return Err(cx.err(Some(offset + e.offset..offset + e.offset), format!("flow: {}", e.message)));
         }
-        if let Some((vtep, port)) = named_underlay.take() {
-            let at = offset + text.find(port).unwrap_or(0);
+        if let Some(((vtep, port), addr)) = named_underlay.take() {
+            let at = offset + addr.checked_sub(text.as_ptr() as usize).filter(|&d| d < text.len()).unwrap_or(0);
             return Err(cx.err(
                 Some(at..at),
                 format!(

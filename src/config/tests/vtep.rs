@@ -84,4 +84,11 @@ fn flows_may_not_name_an_underlay() {
     }
     let ok = format!("flows = [\"in_port=vm,actions=v-10.0.0.2\"]\n{}", file(GOOD));
     Config::parse("t.toml", &ok).unwrap();
+    // An underlay whose name is part of an earlier word of the flow ("in", in "in_port"): the
+    // column is where the flow names the port, not where the letters first appear.
+    let renamed = file(GOOD).replace("\"up\"", "\"in\"");
+    let flow = "in_port=vm,actions=output:in";
+    let e = Config::parse("t.toml", &format!("flows = [\"{flow}\"]\n{renamed}")).unwrap_err();
+    assert!(e.message.contains("port \"in\" is vtep \"v\"'s underlay"), "{}", e.message);
+    assert_eq!((e.line, e.col), (1, 11 + flow.rfind("in").unwrap()), "{}", e.message);
 }

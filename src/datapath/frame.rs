@@ -15,6 +15,7 @@
 use super::{FlowState, Out};
 use crate::flow::FlowKey;
 use crate::mem::Segs;
+use crate::mem::segs::copy_slice;
 use crate::wire::checksum::Sum;
 use crate::wire::gso::{self, Offload};
 
@@ -221,12 +222,12 @@ impl<'m> Frame<'m> {
 
     /// Reads the frame's bytes from `off` into `out` as [`Frame::copy_to`] takes them; returns
     /// how many (fewer if the frame is shorter).
-    #[inline]
+    #[inline(always)]
     pub fn read_at(&self, off: u32, out: &mut [u8]) -> usize {
         let mut done = 0;
         if off < self.front_len {
             let k = ((self.front_len - off) as usize).min(out.len());
-            out[..k].copy_from_slice(&self.front.0[off as usize..off as usize + k]);
+            copy_slice(&mut out[..k], &self.front.0[off as usize..off as usize + k]);
             done = k;
         }
         if done < out.len() {

@@ -148,7 +148,9 @@ mod imp {
             };
             let (head, room) = room.split_at_mut(outer);
             fill(head);
-            room[..prefix.len()].copy_from_slice(prefix);
+            if !prefix.is_empty() {
+                room[..prefix.len()].copy_from_slice(prefix);
+            }
             src.read_at(off, &mut room[prefix.len()..]);
             if let Some((at, v)) = patch
                 && let Some(field) = room.get_mut(at as usize..at as usize + 2)

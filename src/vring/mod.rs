@@ -123,6 +123,12 @@ pub enum Ahead {
 /// A ring that is running: its layout, our indices, and what keeps its memory alive.
 pub struct ActiveRing {
     size: u16,
+    /// `size - 1`, what the hot indexing masks with, in a word of its own: read as `size - 1`
+    /// it was loaded as a 4-byte word that also covered `last_avail`, just stored by `pop`, so
+    /// the load could not be forwarded from the store buffer and waited for the frame's copy
+    /// into the guest's lines to reach the cache (docs/benchmark-history.md, "The header
+    /// compare in registers").
+    mask: u32,
     desc: *const [u8; 16],
     avail: *mut u8,
     used: *mut u8,
@@ -271,6 +277,7 @@ impl Vring {
         self.epoch += 1;
         self.active = Some(ActiveRing {
             size: addrs.size,
+            mask: addrs.size as u32 - 1,
             desc: addrs.desc as *const [u8; 16],
             avail: addrs.avail,
             used: addrs.used,
@@ -480,7 +487,7 @@ impl ActiveRing {
     /// `segs` to a borrow of this ring.
     #[inline]
     fn pop(&mut self, segs: &mut Segs<'_>, writable: bool) -> Result<u16, RingError> {
-        let slot = (self.last_avail & (self.size - 1)) as usize;
+        let slot = (self.last_avail & self.mask as u16) as usize;
         // SAFETY: ring[slot] is inside the validated avail ring (offset 4 + 2*slot).
         let head = self.read_u16(unsafe { self.avail.add(4 + 2 * slot) });
         if head >= self.size {
@@ -640,7 +647,7 @@ impl ActiveRing {
                 ready = self.refresh_avail().unwrap_or(ready);
             }
             let head_at = |k: u16| {
-                let slot = (self.last_avail.wrapping_add(k) & (self.size - 1)) as usize;
+                let slot = (self.last_avail.wrapping_add(k) & self.mask as u16) as usize;
                 // SAFETY: ring[slot] lies in the validated avail ring.
                 self.read_u16(unsafe { self.avail.add(4 + 2 * slot) })
             };
@@ -702,7 +709,7 @@ impl ActiveRing {
     /// Records a finished chain; not visible to the guest until `publish`.
     #[inline]
     pub fn push_used(&mut self, head: u16, len: u32) {
-        let slot = (self.used_idx & (self.size - 1)) as usize;
+        let slot = (self.used_idx & self.mask as u16) as usize;
         let mut e = [0u8; 8];
         e[0..4].copy_from_slice(&(head as u32).to_le_bytes());
         e[4..8].copy_from_slice(&len.to_le_bytes());

@@ -35,35 +35,24 @@ const MAC_A: &str = "02:00:00:00:0a:01";
 const MAC_B: &str = "02:00:00:00:0a:02";
 const MAC_B20: &str = "02:00:00:00:14:02";
 
-fn sh(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// One host's control plane: a network namespace with FRR and pvs-evpn.
 struct Frr {
-    ns: String,
+    net: Netns,
     evpn: Option<Child>,
 }
 
 impl Frr {
     fn new(ns: &str) -> Frr {
-        let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
-        sh(&["ip", "netns", "add", ns]);
-        let f = Frr { ns: ns.to_string(), evpn: None };
-        f.ex(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]);
-        f.ex(&["ip", "link", "set", "lo", "up"]);
-        f
+        Frr { net: Netns::new(ns), evpn: None }
     }
 
     fn ex(&self, args: &[&str]) -> String {
-        sh(&[&["ip", "netns", "exec", &self.ns], args].concat())
+        self.net.ex(args)
     }
 
     /// Starts zebra and bgpd in the namespace, peering from `me` with `peer` (iBGP, AS 65000).
     fn start(&self, me: &str, peer: &str, logs: &std::path::Path) {
-        let (etc, run) = (format!("/etc/frr/{}", self.ns), format!("/var/run/frr/{}", self.ns));
+        let (etc, run) = (format!("/etc/frr/{}", self.net.ns), format!("/var/run/frr/{}", self.net.ns));
         sh(&["install", "-d", "-o", "frr", "-g", "frr", "-m", "0750", &etc]);
         sh(&["install", "-d", "-o", "frr", "-g", "frr", "-m", "0755", &run]);
         std::fs::write(
@@ -79,16 +68,16 @@ impl Frr {
         sh(&["chown", "-R", "frr:frr", &etc]);
         sh(&["chown", "frr:frr", logs.to_str().unwrap()]);
         for d in ["zebra", "bgpd"] {
-            let log = format!("file:{}/{}-{d}.log", logs.display(), self.ns);
-            self.ex(&[&format!("/usr/lib/frr/{d}"), "-d", "-N", &self.ns, "-P", "0", "--log", &log]);
+            let log = format!("file:{}/{}-{d}.log", logs.display(), self.net.ns);
+            self.ex(&[&format!("/usr/lib/frr/{d}"), "-d", "-N", &self.net.ns, "-P", "0", "--log", &log]);
         }
-        sh(&["vtysh", "-N", &self.ns, "-b"]);
+        sh(&["vtysh", "-N", &self.net.ns, "-b"]);
     }
 
     /// Stops zebra and bgpd (each removes what it installed) and waits until they are gone.
     fn stop_daemons(&self) {
         for d in ["bgpd", "zebra"] {
-            let Ok(pid) = std::fs::read_to_string(format!("/var/run/frr/{}/{d}.pid", self.ns)) else { continue };
+            let Ok(pid) = std::fs::read_to_string(format!("/var/run/frr/{}/{d}.pid", self.net.ns)) else { continue };
             let pid = pid.trim().to_string();
             let _ = Command::new("kill").arg(&pid).status();
             wait_for(&format!("{d} to exit"), || {
@@ -98,14 +87,14 @@ impl Frr {
     }
 
     fn vtysh(&self, cmd: &str) -> String {
-        sh(&["vtysh", "-N", &self.ns, "-c", cmd])
+        sh(&["vtysh", "-N", &self.net.ns, "-c", cmd])
     }
 
     /// Runs pvs-evpn in the namespace against `sw`.
     fn companion(&mut self, sw: &Switch, log: &std::path::Path) {
         let out = std::fs::File::create(log).unwrap();
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_pvs-evpn"), "--ctl"])
+            .args(["netns", "exec", &self.net.ns, env!("CARGO_BIN_EXE_pvs-evpn"), "--ctl"])
             .arg(sw.dir.join("ctl.sock"))
             .args(["--interval-ms", "100"])
             .stdout(out.try_clone().unwrap())
@@ -123,14 +112,14 @@ impl Drop for Frr {
             let _ = c.wait();
         }
         for d in ["bgpd", "zebra"] {
-            if let Ok(pid) = std::fs::read_to_string(format!("/var/run/frr/{}/{d}.pid", self.ns)) {
+            if let Ok(pid) = std::fs::read_to_string(format!("/var/run/frr/{}/{d}.pid", self.net.ns)) {
                 let _ = Command::new("kill").arg(pid.trim()).status();
             }
         }
         std::thread::sleep(Duration::from_millis(200));
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = std::fs::remove_dir_all(format!("/etc/frr/{}", self.ns));
-        let _ = std::fs::remove_dir_all(format!("/var/run/frr/{}", self.ns));
+        // The namespace goes with `net`, after this.
+        let _ = std::fs::remove_dir_all(format!("/etc/frr/{}", self.net.ns));
+        let _ = std::fs::remove_dir_all(format!("/var/run/frr/{}", self.net.ns));
     }
 }
 
@@ -345,12 +334,15 @@ impl Hosts {
         let _ = Command::new("ip").args(["link", "del", &ua]).stderr(Stdio::null()).status();
         sh(&["ip", "link", "add", &ua, "type", "veth", "peer", "name", &ub]);
         for l in [&ua, &ub] {
-            sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{l}.disable_ipv6=1")]);
+            no_ipv6(l);
             sh(&["ip", "link", "set", l, "mtu", &mtu.to_string(), "up"]);
         }
         let logs = test_dir(&format!("evpn{tag}logs"));
         let (h1, h2) = (Frr::new(&format!("pv{tag}1h{pid}")), Frr::new(&format!("pv{tag}2h{pid}")));
-        sh(&["ip", "link", "add", "bgp0", "netns", &h1.ns, "type", "veth", "peer", "name", "bgp0", "netns", &h2.ns]);
+        sh(&[
+            "ip", "link", "add", "bgp0", "netns", &h1.net.ns, "type", "veth", "peer", "name", "bgp0", "netns",
+            &h2.net.ns,
+        ]);
         for (h, ip) in [(&h1, IP1), (&h2, IP2)] {
             h.ex(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "bgp0"]);
             h.ex(&["ip", "link", "set", "bgp0", "up"]);
@@ -618,8 +610,8 @@ fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
     for (h, local, remote, vtep) in [(&hosts.h1, GA, GB, IP2), (&hosts.h2, GB, GA, IP1)] {
         let macs = h.vtysh("show evpn mac vni 100");
         let line = |m: &str| macs.lines().find(|l| l.contains(m)).unwrap_or_default().to_string();
-        assert!(line(local).contains("local"), "{}: {local} not local:\n{macs}", h.ns);
-        assert!(line(remote).contains("remote") && line(remote).contains(vtep), "{}: {remote}:\n{macs}", h.ns);
+        assert!(line(local).contains("local"), "{}: {local} not local:\n{macs}", h.net.ns);
+        assert!(line(remote).contains("remote") && line(remote).contains(vtep), "{}: {remote}:\n{macs}", h.net.ns);
     }
     drop((client, server));
     assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM got VNI 100's frames");

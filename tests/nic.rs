@@ -173,89 +173,59 @@ fn failed_nic_leaves_vhost_ports_working() {
     assert!(drops(&bad).is_empty(), "{bad}");
 }
 
-/// A network namespace joined to the switch by a veth pair, removed on drop (even when the
-/// test fails).
-struct Netns {
-    ns: String,
+/// Linux behind a NIC port: a network namespace (`net`) and the name of the switch's end
+/// (`host_if`) of its link, a veth pair or a device `adopt` moves in.
+struct Lan {
+    net: Netns,
     host_if: String,
 }
 
-fn sh(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
+impl Lan {
+    /// A veth pair into a namespace, 10.77.0.1/24 on its end `pvsns0`, the switch's end bare.
+    fn new(tag: &str) -> Lan {
         let pid = std::process::id() % 100_000;
-        let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
-        let peer = "pvsns0";
-        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &n.host_if]).stderr(Stdio::null()).status();
-        sh(&["ip", "netns", "add", &n.ns]);
-        sh(&["ip", "link", "add", &n.host_if, "type", "veth", "peer", "name", peer, "netns", &n.ns]);
-        // No IPv6 on either end, no address on the switch's end: the only traffic is the test's.
-        for (ns, dev) in [(None, n.host_if.as_str()), (Some(n.ns.as_str()), peer)] {
-            let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
-            match ns {
-                None => sh(&["sysctl", "-q", "-w", &key]),
-                Some(ns) => sh(&["ip", "netns", "exec", ns, "sysctl", "-q", "-w", &key]),
-            };
-        }
+        let mut net = Netns::new(&format!("pvs{tag}{pid}"));
+        let host_if = format!("pvh{tag}{pid}");
+        net.veth(&host_if, "pvsns0");
         // The veth would hand TCP and UDP frames to af_packet with their checksums still to be
         // filled in (offloaded): the guest would drop them. Checksum in software instead.
-        sh(&["ip", "netns", "exec", &n.ns, "ethtool", "-K", peer, "tx", "off"]);
-        sh(&["ip", "netns", "exec", &n.ns, "ip", "addr", "add", "10.77.0.1/24", "dev", peer]);
-        sh(&["ip", "netns", "exec", &n.ns, "ip", "link", "set", peer, "up"]);
-        sh(&["ip", "netns", "exec", &n.ns, "ip", "link", "set", "lo", "up"]);
-        sh(&["ip", "link", "set", &n.host_if, "up"]);
-        n
+        net.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
+        net.ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"]);
+        net.ex(&["ip", "link", "set", "pvsns0", "up"]);
+        Lan { net, host_if }
     }
 
     /// A namespace where the veth's end and tap `pvstap0` (for a QEMU guest, the "physical
-    /// network") are ports of bridge br0, with no address and no IPv6: the namespace only
-    /// forwards. The switch's end of the veth hands VLAN tags to af_packet in the frame.
-    fn bridged(tag: &str) -> Netns {
+    /// network") are ports of bridge br0, with no address: the namespace only forwards. The
+    /// switch's end of the veth hands VLAN tags to af_packet in the frame.
+    fn bridged(tag: &str) -> Lan {
         let pid = std::process::id() % 100_000;
-        let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
-        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &n.host_if]).stderr(Stdio::null()).status();
-        sh(&["ip", "netns", "add", &n.ns]);
-        let ex = |args: &[&str]| sh(&[&["ip", "netns", "exec", &n.ns], args].concat());
-        ex(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]);
-        ex(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]);
-        sh(&["ip", "link", "add", &n.host_if, "type", "veth", "peer", "name", "pvsns0", "netns", &n.ns]);
-        sh(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", n.host_if)]);
-        sh(&["ethtool", "-K", &n.host_if, "rxvlan", "off", "txvlan", "off"]);
-        ex(&["ip", "link", "add", "br0", "type", "bridge"]);
-        ex(&["ip", "tuntap", "add", "pvstap0", "mode", "tap"]);
+        let mut net = Netns::new(&format!("pvs{tag}{pid}"));
+        let host_if = format!("pvh{tag}{pid}");
+        net.veth(&host_if, "pvsns0");
+        sh(&["ethtool", "-K", &host_if, "rxvlan", "off", "txvlan", "off"]);
+        net.ex(&["ip", "link", "add", "br0", "type", "bridge"]);
+        net.ex(&["ip", "tuntap", "add", "pvstap0", "mode", "tap"]);
         for dev in ["pvsns0", "pvstap0"] {
-            ex(&["ip", "link", "set", dev, "master", "br0"]);
-            ex(&["ip", "link", "set", dev, "up"]);
+            net.ex(&["ip", "link", "set", dev, "master", "br0"]);
+            net.ex(&["ip", "link", "set", dev, "up"]);
         }
-        ex(&["ip", "link", "set", "br0", "up"]);
-        ex(&["ip", "link", "set", "lo", "up"]);
-        sh(&["ip", "link", "set", &n.host_if, "up"]);
-        n
+        net.ex(&["ip", "link", "set", "br0", "up"]);
+        Lan { net, host_if }
     }
 
-    /// A namespace with only its loopback up; `host_if` names an interface a device will
-    /// create (net_tap), which `adopt` moves in and configures as `new` does the veth's end.
-    fn bare(tag: &str) -> Netns {
+    /// A namespace with only its loopback; `host_if` names an interface a device will create
+    /// (net_tap), which `adopt` moves in and configures as `new` does the veth's end.
+    fn bare(tag: &str) -> Lan {
         let pid = std::process::id() % 100_000;
-        let n = Netns { ns: format!("pvs{tag}{pid}"), host_if: format!("pvt{tag}{pid}") };
-        let _ = Command::new("ip").args(["netns", "del", &n.ns]).stderr(Stdio::null()).status();
-        sh(&["ip", "netns", "add", &n.ns]);
-        sh(&["ip", "netns", "exec", &n.ns, "ip", "link", "set", "lo", "up"]);
-        n
+        Lan { net: Netns::new(&format!("pvs{tag}{pid}")), host_if: format!("pvt{tag}{pid}") }
     }
 
     /// Moves interface `dev` (in the host's namespace) into this one, with 10.77.0.1/24 and
     /// MTU `mtu`.
     fn adopt(&self, dev: &str, mtu: u32) {
-        sh(&["ip", "link", "set", dev, "netns", &self.ns]);
-        let ex = |args: &[&str]| sh(&[&["ip", "netns", "exec", &self.ns], args].concat());
+        sh(&["ip", "link", "set", dev, "netns", &self.net.ns]);
+        let ex = |args: &[&str]| self.net.ex(args);
         ex(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]);
         ex(&["ip", "link", "set", dev, "mtu", &mtu.to_string()]);
         ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", dev]);
@@ -264,16 +234,9 @@ impl Netns {
 
     /// (rx_packets, tx_packets) of the namespace's end.
     fn peer_counts(&self) -> (u64, u64) {
-        let s = sh(&["ip", "netns", "exec", &self.ns, "cat", "/sys/class/net/pvsns0/statistics/rx_packets"]);
-        let t = sh(&["ip", "netns", "exec", &self.ns, "cat", "/sys/class/net/pvsns0/statistics/tx_packets"]);
+        let s = self.net.ex(&["cat", "/sys/class/net/pvsns0/statistics/rx_packets"]);
+        let t = self.net.ex(&["cat", "/sys/class/net/pvsns0/statistics/tx_packets"]);
         (s.trim().parse().unwrap(), t.trim().parse().unwrap())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.host_if]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
     }
 }
 
@@ -286,7 +249,7 @@ fn ping_through_af_packet_veth() {
         return;
     }
     let _g = serial();
-    let ns = Netns::new("p");
+    let ns = Lan::new("p");
     let dir = test_dir("nicveth");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
     let text = config(&dir, &["vm"], &[("eth", dev.as_str())], &[]);
@@ -304,7 +267,7 @@ fn ping_through_af_packet_veth() {
     let (rx0, tx0) = ns.peer_counts();
     let count = 20;
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns.ns, "ping", "-c", &count.to_string(), "-i", "0.05", "-W", "2", "10.77.0.2"])
+        .args(["netns", "exec", &ns.net.ns, "ping", "-c", &count.to_string(), "-i", "0.05", "-W", "2", "10.77.0.2"])
         .output()
         .unwrap();
     assert!(std::path::Path::new("/usr/bin/ping").exists(), "ping missing: apt-get install iputils-ping");
@@ -341,7 +304,7 @@ fn trunk_dpdk_port_carries_two_vlans_to_linux() {
         return;
     }
     let _g = serial();
-    let ns = Netns::bridged("v");
+    let ns = Lan::bridged("v");
     let dir = test_dir("nictrunk");
     let text = format!(
         "{}[[port]]\nname = \"eth\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={}\"\ntrunks = [10, 20]\n",
@@ -399,7 +362,7 @@ done
     };
     const NET_MAC: &str = "52:54:00:77:0a:01";
     let mut net = Command::new("ip");
-    net.args(["netns", "exec", &ns.ns, &format!("{root}/scripts/run-vm.sh"), "--tap", "pvstap0", "--mac", NET_MAC]);
+    net.args(["netns", "exec", &ns.net.ns, &format!("{root}/scripts/run-vm.sh"), "--tap", "pvstap0", "--mac", NET_MAC]);
     let mut vms = vec![qemu(&mut net, "net", &net_job)];
     for v in [10u16, 20] {
         let job = write_job(&format!("v{v}"), vm_job(v));
@@ -467,7 +430,7 @@ fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
         return;
     }
     let _g = serial();
-    let ns = Netns::new("q");
+    let ns = Lan::new("q");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
     let (eth, vmp) = qemu_guest_through(&ns, "nicqemu", &dev, &[], |_| {});
     // The guest sends 64 KiB TSO frames with partial checksums (offloads are on); af_packet
@@ -492,7 +455,7 @@ fn qemu_guest_iperf3_through_tap_with_device_offloads() {
         return;
     }
     let _g = serial();
-    let ns = Netns::bare("t");
+    let ns = Lan::bare("t");
     let iface = ns.host_if.clone();
     let dev = format!("net_tap0,iface={iface}");
     // net_tap (DPDK 22.11) refuses to segment into frames longer than its MTU (1500, its
@@ -530,7 +493,7 @@ fn qemu_guest_iperf3_through_tap_with_a_rewritten_source_mac() {
         return;
     }
     let _g = serial();
-    let ns = Netns::bare("m");
+    let ns = Lan::bare("m");
     let iface = ns.host_if.clone();
     let dev = format!("net_tap0,iface={iface}");
     let flows = [
@@ -548,13 +511,7 @@ fn qemu_guest_iperf3_through_tap_with_a_rewritten_source_mac() {
 /// it runs, then has a QEMU guest ping the namespace (10.77.0.1) and run iperf3 both ways to
 /// it; the namespace pings back. Checks that everything the NIC received reached the guest,
 /// that the namespace's kernel saw no bad TCP checksum, and returns `ports` for eth and vm.
-fn qemu_guest_through(
-    ns: &Netns,
-    name: &str,
-    dev: &str,
-    flows: &[&str],
-    adopt: impl FnOnce(&Switch),
-) -> (Value, Value) {
+fn qemu_guest_through(ns: &Lan, name: &str, dev: &str, flows: &[&str], adopt: impl FnOnce(&Switch)) -> (Value, Value) {
     let dir = test_dir(name);
     let text = config(&dir, &["vm"], &[("eth", dev)], flows);
     let sw = Switch::start_config(dir.clone(), &text);
@@ -573,7 +530,7 @@ fn qemu_guest_through(
     }
     let mut iperf = KillOnDrop(
         Command::new("ip")
-            .args(["netns", "exec", &ns.ns, "iperf3", "-s", "-B", "10.77.0.1"])
+            .args(["netns", "exec", &ns.net.ns, "iperf3", "-s", "-B", "10.77.0.1"])
             .stdout(Stdio::null())
             .spawn()
             .expect("iperf3 server"),
@@ -583,7 +540,7 @@ fn qemu_guest_through(
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     // And from the namespace's Linux to the guest's.
     let p = Command::new("ip")
-        .args(["netns", "exec", &ns.ns, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2"])
+        .args(["netns", "exec", &ns.net.ns, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&p.stdout);
@@ -595,7 +552,7 @@ fn qemu_guest_through(
     let to_vm = vmp["tx_packets"].as_u64().unwrap() + vmp["drops"]["rx_ring_full"].as_u64().unwrap();
     assert_eq!(eth["rx_packets"].as_u64(), Some(before + to_vm), "{eth}\n{vmp}");
     // TCP would have stalled on a bad checksum; the namespace kernel's counter stays 0.
-    let snmp = sh(&["ip", "netns", "exec", &ns.ns, "cat", "/proc/net/snmp"]);
+    let snmp = ns.net.ex(&["cat", "/proc/net/snmp"]);
     let tcp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Tcp:")).collect();
     let (names, vals): (Vec<&str>, Vec<&str>) = (tcp[0].split(' ').collect(), tcp[1].split(' ').collect());
     let csum_errors = names.iter().position(|n| *n == "InCsumErrors").map(|i| vals[i]).unwrap();

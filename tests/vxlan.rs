@@ -18,41 +18,27 @@ const NEEDS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping"), Need::C
 /// A QEMU guest through the tunnel: QEMU, the guest image and the namespace's iperf3 server.
 const GUEST: &[Need] = &[Need::Qemu, Need::GuestImage, Need::Cmd("ethtool"), Need::Cmd("iperf3")];
 
-fn sh(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// A namespace "the other host": a veth into it (10.77.0.1/24 inside, the switch's end bare),
 /// and a kernel VXLAN device per VNI toward the switch's VTEP at 10.77.0.2.
 struct Peer {
-    ns: String,
+    net: Netns,
     host_if: String,
 }
 
 impl Peer {
     fn new(tag: &str) -> Peer {
         let pid = std::process::id() % 100_000;
-        let p = Peer { ns: format!("pvs{tag}{pid}"), host_if: format!("pvh{tag}{pid}") };
-        let _ = Command::new("ip").args(["netns", "del", &p.ns]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &p.host_if]).stderr(Stdio::null()).status();
-        sh(&["ip", "netns", "add", &p.ns]);
-        for key in ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"] {
-            p.ex(&["sysctl", "-q", "-w", key]);
-        }
-        sh(&["ip", "link", "add", &p.host_if, "type", "veth", "peer", "name", "pvsns0", "netns", &p.ns]);
-        sh(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", p.host_if)]);
-        p.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
-        p.ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"]);
-        p.ex(&["ip", "link", "set", "pvsns0", "up"]);
-        p.ex(&["ip", "link", "set", "lo", "up"]);
-        sh(&["ip", "link", "set", &p.host_if, "up"]);
-        p
+        let mut net = Netns::new(&format!("pvs{tag}{pid}"));
+        let host_if = format!("pvh{tag}{pid}");
+        net.veth(&host_if, "pvsns0");
+        net.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
+        net.ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"]);
+        net.ex(&["ip", "link", "set", "pvsns0", "up"]);
+        Peer { net, host_if }
     }
 
     fn ex(&self, args: &[&str]) -> String {
-        sh(&[&["ip", "netns", "exec", &self.ns], args].concat())
+        self.net.ex(args)
     }
 
     /// Room on the underlay for 1500-byte inner frames behind 50 bytes of headers.
@@ -93,7 +79,7 @@ impl Peer {
     /// Pings `addr` `n` times; the number of replies.
     fn ping(&self, addr: &str, n: u32) -> u32 {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "ping", "-c", &n.to_string(), "-i", "0.05", "-W", "1", addr])
+            .args(["netns", "exec", &self.net.ns, "ping", "-c", &n.to_string(), "-i", "0.05", "-W", "1", addr])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -108,13 +94,6 @@ impl Peer {
             payloads.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(",")
         );
         self.ex(&["python3", "-c", &script]);
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.host_if]).stderr(Stdio::null()).status();
     }
 }
 
@@ -373,7 +352,7 @@ fn qemu_guest_tcp_through_the_tunnel() {
     let sw = Switch::start_config(dir.clone(), &text);
     let _iperf = KillOnDrop(
         Command::new("ip")
-            .args(["netns", "exec", &peer.ns, "iperf3", "-s", "-B", "192.168.100.1"])
+            .args(["netns", "exec", &peer.net.ns, "iperf3", "-s", "-B", "192.168.100.1"])
             .stdout(Stdio::null())
             .spawn()
             .expect("iperf3 server"),

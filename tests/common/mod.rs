@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod netns;
 mod require;
 pub mod vms;
 
+#[allow(unused_imports)] // used by the tests that make namespaces only
+pub use netns::{Netns, no_ipv6, sh};
 pub use require::*;
 
 /// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time.

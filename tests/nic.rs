@@ -184,15 +184,8 @@ impl Lan {
     /// A veth pair into a namespace, 10.77.0.1/24 on its end `pvsns0`, the switch's end bare.
     fn new(tag: &str) -> Lan {
         let pid = std::process::id() % 100_000;
-        let mut net = Netns::new(&format!("pvs{tag}{pid}"));
         let host_if = format!("pvh{tag}{pid}");
-        net.veth(&host_if, "pvsns0");
-        // The veth would hand TCP and UDP frames to af_packet with their checksums still to be
-        // filled in (offloaded): the guest would drop them. Checksum in software instead.
-        net.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
-        net.ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"]);
-        net.ex(&["ip", "link", "set", "pvsns0", "up"]);
-        Lan { net, host_if }
+        Lan { net: Netns::behind_veth(&format!("pvs{tag}{pid}"), &host_if, "10.77.0.1/24"), host_if }
     }
 
     /// A namespace where the veth's end and tap `pvstap0` (for a QEMU guest, the "physical

@@ -28,13 +28,8 @@ struct Peer {
 impl Peer {
     fn new(tag: &str) -> Peer {
         let pid = std::process::id() % 100_000;
-        let mut net = Netns::new(&format!("pvs{tag}{pid}"));
         let host_if = format!("pvh{tag}{pid}");
-        net.veth(&host_if, "pvsns0");
-        net.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
-        net.ex(&["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"]);
-        net.ex(&["ip", "link", "set", "pvsns0", "up"]);
-        Peer { net, host_if }
+        Peer { net: Netns::behind_veth(&format!("pvs{tag}{pid}"), &host_if, "10.77.0.1/24"), host_if }
     }
 
     fn ex(&self, args: &[&str]) -> String {

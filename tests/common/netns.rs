@@ -52,6 +52,22 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Linux at the far end of a link: namespace `name` behind a veth whose host end is
+    /// `host_if` (bare, for a switch's port) and whose end inside, `pvsns0`, has `addr` (a
+    /// prefix) and computes checksums in software (a veth would otherwise hand TCP and UDP
+    /// frames to af_packet with their checksums still to be filled in, and a guest would drop
+    /// them).
+    pub fn behind_veth(name: &str, host_if: &str, addr: &str) -> Netns {
+        let mut n = Netns::new(name);
+        n.veth(host_if, "pvsns0");
+        n.ex(&["ethtool", "-K", "pvsns0", "tx", "off"]);
+        n.ex(&["ip", "addr", "add", addr, "dev", "pvsns0"]);
+        n.ex(&["ip", "link", "set", "pvsns0", "up"]);
+        n
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         for l in &self.links {

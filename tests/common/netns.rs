@@ -50,9 +50,7 @@ impl Netns {
         no_ipv6(host);
         sh(&["ip", "link", "set", host, "up"]);
     }
-}
 
-impl Netns {
     /// Linux at the far end of a link: namespace `name` behind a veth whose host end is
     /// `host_if` (bare, for a switch's port) and whose end inside, `pvsns0`, has `addr` (a
     /// prefix) and computes checksums in software (a veth would otherwise hand TCP and UDP

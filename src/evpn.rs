@@ -14,6 +14,17 @@
 //!   all-zero MAC is the VNI's flood list, any other MAC, marked extern_learn, a remote host's)
 //!   is the VTEP's learned state, sent with one `vtep-sync` when it differs from what
 //!   pvswitchd holds (so a restarted pvswitchd, or FRR, is back in step on the next tick).
+//!
+//! **A MAC that moved away.** Tunnels of an EVPN VTEP learn nothing from the data plane, so a
+//! VM that moves to another host while its old port stays connected (a live migration's
+//! source, silent) stays learned on that port here until told otherwise. EVPN's MAC mobility
+//! tells: the other host advertises it with a higher sequence number, and zebra replaces our
+//! static entry with its remote one. A learned MAC we had exported whose static entry is gone
+//! while zebra has it remote has moved: it is synced as remote (pvswitchd moves it behind the
+//! tunnel) and not exported again. If the VM then speaks here again, pvswitchd learns it on its
+//! local port although the last sync said remote: it came back, and is exported (zebra raises
+//! the sequence number). A configured MAC (`allowed_macs` of a connected port) is always this
+//! host's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -52,21 +63,26 @@ pub struct Tick {
     pub export: Vec<(u32, MacAddr)>,
     pub withdraw: Vec<(u32, MacAddr)>,
     pub sync: Option<VtepState>,
+    /// The MACs exported once this tick is done (the next tick's `exported`).
+    pub exported: BTreeSet<(u32, MacAddr)>,
 }
 
 /// Decides a tick for VTEP `v` from the kernel's FDB (`fdb`, every bridge entry of the
-/// namespace).
-pub fn tick(v: &VtepInfo, fdb: &[FdbEntry]) -> Tick {
+/// namespace) and what the last tick left exported (`exported`).
+pub fn tick(v: &VtepInfo, fdb: &[FdbEntry], exported: &BTreeSet<(u32, MacAddr)>) -> Tick {
     let vnis: BTreeSet<u32> = v.vnis.iter().map(|n| n.vni).collect();
-    let want: BTreeSet<(u32, MacAddr)> = v
-        .local_macs
-        .iter()
-        .filter_map(|m| Some((m.vni, m.mac.parse().ok()?)))
-        .filter(|(vni, _)| vnis.contains(vni))
-        .collect();
+    let local = |configured: bool| -> BTreeSet<(u32, MacAddr)> {
+        v.local_macs
+            .iter()
+            .filter(|m| m.configured == configured)
+            .filter_map(|m| Some((m.vni, m.mac.parse().ok()?)))
+            .filter(|(vni, _)| vnis.contains(vni))
+            .collect()
+    };
+    let (configured, learned) = (local(true), local(false));
     let mut have = BTreeSet::new();
     let mut remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>> = BTreeMap::new();
-    let mut macs = BTreeSet::new();
+    let mut zebra_remote: BTreeMap<(u32, MacAddr), Ipv4Addr> = BTreeMap::new();
     for e in fdb {
         if let Some(vni) = vni_of(&e.dev, "pvsl").filter(|v| vnis.contains(v)) {
             if e.is_static && !e.own {
@@ -76,11 +92,28 @@ pub fn tick(v: &VtepInfo, fdb: &[FdbEntry]) -> Tick {
         {
             if e.mac == MacAddr::ZERO {
                 remotes.entry(dst).or_default().insert(vni);
-            } else if e.ext_learned && !want.contains(&(vni, e.mac)) {
-                macs.insert(RemoteMac { vni, mac: e.mac.to_string(), remote: dst.to_string() });
+            } else if e.ext_learned {
+                zebra_remote.insert((vni, e.mac), dst);
             }
         }
     }
+    let synced_remote: BTreeSet<(u32, String)> = v.learned.macs.iter().map(|m| (m.vni, m.mac.to_lowercase())).collect();
+    // A learned MAC zebra has remote: still ours while our entry stands; moved away if zebra
+    // took our entry over; back here if pvswitchd learned it again after we said remote; else
+    // (never exported, never synced) ours.
+    let moved_away = |k: &(u32, MacAddr)| {
+        zebra_remote.contains_key(k)
+            && !have.contains(k)
+            && exported.contains(k)
+            && !synced_remote.contains(&(k.0, k.1.to_string()))
+    };
+    let want: BTreeSet<(u32, MacAddr)> =
+        configured.iter().chain(learned.iter().filter(|k| !moved_away(k))).copied().collect();
+    let macs: BTreeSet<RemoteMac> = zebra_remote
+        .iter()
+        .filter(|(k, _)| !want.contains(k))
+        .map(|((vni, mac), dst)| RemoteMac { vni: *vni, mac: mac.to_string(), remote: dst.to_string() })
+        .collect();
     let state = VtepState {
         remotes: remotes
             .into_iter()
@@ -92,6 +125,7 @@ pub fn tick(v: &VtepInfo, fdb: &[FdbEntry]) -> Tick {
         export: want.difference(&have).copied().collect(),
         withdraw: have.difference(&want).copied().collect(),
         sync: (normalized(&state) != normalized(&v.learned)).then_some(state),
+        exported: want,
     }
 }
 
@@ -134,7 +168,10 @@ mod tests {
         VtepInfo {
             name: "vt".into(),
             vnis: vec![VniInfo { vni: 100, vlan: 10 }, VniInfo { vni: 200, vlan: 20 }],
-            local_macs: local.iter().map(|(v, m)| LocalMac { vni: *v, mac: m.to_string() }).collect(),
+            local_macs: local
+                .iter()
+                .map(|(v, m)| LocalMac { vni: *v, mac: m.to_string(), configured: false })
+                .collect(),
             ..Default::default()
         }
     }
@@ -147,7 +184,7 @@ mod tests {
             entry("pvsl100", "02:00:00:00:00:09", None, false, false, true),
             entry("pvsl100", "aa:bb:cc:00:00:01", None, false, true, false), // the veth's own address
         ];
-        let t = tick(&v, &fdb);
+        let t = tick(&v, &fdb, &BTreeSet::new());
         assert_eq!(t.export, vec![(200, "02:00:00:00:00:02".parse().unwrap())]);
         assert_eq!(t.withdraw, vec![(100, "02:00:00:00:00:09".parse().unwrap())]);
         assert_eq!(t.sync, None, "nothing remote, and pvswitchd knows nothing remote");
@@ -166,12 +203,51 @@ mod tests {
             // a VNI this VTEP does not have
             entry("pvsx300", "00:00:00:00:00:00", Some("10.0.0.4"), false, true, false),
         ];
-        let t = tick(&v, &fdb);
+        let t = tick(&v, &fdb, &BTreeSet::new());
         let s = t.sync.expect("pvswitchd knows none of it yet");
         assert_eq!(s.remotes, vec![RemoteVnis { remote: "10.0.0.2".into(), vnis: vec![100, 200] }]);
         assert_eq!(s.macs, vec![RemoteMac { vni: 100, mac: "02:00:00:00:00:07".into(), remote: "10.0.0.2".into() }]);
         let synced = VtepInfo { learned: s, ..v };
-        assert_eq!(tick(&synced, &fdb).sync, None, "in step: nothing to send");
-        assert_eq!(tick(&synced, &fdb[..1]).sync.map(|s| s.macs.len()), Some(0), "a withdrawn MAC is synced away");
+        let none = BTreeSet::new();
+        assert_eq!(tick(&synced, &fdb, &none).sync, None, "in step: nothing to send");
+        assert_eq!(
+            tick(&synced, &fdb[..1], &none).sync.map(|s| s.macs.len()),
+            Some(0),
+            "a withdrawn MAC is synced away"
+        );
+    }
+
+    /// MAC mobility with tunnels that learn nothing: a learned MAC we exported whose static
+    /// entry zebra replaced with a remote one moved away (synced remote, not exported again);
+    /// learned here again after that sync, it came back (exported); a configured one is ours.
+    #[test]
+    fn a_learned_mac_zebra_took_over_moved_and_comes_back_when_learned_again() {
+        let m: MacAddr = "02:00:00:00:00:05".parse().unwrap();
+        let v = vtep(&[(100, "02:00:00:00:00:05")]);
+        let ours = [entry("pvsl100", "02:00:00:00:00:05", None, false, false, true)];
+        let t = tick(&v, &ours, &BTreeSet::new());
+        assert!(t.export.is_empty() && t.withdraw.is_empty());
+        assert!(t.exported.contains(&(100, m)));
+        // Host 2 advertised it with a higher sequence number: zebra replaced our entry.
+        let taken = [entry("pvsx100", "02:00:00:00:00:05", Some("10.0.0.2"), true, true, false)];
+        let t = tick(&v, &taken, &t.exported);
+        assert!(t.export.is_empty(), "not exported again: it moved");
+        let s = t.sync.expect("synced as remote");
+        assert_eq!(s.macs, vec![RemoteMac { vni: 100, mac: m.to_string(), remote: "10.0.0.2".into() }]);
+        // pvswitchd moved it behind the tunnel: no longer local, in step.
+        let moved = VtepInfo { learned: s.clone(), ..vtep(&[]) };
+        let t = tick(&moved, &taken, &t.exported);
+        assert_eq!((t.sync, t.export.len()), (None, 0));
+        // The VM speaks here again: learned on its port although the last sync said remote.
+        let back = VtepInfo { learned: s, ..v.clone() };
+        let t = tick(&back, &taken, &t.exported);
+        assert_eq!(t.export, vec![(100, m)], "it came back: exported");
+        // Never exported, never synced (a companion that just started): ours.
+        assert_eq!(tick(&v, &taken, &BTreeSet::new()).export, vec![(100, m)]);
+        // A configured MAC is this host's whatever zebra says.
+        let mut conf = v.clone();
+        conf.local_macs[0].configured = true;
+        let exported = BTreeSet::from([(100, m)]);
+        assert_eq!(tick(&conf, &taken, &exported).export, vec![(100, m)]);
     }
 }

@@ -134,7 +134,8 @@ impl Drop for Links {
 }
 
 /// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none), a VTEP at `local` on the `underlay` veth with
-/// VNIs 100 (VLAN 10) and 200 (VLAN 20) and no remotes, and `vtep_extra` keys (e.g. its mtu).
+/// VNIs 100 (VLAN 10) and 200 (VLAN 20), no remotes and no data-plane learning on its tunnels
+/// (EVPN says where remote MACs are), and `vtep_extra` keys (e.g. its mtu).
 fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)], vtep_extra: &str) -> String {
     let mut c = format!(
         "[switch]\npoll_cores = [1]\npoll_mode = \"adaptive\"\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n",
@@ -148,7 +149,7 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
     }
     c += &format!(
         "[[port]]\nname = \"uplink\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={underlay}\"\n\
-         [[vtep]]\nname = \"vt\"\nunderlay = \"uplink\"\nlocal_ip = \"{local}/24\"\n{vtep_extra}\
+         [[vtep]]\nname = \"vt\"\nunderlay = \"uplink\"\nlocal_ip = \"{local}/24\"\nlearning = false\n{vtep_extra}\
          [[vtep.vni]]\nvni = 100\nvlan = 10\n[[vtep.vni]]\nvni = 200\nvlan = 20\n"
     );
     c

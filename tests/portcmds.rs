@@ -131,6 +131,26 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
     std::fs::create_dir(dir.join("real")).unwrap();
     std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
     refused(&sw, &["add-port", "d", "type=vhost-user", "socket=link/d.sock"], 3, "a symbolic link; not followed");
+    // A run-time port names nothing of the host through DPDK's device arguments (a file
+    // truncated, a socket listening outside socket_dir, a host interface attached), and takes
+    // no name its drop-in could not keep (hidden files are never read back) or that a command
+    // line would read as an option.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    for device in [
+        format!("device=net_pcap1,tx_pcap={}", victim.display()),
+        format!("device=net_vhost3,iface={}", dir.join("elsewhere.sock").display()),
+        "device=net_af_packet0,iface=lo".to_string(),
+        "device=net_tap0,iface=pvsevil0".to_string(),
+    ] {
+        refused(&sw, &["add-port", "evil", "type=dpdk", &device], 3, "runtime_vdevs");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(!dir.join("elsewhere.sock").exists());
+    refused(&sw, &["set-port", "a", "device=net_pcap1,tx_pcap=/x"], 3, "change it there and reload");
+    for name in [".vm9", "-vm9", "--help"] {
+        refused(&sw, &["add-port", "--", name, "type=vhost-user", "socket=vm9.sock"], 3, "beginning with a letter");
+    }
     // The port limit (max_ports = 3): a third port fits, a fourth is refused, and fits again
     // once the third is gone.
     ok(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock"]);

@@ -500,6 +500,13 @@ const CASES: &[Case] = &[
         "nic_poll_interval_us = 777",
         Live(|sw, _, _| assert_eq!(running(sw, "nic_poll_interval_us"), 777)),
     ),
+    case(
+        "dpdk",
+        "runtime_vdevs",
+        At::Dpdk,
+        "runtime_vdevs = [\"net_null\"]",
+        AtUse("add-port, set-port and the port directory's files (tests/portcmds.rs)"),
+    ),
 ];
 
 /// The keys conf/pvswitch.example.toml sets or shows commented out, by section.

@@ -77,7 +77,7 @@ fn main() {
         eprintln!("pvs-evpn: netlink: {e}");
         std::process::exit(1)
     });
-    let mut made: BTreeMap<u32, (Ipv4Addr, u16)> = BTreeMap::new();
+    let mut st = State::default();
     // What zebra installs or removes wakes the loop at once; pvswitchd's side (MACs learned
     // and lost) is read every tick.
     let fdb_changed = watch_fdb().unwrap_or_else(|e| {
@@ -85,7 +85,7 @@ fn main() {
         std::process::exit(1)
     });
     loop {
-        if let Err(e) = tick(&a, &mut nl, &mut made) {
+        if let Err(e) = tick(&a, &mut nl, &mut st) {
             log::warn!("{e}");
         }
         if a.once {
@@ -134,7 +134,16 @@ fn watch_fdb() -> std::io::Result<std::sync::mpsc::Receiver<()>> {
     Ok(rx)
 }
 
-fn tick(a: &Args, nl: &mut Netlink, made: &mut BTreeMap<u32, (Ipv4Addr, u16)>) -> Result<(), String> {
+/// What a tick leaves behind for the next: the shadow VNIs made (their address and port), and
+/// each VTEP's exported MACs.
+#[derive(Default)]
+struct State {
+    made: BTreeMap<u32, (Ipv4Addr, u16)>,
+    exported: BTreeMap<String, std::collections::BTreeSet<(u32, pvswitch::wire::MacAddr)>>,
+}
+
+fn tick(a: &Args, nl: &mut Netlink, st: &mut State) -> Result<(), String> {
+    let made = &mut st.made;
     let vteps: Vec<VtepInfo> = serde_json::from_str(&ask(&a.ctl, &Request::Vteps)?).map_err(|e| e.to_string())?;
     for v in vteps.iter().filter(|v| a.vtep.as_ref().is_none_or(|n| *n == v.name)) {
         let local: Ipv4Addr = v.local.parse().map_err(|e| format!("vtep {}: {e}", v.name))?;
@@ -142,11 +151,12 @@ fn tick(a: &Args, nl: &mut Netlink, made: &mut BTreeMap<u32, (Ipv4Addr, u16)>) -
             if made.get(&n.vni) != Some(&(local, v.udp_port)) {
                 shadow(n.vni, local, v.udp_port)?;
                 made.insert(n.vni, (local, v.udp_port));
-                log::info!("vtep {}: VNI {} mirrored (pvsb{0}, pvsx{0}, pvsl{0})", v.name, n.vni);
+                log::info!("vtep {}: VNI {1} mirrored (pvsb{1}, pvsx{1}, pvsl{1})", v.name, n.vni);
             }
         }
         let fdb = nl.dump_fdb()?;
-        let t = evpn::tick(v, &fdb);
+        let exported = st.exported.entry(v.name.clone()).or_default();
+        let t = evpn::tick(v, &fdb, exported);
         for (vni, mac) in &t.export {
             nl.fdb(true, &format!("pvsl{vni}"), *mac)?;
             log::info!("vtep {}: local {mac} on VNI {vni} exported", v.name);
@@ -160,6 +170,7 @@ fn tick(a: &Args, nl: &mut Netlink, made: &mut BTreeMap<u32, (Ipv4Addr, u16)>) -
             let reply = ask(&a.ctl, &Request::VtepSync { vtep: v.name.clone(), state: json })?;
             log::info!("vtep {}: synced: {reply}", v.name);
         }
+        *exported = t.exported;
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ commands:
   move P:Q N
             move receive queue Q of port P to poll thread N, live
   version   pvswitchd's version
+`--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,
              3 invalid request or setting, 4 already exists, 5 not found";
 
@@ -45,18 +46,29 @@ fn main() -> ExitCode {
     let mut command = None;
     let mut rest: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
+    // After `--` every argument is the command's, whatever it looks like (a name a script
+    // passes on, even one beginning with `-`).
+    let mut operands = false;
     while let Some(a) = args.next() {
         match a.as_str() {
+            c if operands => match command {
+                None => command = Some(c.to_string()),
+                Some(_) => rest.push(c.to_string()),
+            },
+            "--" => operands = true,
             "--control" => control = args.next().unwrap_or_default(),
             "--json" => as_json = true,
             "--clear" | "--may-exist" | "--if-exists" => rest.push(a.clone()),
             "--watch" => watch = args.next().and_then(|s| s.parse().ok()),
-            "-h" | "--help" => {
+            // Usage only as the request itself: after a command, an option this tool does not
+            // know is an error (a script that passed `--help` as a port name must not be told
+            // it succeeded).
+            "-h" | "--help" if command.is_none() => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             c if command.is_none() && !c.starts_with('-') => command = Some(c.to_string()),
-            c if command.is_some() && !c.starts_with("--") => rest.push(c.to_string()),
+            c if command.is_some() && !c.starts_with('-') => rest.push(c.to_string()),
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);

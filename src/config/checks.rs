@@ -73,13 +73,24 @@ impl Config {
     pub fn parse_port(&self, source: &str, text: &str) -> Result<PortConfig, ConfigError> {
         let cx = Ctx { file: source, text };
         let port = super::port::read_one(&cx, &self.defaults)?;
+        self.check_runtime(&port, &cx)?;
         self.check_port(&port.config).map_err(|c| clash_error(&c, &port, &cx))?;
         Ok(port.config)
     }
 
+    /// What a port that is not the main file's (added at run time, or read from the port
+    /// directory) may not do that the operator's own may: use a DPDK device the main file does
+    /// not grant (`DpdkConfig::runtime_device`).
+    fn check_runtime(&self, port: &Located, cx: &Ctx) -> Result<(), ConfigError> {
+        match port.config.dpdk() {
+            Some(d) => self.dpdk.runtime_device(&d.device).map_err(|m| cx.err(port.device.clone(), m)),
+            None => Ok(()),
+        }
+    }
+
     /// A drop-in (`dropin.rs`): `parse_port`, and the file must be named after its port; a
     /// name the main file defines too is the main file's.
-    pub(super) fn parse_dropin(&self, d: &super::dropin::DropIn) -> Result<PortConfig, ConfigError> {
+    pub(crate) fn parse_dropin(&self, d: &super::dropin::DropIn) -> Result<PortConfig, ConfigError> {
         let file = d.path.display().to_string();
         let cx = Ctx { file: &file, text: &d.text };
         let mut port = super::port::read_one(&cx, &self.defaults)?;
@@ -97,6 +108,7 @@ impl Config {
                 format!("port \"{}\" is defined in {there} too, whose definition is used; remove one", other.name);
             return Err(cx.err(Some(port.name.clone()), msg));
         }
+        self.check_runtime(&port, &cx)?;
         self.check_port(&port.config).map_err(|c| clash_error(&c, &port, &cx))?;
         port.config.origin = Some(d.path.clone());
         Ok(port.config)

@@ -143,8 +143,8 @@ impl Config {
         config.finish(&file, &text)
     }
 
-    /// The sections in order: `[switch]` first (ports inherit from it), each
-    /// port checked against those before it, flows against the ports, then `[dpdk]`.
+    /// The sections in order: `[switch]` first (ports inherit from it), `[dpdk]`, each
+    /// port checked against those before it, then VTEPs and flows against the ports.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         Config::parse_main(file, text)?.finish(file, text)
     }
@@ -154,6 +154,8 @@ impl Config {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
         let mut config = switch::validate(raw.switch.unwrap_or_default(), &cx)?;
+        // Before the ports: which devices the port directory's may use is the main file's say.
+        config.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         if raw.port.len() > config.max_ports {
             return Err(cx.err(None, format!("{} ports: at most {} (max_ports)", raw.port.len(), config.max_ports)));
         }
@@ -165,7 +167,7 @@ impl Config {
         Ok(config)
     }
 
-    /// The file's flows (against every port, the drop-ins' too) and `[dpdk]`.
+    /// The file's VTEPs and flows (against every port, the drop-ins' too).
     fn finish(mut self, file: &str, text: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, text };
         let raw: RawConfig = raw::read(&cx)?;
@@ -173,7 +175,6 @@ impl Config {
         self.set_remotes(&Remotes::new());
         let underlays: Vec<(&str, &str)> = self.vteps.iter().map(|v| (v.name.as_str(), v.underlay.as_str())).collect();
         self.flows = flows::validate(raw.flows, &self.ports, &underlays, &cx)?;
-        self.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         Ok(self)
     }
 

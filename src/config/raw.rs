@@ -33,6 +33,7 @@ pub(super) struct RawVtep {
     pub next_hop_mac: Option<Spanned<String>>,
     pub udp_port: Option<Spanned<u32>>,
     pub mtu: Option<Spanned<u32>>,
+    pub learning: Option<Spanned<bool>>,
     #[serde(default)]
     pub vni: Vec<RawVni>,
 }
@@ -53,6 +54,7 @@ pub(super) struct RawDpdk {
     pub eal_args: Option<Vec<String>>,
     pub mbufs: Option<Spanned<u32>>,
     pub nic_poll_interval_us: Option<Spanned<u32>>,
+    pub runtime_vdevs: Option<Vec<Spanned<String>>>,
 }
 
 /// `poll_cores = [1, 2]` or `poll_cores = "auto"`.

@@ -239,3 +239,52 @@ mod tenant;
 // A vtep's underlay is a dpdk port, which a build without DPDK refuses.
 #[cfg(feature = "dpdk")]
 mod vtep;
+
+mod runtime_devices {
+    use crate::config::DpdkConfig;
+
+    fn grants(g: &[&str]) -> DpdkConfig {
+        DpdkConfig { runtime_vdevs: g.iter().map(|s| s.to_string()).collect(), ..DpdkConfig::default() }
+    }
+
+    /// What a port added at run time may pass to DPDK: PCI addresses with harmless
+    /// arguments; vdevs only as granted, whole or (a bare driver name) without arguments.
+    #[test]
+    fn run_time_devices_name_nothing_of_the_host_unless_granted() {
+        let none = grants(&[]);
+        for ok in ["0000:03:00.0", "03:00.1", "0000:af:1f.7,rxq_pkt_len=2048", "0000:03:00.0,dv_flow_en=1"] {
+            none.runtime_device(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "net_pcap1,tx_pcap=/some/file",
+            "net_vhost3,iface=/some/path.sock",
+            "net_af_packet0,iface=eth0",
+            "net_tap0,iface=tap9",
+            "net_null0",
+            "0000:03:00.0,path=/etc/passwd",
+            "0000:03:00.0,x=a/b",
+            "0000:03:00",
+            "00:03:00.0",
+        ] {
+            let e = none.runtime_device(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        let g = grants(&["net_null", "net_af_packet1,iface=veth7"]);
+        for ok in ["net_null0", "net_null12", "net_af_packet1,iface=veth7"] {
+            g.runtime_device(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["net_null0,size=64", "net_af_packet1,iface=eth0", "net_af_packet2,iface=veth7", "net_nullx"] {
+            let e = g.runtime_device(bad).unwrap_err();
+            assert!(e.contains("granted: net_null, net_af_packet1,iface=veth7"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn runtime_vdevs_are_virtual_devices() {
+        let c = crate::config::Config::parse("t.toml", "[dpdk]\nruntime_vdevs = [\"net_ring\"]\n").unwrap();
+        assert_eq!(c.dpdk.runtime_vdevs, ["net_ring"]);
+        let e = crate::config::Config::parse("t.toml", "[dpdk]\nruntime_vdevs = [\"0000:03:00.0\"]\n").unwrap_err();
+        assert_eq!((e.line, e.col), (2, 18), "{e}");
+        assert!(e.message.contains("expected a virtual device"), "{e}");
+    }
+}

@@ -37,6 +37,9 @@ pub struct VxlanConfig {
     pub remote: Ipv4Addr,
     /// Every (VNI, VLAN) of the VTEP.
     pub vnis: Vec<(u32, u16)>,
+    /// Whether the tunnel learns the inner source MACs of what it receives (flood and learn,
+    /// RFC 7348); off where a control plane (EVPN) says where every remote MAC is.
+    pub learning: bool,
 }
 
 impl VxlanConfig {
@@ -69,6 +72,9 @@ pub struct VtepConfig {
     pub udp_port: u16,
     /// The overlay MTU (of its tunnel ports).
     pub mtu: u32,
+    /// Its tunnels learn MACs from the frames they bring (default); false: remote MACs come
+    /// only from the control plane (`vtep-sync`), as a Linux VXLAN device with `nolearning`.
+    pub learning: bool,
     pub vnis: Vec<VniConfig>,
 }
 
@@ -132,6 +138,7 @@ impl VtepConfig {
                 udp_port: self.udp_port,
                 remote,
                 vnis: vnis.clone(),
+                learning: self.learning,
             };
             let vlans: Vec<u16> = vlans.into_iter().collect();
             out.push(tunnel_port(name, cfg, self.mtu, &vlans, defaults));
@@ -216,6 +223,7 @@ pub(super) fn validate(raw: Vec<RawVtep>, ports: &[PortConfig], cx: &Ctx) -> Res
             next_hop_mac,
             udp_port,
             mtu,
+            learning: v.learning.as_ref().is_none_or(|l| *l.get_ref()),
             vnis,
         };
         for p in vtep.tunnel_ports(None, &PortDefaults::default(), &|_| false) {

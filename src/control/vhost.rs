@@ -325,7 +325,7 @@ impl VhostIo {
                 } else {
                     format!("frontend left its replies unread for {OUT_DEADLINE:?}; connection closed")
                 };
-                warn!("port {}: {why}", sw.port_name(i as u16));
+                port_log(sw, i, log::Level::Warn, &why);
                 self.detach(i, sw, why);
             }
         }
@@ -385,7 +385,7 @@ impl VhostIo {
                 self.detach(i, sw, "frontend disconnected".into());
             }
             if self.io(i).is_some_and(|io| io.conn.is_some()) {
-                warn!("port {}: refusing a second frontend connection", sw.port_name(i as u16));
+                port_log(sw, i, log::Level::Warn, "refusing a second frontend connection");
                 continue;
             }
             self.attach(i, s, sw);
@@ -401,7 +401,7 @@ impl VhostIo {
         let mut backend = PortBackend::new(ps.port.clone());
         backend.set_offloads(ps.cfg.vhost_user().is_some_and(|v| v.offloads));
         watch(&self.epoll, s.as_raw_fd(), Token::PortConn(i as u32));
-        info!("port {}: frontend connected", ps.name());
+        port_log(sw, i, log::Level::Info, "frontend connected");
         let status = backend.status();
         if let Some(io) = self.io(i) {
             io.conn = Some(Conn::new(s, backend));
@@ -435,7 +435,7 @@ impl VhostIo {
             }
         }
         if let Some(why) = close {
-            info!("port {}: {why}", sw.port_name(i as u16));
+            port_log(sw, i, log::Level::Info, &why);
             self.detach(i, sw, why);
             return;
         }
@@ -480,7 +480,7 @@ impl VhostIo {
                 let msg = format!(
                     "guest memory fault at {addr:#x} (the frontend shrank the file behind its memory or its dirty log); disconnected"
                 );
-                log::error!("port {}: {msg} ({faults} faults so far)", sw.port_name(i as u16));
+                port_log(sw, i, log::Level::Error, &format!("{msg} ({faults} faults so far)"));
                 self.detach(i, sw, msg);
             }
         }
@@ -491,5 +491,16 @@ impl VhostIo {
         for i in 0..self.ports.len() {
             self.close(i as u16);
         }
+    }
+}
+
+/// Logs `msg` about port `i`, a line its frontend caused: within the port's log budget, so a
+/// frontend that reconnects or fails in a loop cannot write the log at its own rate
+/// (`port::limit`).
+fn port_log(sw: &Switch, i: usize, level: log::Level, msg: &str) {
+    if let Some(ps) = sw.port(i)
+        && let Some(n) = ps.port.limits.log.admit()
+    {
+        log::log!(level, "port {}: {msg}{}", ps.name(), crate::port::limit::suppressed_note(n));
     }
 }

@@ -78,6 +78,10 @@ fn migration(m: &MigrationInfo) -> Option<String> {
     if m.rarp_requests > 0 || m.announcements > 0 {
         parts.push(format!("{} RARP requested, {} announced", m.rarp_requests, m.announcements));
     }
+    if m.announcements_refused > 0 {
+        parts.push(format!("{} announcements refused (too many)", m.announcements_refused));
+    }
+
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
@@ -111,6 +115,10 @@ fn port(p: &PortInfo) -> String {
         // that happened to its connection.
         let what = if p.state == "failed" { "failed" } else { "last event" };
         let _ = writeln!(s, "  {what}: {e}");
+    }
+    if p.log_lines_suppressed > 0 {
+        let _ =
+            writeln!(s, "  log lines suppressed (its frontend's, past the port's budget): {}", p.log_lines_suppressed);
     }
     s
 }

@@ -11,7 +11,7 @@
 use super::counters::{DropReason, bump};
 use super::frame::{FRONT, FRONT_MAX, Frame, NO_VLAN};
 use super::mac_table::Learned;
-use super::plan::PortPolicy;
+use super::plan::{Learning, PortPolicy};
 use super::vlan::ingress_vlan;
 use super::{Env, FlowState, Out};
 use crate::flow::table::{NO_MATCH, Verdict};
@@ -245,9 +245,18 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
 #[inline(always)]
 fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, scope: &FlowKey, depth: Depth) {
     let (in_port, policy) = (sender.in_port.id, sender.policy);
+    // A table that reads L4 fields reads them wherever they are: IPv4 options can put them
+    // past the front's usual 64 bytes, which then grows to hold them (a rule on a port must
+    // not be passed by moving the port out of sight).
+    if depth == Depth::L4 && f.front().len() < f.len as usize {
+        let need = FlowKey::l4_end(f.front());
+        if need > f.front().len() {
+            f.deepen_front(need);
+        }
+    }
     // Only as much of the frame as the table's fields need.
     let front = f.front();
-    let head = &front[..if depth == Depth::L2 { 18 } else { 64 }.min(front.len())];
+    let head = if depth == Depth::L2 { &front[..18.min(front.len())] } else { front };
     // At least the 14-byte header: shorter frames were dropped as runts. The source is read
     // here only for port security.
     if !policy.allows_any() && !head.at::<6>(6).is_some_and(|src| policy.allows(&MacAddr(src))) {
@@ -380,13 +389,32 @@ fn normal_in_burst(env: &Env, recent: &mut Recent, in_port: u16, vid: u16, addrs
     out
 }
 
+/// Learning on a switch with tunnels: a tunnel learns no MAC a local port owns (a frame from
+/// the underlay cannot move a VM's address behind it), and nothing at all where its VTEP's
+/// control plane says where remote MACs are.
+#[inline(never)]
+fn learn_with_tunnels(env: &Env, in_port: u16, vid: u16, src: &MacAddr) -> Learned {
+    match env.ports.policy[in_port as usize].learning {
+        Learning::Any => env.cx.mac.learn(src, vid, in_port),
+        Learning::NotOwned if env.ports.owned(src) => Learned::Refused,
+        Learning::NotOwned => env.cx.mac.learn(src, vid, in_port),
+        Learning::Off => Learned::Yes,
+    }
+}
+
 /// The NORMAL action, in VLAN `vid` (0 on a switch without VLANs): learn the source, forward
 /// to where the destination was learned, flood broadcast, multicast and unknown unicast (in
 /// the VLAN). A learned port that no longer carries the VLAN is no destination.
 #[inline]
 pub(super) fn normal(env: &Env, in_port: u16, vid: u16, dst: &MacAddr, src: &MacAddr) -> Out {
-    if src.is_unicast() && env.cx.mac.learn(src, vid, in_port) == Learned::Refused {
-        bump(&env.cx.stats.ports[in_port as usize].learn_refused, 1);
+    if src.is_unicast() {
+        let learned = match env.ports.tunnels {
+            false => env.cx.mac.learn(src, vid, in_port),
+            true => learn_with_tunnels(env, in_port, vid, src),
+        };
+        if learned == Learned::Refused {
+            bump(&env.cx.stats.ports[in_port as usize].learn_refused, 1);
+        }
     }
     if dst.is_multicast() {
         return Out::Flood;

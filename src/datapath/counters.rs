@@ -75,6 +75,9 @@ drop_reasons! {
     VxlanBadOuter = "vxlan_bad_outer",
     /// VXLAN: a decapsulated frame too short for an Ethernet header, or tagged.
     VxlanBadInner = "vxlan_bad_inner",
+    /// VXLAN: a frame claiming to come from a remote VTEP on the underlay's own segment whose
+    /// outer source MAC is not that remote's (as our ARP resolved it), or before it was resolved.
+    VxlanNotFromNextHop = "vxlan_not_from_next_hop",
     /// VXLAN: underlay traffic that is neither VXLAN to this VTEP nor ARP.
     UnderlayOther = "underlay_not_vxlan",
     /// VXLAN: a frame from one remote VTEP to a MAC behind another (split horizon; counted on

@@ -177,6 +177,18 @@ impl<'m> Frame<'m> {
         self.front_len = self.segs.read_at(self.data_off, &mut self.front.0[..n]) as u32;
     }
 
+    /// Makes the front at least `want` bytes long (at most [`FRONT_MAX`] and the frame's
+    /// length), copying the bytes after what it holds: a decision that finds it must read
+    /// deeper (an L4 field behind IPv4 options) reads them from the copy too.
+    #[cold]
+    pub fn deepen_front(&mut self, want: usize) {
+        let (have, n) = (self.front_len as usize, (self.len as usize).min(want).min(FRONT_MAX));
+        if n > have {
+            let got = self.segs.read_at(self.data_off + have as u32, &mut self.front.0[have..n]);
+            self.front_len = (have + got) as u32;
+        }
+    }
+
     /// The front: the frame's first bytes as the switch holds them.
     #[inline(always)]
     pub fn front(&self) -> &[u8] {

@@ -38,7 +38,7 @@ mod stages;
 #[cfg(test)]
 mod tests;
 pub mod vlan;
-mod vxlan;
+pub(crate) mod vxlan;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

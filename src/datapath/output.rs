@@ -693,6 +693,9 @@ fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Del
     if let Some((at, v)) = patch {
         first.write_at(hdr_len + at, &v.to_be_bytes());
     }
+    // While the VM migrates: what was just written is marked now (a frame given back below
+    // was written all the same); the header, written last, is marked once it is.
+    ring.log_written(first, hdr_len, pre + copied);
     ring.push_used(head, hdr_len + pre + copied);
     let mut nbufs: u16 = 1;
     let walked = ring.walked();
@@ -714,6 +717,7 @@ fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Del
         let h = ring.pop(more, true)?;
         let c = more.len().min(body_len - copied);
         f.copy_to(more, 0, body_off + copied, c);
+        ring.log_written(more, 0, c);
         ring.push_used(h, c);
         copied += c;
         nbufs += 1;
@@ -723,6 +727,9 @@ fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Del
     // in registers (`update_words`): see there for why not through a byte array.
     let (lo, hi) = VirtioNetHdr { num_buffers: nbufs, ..*vh }.words();
     let stored = first.update_words(0, lo, hi, hdr_len);
+    if stored {
+        ring.log_written(first, 0, hdr_len);
+    }
     ring.header_written(stored);
     Ok(nbufs)
 }

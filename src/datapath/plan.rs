@@ -29,6 +29,21 @@ pub struct PortPolicy {
     pub allowed_macs: Vec<Mac>,
     /// Which VLANs the port carries, tagged or not.
     pub vlan: PortVlan,
+    /// What NORMAL learns from the port's frames.
+    pub learning: Learning,
+}
+
+/// What NORMAL learns from a port's frames' source MACs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Learning {
+    /// Every unicast source (a VM, a NIC).
+    #[default]
+    Any,
+    /// A remote tunnel endpoint's: any but a MAC a local port owns (`PortTable::owned`), so a
+    /// frame from the underlay cannot move a local VM's address behind a tunnel.
+    NotOwned,
+    /// Nothing: a tunnel of a VTEP whose remote MACs come from its control plane only.
+    Off,
 }
 
 impl PortPolicy {
@@ -65,12 +80,17 @@ pub struct PortTable {
     local_flood_of: Vec<u16>,
     /// By port id: whether it is a tunnel port.
     tunnel: Vec<bool>,
+    /// Some port is a tunnel (NORMAL then asks each sender's `PortPolicy::learning`).
+    pub tunnels: bool,
     /// By port id: whether it is a VTEP's underlay (open or not), which no flood reaches.
     underlay_port: Vec<bool>,
     /// Every VTEP's underlay, as decapsulation needs it.
     pub underlays: Vec<Underlay>,
     /// By port id: a tunnel port's underlay port (`NO_UNDERLAY` if none is open).
     underlay_of: Vec<u16>,
+    /// With tunnels: the MACs local ports own (their `allowed_macs`), sorted; a tunnel never
+    /// learns them.
+    owned: Vec<Mac>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -106,7 +126,10 @@ impl Underlay {
 pub const NO_UNDERLAY: u16 = u16::MAX;
 
 impl PortTable {
-    pub fn new(ports: &[(Arc<Port>, PortPolicy)]) -> PortTable {
+    /// The table of `ports`, with the VTEPs `vteps` (their underlays are no member of any
+    /// VLAN or flood, and carry nothing but VXLAN and ARP, whether or not any remote is
+    /// known yet).
+    pub fn new(ports: &[(Arc<Port>, PortPolicy)], vteps: &[crate::config::VtepConfig]) -> PortTable {
         let n = ports.iter().map(|(p, _)| p.id as usize + 1).max().unwrap_or(0);
         let mut t = PortTable { by_id: vec![None; n], policy: vec![PortPolicy::default(); n], ..Default::default() };
         for (p, pol) in ports {
@@ -117,10 +140,19 @@ impl PortTable {
         t.vlans = ports.iter().any(|(_, pol)| !pol.vlan.is_default());
         t.tunnel = t.by_id.iter().map(|p| p.as_ref().is_some_and(|p| p.tunnel().is_some())).collect();
         let tunnels = t.tunnel.contains(&true);
+        t.tunnels = tunnels;
         // A VTEP's underlay is no member of any VLAN, nor of any flood: its frames are the VTEP's.
-        let underlays: std::collections::HashSet<&str> =
-            ports.iter().filter_map(|(t, _)| t.tunnel().map(|t| t.cfg.underlay.as_str())).collect();
+        let underlays: std::collections::HashSet<&str> = vteps.iter().map(|v| v.underlay.as_str()).collect();
         t.underlay_port = t.by_id.iter().map(|p| p.as_ref().is_some_and(|p| underlays.contains(p.name()))).collect();
+        if tunnels {
+            t.owned = ports
+                .iter()
+                .filter(|(p, pol)| pol.learning == Learning::Any && !t.underlay_port[p.id as usize])
+                .flat_map(|(_, pol)| pol.allowed_macs.iter().copied())
+                .collect();
+            t.owned.sort_unstable();
+            t.owned.dedup();
+        }
         if t.vlans {
             let mut index = std::collections::HashMap::new();
             let mut list = |members: Vec<u16>, floods: &mut Vec<Vec<u16>>| {
@@ -149,32 +181,36 @@ impl PortTable {
             }
         }
         t.underlay_of = vec![NO_UNDERLAY; n];
-        for (p, _) in ports {
-            let Some(tun) = p.tunnel() else { continue };
-            let Some((u, _)) = ports.iter().find(|(u, _)| u.name() == tun.cfg.underlay && u.nic().is_some()) else {
+        for v in vteps {
+            let Some((u, _)) = ports.iter().find(|(u, _)| u.name() == v.underlay && u.nic().is_some()) else {
                 continue;
             };
-            t.underlay_of[p.id as usize] = u.id;
-            let i = match t.underlays.iter().position(|x| x.port == u.id) {
-                Some(i) => i,
-                None => {
-                    let mut vlan_of = tun.cfg.vnis.clone();
-                    vlan_of.sort();
-                    t.underlays.push(Underlay {
-                        port: u.id,
-                        local: tun.cfg.local,
-                        udp_port: tun.cfg.udp_port,
-                        vlan_of,
-                        remotes: Vec::new(),
-                        swept: Default::default(),
-                    });
-                    t.underlays.len() - 1
+            let mut vlan_of: Vec<(u32, u16)> = v.vnis.iter().map(|n| (n.vni, n.vlan)).collect();
+            vlan_of.sort();
+            let mut remotes = Vec::new();
+            for (p, _) in ports {
+                if let Some(tun) = p.tunnel().filter(|tun| tun.cfg.vtep == v.name) {
+                    t.underlay_of[p.id as usize] = u.id;
+                    remotes.push((u32::from(tun.cfg.remote), p.id));
                 }
-            };
-            t.underlays[i].remotes.push((u32::from(tun.cfg.remote), p.id));
-            t.underlays[i].remotes.sort();
+            }
+            remotes.sort();
+            t.underlays.push(Underlay {
+                port: u.id,
+                local: v.local,
+                udp_port: v.udp_port,
+                vlan_of,
+                remotes,
+                swept: Default::default(),
+            });
         }
         t
+    }
+
+    /// Whether a local port owns `mac` (lists it in `allowed_macs`): a tunnel may not learn it.
+    #[inline]
+    pub fn owned(&self, mac: &Mac) -> bool {
+        self.owned.binary_search(mac).is_ok()
     }
 
     /// The underlay of the dpdk port `id`, if it is a VTEP's.
@@ -423,8 +459,21 @@ mod tests {
                 udp_port: 4789,
                 remote: remote.into(),
                 vnis: vec![(100, 10)],
+                learning: true,
             };
             Arc::new(Port::vxlan(id, "t", 1450, Tunnel::new(cfg)))
+        };
+        let vtep = crate::config::VtepConfig {
+            name: "vt".into(),
+            underlay: "up".into(),
+            local: [10, 0, 0, 1].into(),
+            prefix_len: 24,
+            gateway: None,
+            next_hop_mac: None,
+            udp_port: 4789,
+            mtu: 1450,
+            learning: true,
+            vnis: vec![crate::config::VniConfig { vni: 100, vlan: 10, remotes: vec![] }],
         };
         let pol = |v: PortVlan| PortPolicy { vlan: v, ..Default::default() };
         let ports = vec![
@@ -433,13 +482,19 @@ mod tests {
             (tunnel(2, [10, 0, 0, 2]), pol(PortVlan::tunnel(&[10]))),
             (tunnel(3, [10, 0, 0, 3]), pol(PortVlan::tunnel(&[10]))),
         ];
-        let t = PortTable::new(&ports);
+        let t = PortTable::new(&ports, std::slice::from_ref(&vtep));
         assert_eq!(t.flood_list_from(10, 0), [0, 2, 3], "a VM floods to both remotes, never the underlay");
         assert_eq!(t.flood_list_from(10, 2), [0], "split horizon: a remote's flood stays local");
         assert_eq!(t.flood_list_from(20, 0), [] as [u16; 0], "the underlay carries no VLAN");
         assert_eq!((t.underlay_of(2), t.underlay_of(0)), (None, None), "a failed underlay is none");
         assert_eq!(t.flood_all_from(0).collect::<Vec<_>>(), [2, 3], "a flow's FLOOD: never the underlay");
         assert_eq!(t.flood_all_from(2).collect::<Vec<_>>(), [0], "nor, from a tunnel, another tunnel");
+        // Before any remote is known, the underlay is still the VTEP's: no VLAN, no flood, not
+        // a port to switch frames to or from unencapsulated.
+        let alone = PortTable::new(&ports[..2], std::slice::from_ref(&vtep));
+        assert_eq!(alone.flood_list_from(10, 0), [0] as [u16; 1], "no remote: the VM floods to nobody");
+        assert_eq!(alone.flood_list(0), [] as [u16; 0], "the underlay is in no flood, untagged included");
+        assert_eq!(alone.flood_all_from(0).count(), 0, "a flow's FLOOD: never the underlay");
     }
 
     #[test]
@@ -455,14 +510,14 @@ mod tests {
                 )
             })
             .collect();
-        let t = PortTable::new(&ports);
+        let t = PortTable::new(&ports, &[]);
         let ids = |vid: u16| t.flood_list(vid).to_vec();
         assert_eq!(
             (ids(10), ids(20), ids(30), ids(0), ids(40)),
             (vec![0, 2, 3], vec![1, 3], vec![2, 3], vec![3], vec![3])
         );
         assert_eq!(ids(u16::MAX), vec![0, 1, 2, 3], "a frame NORMAL did not switch floods everywhere");
-        let plain = PortTable::new(&[(ports[0].0.clone(), PortPolicy::default())]);
+        let plain = PortTable::new(&[(ports[0].0.clone(), PortPolicy::default())], &[]);
         assert!(!plain.vlans);
         assert_eq!(plain.flood_list(10).len(), 1);
     }

@@ -8,8 +8,12 @@
 //!   802.1Q tag after them. The inner frame then enters the switch from the remote's tunnel
 //!   port (a trunk of its VLANs), in runs of consecutive frames from the same remote: the
 //!   rest of the data path (port security, learning per VLAN, flows, delivery) is unchanged.
-//!   ARP for the VTEP's address is answered here; ARP from a tunnel's next hop resolves it.
-//!   Anything else on the underlay is dropped and counted on the underlay port.
+//!   ARP for the VTEP's address is answered here; a reply to our own request for a tunnel's
+//!   next hop resolves it (nothing else does). A remote on the underlay's own segment is
+//!   believed only from its next hop's MAC (the outer source): another host that claims the
+//!   remote's address is dropped (`vxlan_not_from_next_hop`). Anything else on the underlay is
+//!   dropped and counted on the underlay port, whether or not any remote is known: the
+//!   underlay never carries a tenant's frame unencapsulated, either way.
 //! - **Encapsulation** (`encap`): delivery writes a frame to a tunnel port as it writes to a
 //!   NIC, into an mbuf of the underlay's transmit batch, with the tunnel's outer headers in
 //!   front (filled per frame: lengths, the IPv4 checksum, a UDP source port hashed from the
@@ -119,7 +123,9 @@ impl<'a> VtepRx<'a> {
             let d = self.rx.frame_mut(i);
             bytes += d.len() as u64;
             match vxlan::parse(d, d.len(), self.under.local, self.under.udp_port) {
-                Ok(r) => match decap(self.under, d, r) {
+                Ok(r) => match from_next_hop(self.env, self.under, d, r.remote)
+                    .and_then(|port| decap(self.under, port, d, r))
+                {
                     Ok((port, at)) => (self.to[i], self.at[i]) = (port, at),
                     Err(why) => self.pc.drop(why, 1),
                 },
@@ -146,14 +152,14 @@ impl<'a> VtepRx<'a> {
         let Ok(a) = ArpPacket::new_checked(&d[14..]) else { return false };
         let local = self.under.local;
         let (op, sha, spa, tpa) = (a.operation(), a.sender_hw(), a.sender_ip(), a.target_ip());
-        if tpa != local && spa != tpa {
-            // Not about us, not gratuitous: another host's business.
+        if tpa != local {
+            // Not about us (gratuitous ARP included: it resolves nothing here).
             return true;
         }
-        if sha.is_unicast() && sha != MacAddr::ZERO {
+        if op == arp::OP_REPLY && a.target_hw() == self.nic.mac() && sha.is_unicast() && sha != MacAddr::ZERO {
             learn_neighbour(self.env, self.under, spa, sha);
         }
-        if op == arp::OP_REQUEST && tpa == local && self.n_replies < MAX_REPLIES {
+        if op == arp::OP_REQUEST && self.n_replies < MAX_REPLIES {
             self.replies[self.n_replies] = arp_frame(sha, arp::OP_REPLY, self.nic.mac(), local, sha, spa);
             self.n_replies += 1;
         }
@@ -161,23 +167,48 @@ impl<'a> VtepRx<'a> {
     }
 }
 
-/// Tells every tunnel of `under` whose next hop is `ip` that it is at `mac`.
+/// Tells every tunnel of `under` whose next hop is `ip`, and that asked for it lately, that
+/// it is at `mac` (a reply to our request).
 fn learn_neighbour(env: &Env, under: &Underlay, ip: Ipv4Addr, mac: MacAddr) {
+    let hz = crate::counter::cycles_per_sec();
     for &(_, id) in &under.remotes {
         if let Some(t) = env.ports.get(id).and_then(|p| p.tunnel())
             && t.next_hop == ip
+            && t.awaits_reply(env.now, hz)
         {
             t.learned(mac, env.now);
         }
     }
 }
 
-/// Decapsulates a VXLAN frame `d` that `r` describes, in place: the inner frame's addresses,
-/// then an 802.1Q tag with the VNI's VLAN, then the rest of the inner frame. Returns the tunnel
-/// port it comes from and (offset, length) of the tagged inner frame.
+/// The tunnel port of remote endpoint `remote`, if frame `d` (still encapsulated) is believed to
+/// come from it: a remote on the underlay's segment only from its next hop's MAC, resolved by
+/// our own ARP or configured (a remote behind the gateway arrives from whichever router
+/// forwarded it, which is not checked).
 #[inline]
-fn decap(under: &Underlay, d: &mut [u8], r: vxlan::Received) -> Result<(u16, (u16, u16)), DropReason> {
-    let port = under.tunnel(r.remote).ok_or(DropReason::VxlanUnknownRemote)?;
+fn from_next_hop(env: &Env, under: &Underlay, d: &[u8], remote: Ipv4Addr) -> Result<u16, DropReason> {
+    let port = under.tunnel(remote).ok_or(DropReason::VxlanUnknownRemote)?;
+    let Some(t) = env.ports.get(port).and_then(|p| p.tunnel()) else { return Err(DropReason::VxlanUnknownRemote) };
+    if t.next_hop != remote {
+        return Ok(port);
+    }
+    match (t.neighbour(), d.get(6..12)) {
+        (Some(m), Some(src)) if m.0 == src => Ok(port),
+        // Unresolved: the end of the visit asks for it.
+        _ => Err(DropReason::VxlanNotFromNextHop),
+    }
+}
+
+/// Decapsulates a VXLAN frame `d` that `r` describes, from tunnel port `port`, in place: the
+/// inner frame's addresses, then an 802.1Q tag with the VNI's VLAN, then the rest of the inner
+/// frame. Returns the tunnel port and (offset, length) of the tagged inner frame.
+#[inline]
+pub(crate) fn decap(
+    under: &Underlay,
+    port: u16,
+    d: &mut [u8],
+    r: vxlan::Received,
+) -> Result<(u16, (u16, u16)), DropReason> {
     let vlan = under.vlan(r.vni).ok_or(DropReason::VxlanUnknownVni)?;
     let inner = OUTER_LEN..OUTER_LEN + r.inner_len;
     let ty = d.get(inner.start + 12..inner.start + 14).ok_or(DropReason::VxlanBadInner)?;

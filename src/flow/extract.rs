@@ -152,6 +152,23 @@ impl FlowKey {
         }
     }
 
+    /// How many of a frame's first bytes its L4 fields need: the end of the transport ports
+    /// (or ICMP's type and code) behind an IPv4 header of any length (options included) and
+    /// at most one VLAN tag; 0 for a frame whose key has no L4 field. `frame` holds the first
+    /// bytes (at least the IP header's first byte for an answer).
+    #[inline]
+    pub fn l4_end(frame: &[u8]) -> usize {
+        let (Some(mut ty), mut ip) = (be16(frame, 12), ethernet::HEADER_LEN) else { return 0 };
+        if ethernet::is_vlan_tpid(ty) {
+            let Some(inner) = be16(frame, 16) else { return 0 };
+            (ty, ip) = (inner, ip + ethernet::TAG_LEN);
+        }
+        match frame.get(ip) {
+            Some(&v) if ty == ethertype::IPV4 && v >> 4 == 4 && v & 0x0f >= 5 => ip + (v & 0x0f) as usize * 4 + 4,
+            _ => 0,
+        }
+    }
+
     /// An Ethernet/IPv4 ARP packet at `arp`: SPA and TPA, and the opcode if it is <= 0xff.
     #[inline]
     fn extract_arp<B: FrameBytes + ?Sized>(&mut self, frame: &B, arp: usize) {

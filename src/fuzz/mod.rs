@@ -2,7 +2,7 @@
 //! surface a frontend or an operator controls (DESIGN.md, "Fuzzing").
 //!
 //! No libFuzzer, no sanitizers, no coverage instrumentation (none of that works on stable):
-//! each target is a `#[test]` that runs inputs for a bounded time (`PVS_FUZZ_SECS`, default 12
+//! each target is a `#[test]` that runs inputs for a bounded time (`PVS_FUZZ_SECS`, default 8
 //! s) and a bounded number of iterations (`PVS_FUZZ_ITERS`), starting from the corpus committed
 //! in `fuzz/corpus/<target>/` and the inputs that once failed, in `fuzz/regressions/<target>/`.
 //! Inputs are mutated blindly (bit flips, interesting values, splices, inserted and deleted
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 mod gso;
 mod parsers;
+mod underlay;
 mod vhost;
 mod vring;
 
@@ -395,7 +396,7 @@ pub fn fuzz(t: &Target) {
         }
         return;
     }
-    let secs = env_u64("PVS_FUZZ_SECS").unwrap_or(12);
+    let secs = env_u64("PVS_FUZZ_SECS").unwrap_or(8);
     let max_iters = env_u64("PVS_FUZZ_ITERS").unwrap_or(u64::MAX);
     let hang_ms = env_u64("PVS_FUZZ_HANG_MS").unwrap_or(5000);
     let seed = env_u64("PVS_FUZZ_SEED").unwrap_or_else(|| {
@@ -513,7 +514,15 @@ pub fn shape(msg: &str) -> u64 {
 #[test]
 #[ignore]
 fn write_seeds() {
-    for t in [&vhost::TARGET, &vring::TARGET, &gso::TARGET] {
+    for t in [
+        &vhost::TARGET,
+        &vring::TARGET,
+        &gso::TARGET,
+        &underlay::UNDERLAY,
+        &underlay::FRONT,
+        &underlay::VTEP_SYNC,
+        &underlay::DROPIN,
+    ] {
         let dir = repo_dir("fuzz/corpus").join(t.name);
         std::fs::create_dir_all(&dir).unwrap();
         for i in 0..6u64 {

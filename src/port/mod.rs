@@ -7,10 +7,12 @@
 //!   which starts, stops and remaps the port's virtqueues.
 //! - [`nic`]: DPDK ports (NICs and vdevs): EAL start-up, mbuf pools, `NicPort`.
 //! - [`rate`]: the port's rate caps, token buckets every poll thread shares.
+//! - [`limit`]: what its frontend may make the control thread do (log lines, announcements).
 //! - [`tunnel`]: a remote VXLAN tunnel endpoint as a port, and its underlay next hop.
 //! - [`dpdk`] (cargo feature `dpdk`): the safe wrapper over DPDK's C API.
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod limit;
 pub mod nic;
 pub mod rate;
 pub mod tunnel;
@@ -32,6 +34,8 @@ pub struct Port {
     pub kind: PortKind,
     /// Its rate caps (none until the switch applies its config).
     pub rates: PortRates,
+    /// What its frontend may make the control thread do: log lines, announcements.
+    pub limits: limit::FrontendLimits,
 }
 
 pub enum PortKind {
@@ -72,6 +76,7 @@ impl Port {
             max_frame: AtomicU32::new(mtu + L2_OVERHEAD),
             kind,
             rates: PortRates::default(),
+            limits: limit::FrontendLimits::default(),
         }
     }
 

@@ -2,8 +2,10 @@
 //! send a frame to it (its VNI per VLAN as outer-header templates, the underlay next hop's MAC)
 //! and the next hop's address resolution, shared by every poll thread through atomics.
 //!
-//! The next hop's MAC is learned from ARP on the underlay (a reply to our request, or the
-//! remote's own request for our address). A frame toward a tunnel whose next hop is unknown is
+//! The next hop's MAC is learned from ARP on the underlay, from a reply to our own request
+//! only (sent to our address and MAC within `REPLY_WINDOW_S` of asking): a gratuitous ARP or
+//! an unasked reply from any host on the underlay would otherwise make it the next hop of
+//! every frame to that tunnel. A frame toward a tunnel whose next hop is unknown is
 //! dropped (`no_neighbour`) and asks again, at most every `ASK_UNKNOWN_MS`; a known MAC is
 //! confirmed again every `REFRESH_S` while it is used (the old one serves meanwhile).
 
@@ -18,6 +20,8 @@ use crate::wire::vxlan::Outer;
 const ASK_UNKNOWN_MS: u64 = 100;
 /// How long a resolved next hop serves before it is asked for again (while used).
 const REFRESH_S: u64 = 30;
+/// How long after asking a reply is taken.
+const REPLY_WINDOW_S: u64 = 2;
 /// Time to live of the outer IPv4 header.
 const TTL: u8 = 64;
 
@@ -81,6 +85,14 @@ impl Tunnel {
         self.confirmed.store(now, Relaxed);
     }
 
+    /// Whether a reply for the next hop is awaited at TSC `now` (`hz` ticks a second): we
+    /// asked within `REPLY_WINDOW_S`.
+    #[inline]
+    pub fn awaits_reply(&self, now: u64, hz: u64) -> bool {
+        let asked = self.asked.load(Relaxed);
+        asked != 0 && now.wrapping_sub(asked) < REPLY_WINDOW_S * hz
+    }
+
     /// Whether the caller (one poll thread among those sending to this tunnel, at TSC `now`,
     /// `hz` ticks a second) should send an ARP request for the next hop now: it is unknown and
     /// was not asked for lately, or known but not confirmed for a while. At most one caller
@@ -115,6 +127,7 @@ mod tests {
             udp_port: 4789,
             remote: Ipv4Addr::new(10, 0, 0, 2),
             vnis: vec![(200, 20), (100, 10)],
+            learning: true,
         }
     }
 
@@ -143,5 +156,15 @@ mod tests {
         assert!(!t.should_ask(1_300, hz), "just confirmed");
         assert!(t.should_ask(1_200 + 30_000, hz), "stale: confirmed again");
         assert_eq!(t.neighbour(), Some(mac), "the old MAC serves meanwhile");
+    }
+
+    #[test]
+    fn a_reply_counts_only_soon_after_asking() {
+        let t = Tunnel::new(cfg());
+        let hz = 1000;
+        assert!(!t.awaits_reply(500, hz), "never asked");
+        assert!(t.should_ask(1_000, hz));
+        assert!(t.awaits_reply(1_000, hz) && t.awaits_reply(2_999, hz));
+        assert!(!t.awaits_reply(3_000, hz), "asked too long ago");
     }
 }

@@ -29,7 +29,7 @@ use log::{info, warn};
 use crate::config::{Config, PortConfig, SocketMode};
 use crate::datapath::counters::{PortTotals, RxqStats, ThreadStats, Total};
 use crate::datapath::mac_table::MacTable;
-use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec, Spawner, ThreadStart, Tuning};
+use crate::datapath::plan::{Learning, Mailbox, Plan, PortPolicy, PortTable, RxqSpec, Spawner, ThreadStart, Tuning};
 use crate::flow::table::FlowTable;
 use crate::port::nic::NicPort;
 use crate::port::tunnel::Tunnel;
@@ -108,9 +108,14 @@ impl PortState {
         }
     }
 
-    /// The data path's policy for the port (port security).
+    /// The data path's policy for the port (port security, VLANs, what NORMAL learns).
     fn policy(&self) -> PortPolicy {
-        PortPolicy { allowed_macs: self.cfg.allowed_macs.clone(), vlan: self.cfg.vlan.clone() }
+        let learning = match self.cfg.vxlan() {
+            None => Learning::Any,
+            Some(v) if v.learning => Learning::NotOwned,
+            Some(_) => Learning::Off,
+        };
+        PortPolicy { allowed_macs: self.cfg.allowed_macs.clone(), vlan: self.cfg.vlan.clone(), learning }
     }
 }
 
@@ -360,7 +365,7 @@ impl Switch {
     pub fn plans(&self) -> Vec<Plan> {
         let entries: Vec<(Arc<Port>, PortPolicy)> =
             self.ports.iter().flatten().map(|ps| (ps.port.clone(), ps.policy())).collect();
-        let table = Arc::new(PortTable::new(&entries));
+        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps));
         self.threads
             .iter()
             .map(|t| Plan {

@@ -79,6 +79,9 @@ pub struct VniInfo {
 pub struct LocalMac {
     pub vni: u32,
     pub mac: String,
+    /// An `allowed_macs` entry of a connected access port (else learned on a local port).
+    #[serde(default)]
+    pub configured: bool,
 }
 
 /// Most remote MACs one sync may install (the MAC table's room is shared with every port).
@@ -93,11 +96,15 @@ impl Switch {
             .iter()
             .map(|v| {
                 let vni_of = |vlan: u16| v.vnis.iter().find(|n| n.vlan == vlan).map(|n| n.vni);
-                let mut local = BTreeSet::new();
+                let mut local: BTreeMap<(u32, String), bool> = BTreeMap::new();
+                // Learned on a port of this host: not a tunnel, and not a VTEP's underlay (which
+                // takes no tenant frame; nothing there is a tenant's to export).
+                let underlay = |name: &str| self.cfg.vteps.iter().any(|v| v.underlay == name);
                 for (mac, vlan, port) in &entries {
-                    let local_port = self.port(*port as usize).is_some_and(|ps| ps.port.tunnel().is_none());
+                    let local_port =
+                        self.port(*port as usize).is_some_and(|ps| ps.port.tunnel().is_none() && !underlay(ps.name()));
                     if let (true, Some(vni)) = (local_port, vni_of(*vlan)) {
-                        local.insert(LocalMac { vni, mac: mac.to_string() });
+                        local.insert((vni, mac.to_string()), false);
                     }
                 }
                 // A configured MAC is here while its VM is: a port whose frontend left (a VM
@@ -108,16 +115,18 @@ impl Switch {
                         && here
                         && let Some(vni) = vni_of(ps.cfg.vlan.tag)
                     {
-                        local.extend(ps.cfg.allowed_macs.iter().map(|m| LocalMac { vni, mac: m.to_string() }));
+                        local.extend(ps.cfg.allowed_macs.iter().map(|m| ((vni, m.to_string()), true)));
                     }
                 }
+                let local: Vec<LocalMac> =
+                    local.into_iter().map(|((vni, mac), configured)| LocalMac { vni, mac, configured }).collect();
                 VtepInfo {
                     name: v.name.clone(),
                     underlay: v.underlay.clone(),
                     local: v.local.to_string(),
                     udp_port: v.udp_port,
                     vnis: v.vnis.iter().map(|n| VniInfo { vni: n.vni, vlan: n.vlan }).collect(),
-                    local_macs: local.into_iter().collect(),
+                    local_macs: local,
                     learned: self.learned_state(&v.name),
                 }
             })
@@ -143,43 +152,7 @@ impl Switch {
         let Some(v) = self.cfg.vteps.iter().find(|v| v.name == name) else {
             return Err(NotFound(format!("no vtep \"{name}\"")));
         };
-        let st: VtepState =
-            serde_json::from_str(state).map_err(|e| Invalid(format!("vtep-sync {name}: malformed state: {e}")))?;
-        let ip = |s: &str| -> Result<Ipv4Addr, PortCmdError> {
-            let a: Ipv4Addr =
-                s.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{s}\" is not an IPv4 address")))?;
-            if a == v.local || a.is_multicast() || a.is_broadcast() || a.is_unspecified() {
-                return Err(Invalid(format!("vtep-sync {name}: {a} is not a remote tunnel endpoint")));
-            }
-            Ok(a)
-        };
-        let known = |vni: u32| {
-            v.vlan_of(vni).ok_or_else(|| Invalid(format!("vtep-sync {name}: VNI {vni} is not on this vtep")))
-        };
-        let mut remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>> = BTreeMap::new();
-        for r in &st.remotes {
-            let a = ip(&r.remote)?;
-            for &vni in &r.vnis {
-                known(vni)?;
-            }
-            remotes.entry(a).or_default().extend(r.vnis.iter().copied());
-        }
-        if st.macs.len() > MAX_REMOTE_MACS {
-            return Err(Invalid(format!("vtep-sync {name}: {} MACs, at most {MAX_REMOTE_MACS}", st.macs.len())));
-        }
-        let mut macs = BTreeSet::new();
-        for m in &st.macs {
-            known(m.vni)?;
-            let mac: MacAddr =
-                m.mac.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{}\" is not a MAC", m.mac)))?;
-            if !mac.is_unicast() {
-                return Err(Invalid(format!("vtep-sync {name}: {mac} is not a unicast MAC")));
-            }
-            let a = ip(&m.remote)?;
-            // A MAC's remote carries its VNI: unicast to it needs the VLAN on its port.
-            remotes.entry(a).or_default().insert(m.vni);
-            macs.insert((m.vni, mac, a));
-        }
+        let (remotes, macs) = checked_state(v, state)?;
         let (old_remotes, old_macs) = (self.learned.remotes.get(name), self.learned.macs.get(name));
         if old_remotes == Some(&remotes) && old_macs == Some(&macs) {
             return Ok(format!("vtep {name}: unchanged"));
@@ -193,7 +166,6 @@ impl Switch {
         self.apply_config(ep, cfg).map_err(|e| Failed(format!("vtep-sync {name}: {e}")))?;
         Ok(summary)
     }
-
     /// Puts every remote MAC the control plane gave in the MAC table, behind its tunnel port
     /// (after any change of ports: a port whose VLANs changed was flushed).
     pub(super) fn install_remote_macs(&mut self) {
@@ -220,3 +192,50 @@ impl Switch {
         }
     }
 }
+
+/// A `vtep-sync` state for VTEP `v`, parsed and checked: every remote an IPv4 address that is
+/// not ours nor multicast or broadcast, every VNI one of the VTEP's, every MAC unicast, at most
+/// `MAX_REMOTE_MACS` of them. Returns each remote's VNIs (with those of its MACs) and the MACs.
+pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Checked, PortCmdError> {
+    let name = &v.name;
+    let st: VtepState =
+        serde_json::from_str(state).map_err(|e| Invalid(format!("vtep-sync {name}: malformed state: {e}")))?;
+    let ip = |s: &str| -> Result<Ipv4Addr, PortCmdError> {
+        let a: Ipv4Addr =
+            s.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{s}\" is not an IPv4 address")))?;
+        if a == v.local || a.is_multicast() || a.is_broadcast() || a.is_unspecified() {
+            return Err(Invalid(format!("vtep-sync {name}: {a} is not a remote tunnel endpoint")));
+        }
+        Ok(a)
+    };
+    let known =
+        |vni: u32| v.vlan_of(vni).ok_or_else(|| Invalid(format!("vtep-sync {name}: VNI {vni} is not on this vtep")));
+    let mut remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>> = BTreeMap::new();
+    for r in &st.remotes {
+        let a = ip(&r.remote)?;
+        for &vni in &r.vnis {
+            known(vni)?;
+        }
+        remotes.entry(a).or_default().extend(r.vnis.iter().copied());
+    }
+    if st.macs.len() > MAX_REMOTE_MACS {
+        return Err(Invalid(format!("vtep-sync {name}: {} MACs, at most {MAX_REMOTE_MACS}", st.macs.len())));
+    }
+    let mut macs = BTreeSet::new();
+    for m in &st.macs {
+        known(m.vni)?;
+        let mac: MacAddr =
+            m.mac.parse().map_err(|_| Invalid(format!("vtep-sync {name}: \"{}\" is not a MAC", m.mac)))?;
+        if !mac.is_unicast() {
+            return Err(Invalid(format!("vtep-sync {name}: {mac} is not a unicast MAC")));
+        }
+        let a = ip(&m.remote)?;
+        // A MAC's remote carries its VNI: unicast to it needs the VLAN on its port.
+        remotes.entry(a).or_default().insert(m.vni);
+        macs.insert((m.vni, mac, a));
+    }
+    Ok((remotes, macs))
+}
+
+/// What a checked `vtep-sync` state holds: each remote's VNIs, and (VNI, MAC, remote).
+pub type Checked = (BTreeMap<Ipv4Addr, BTreeSet<u32>>, BTreeSet<(u32, MacAddr, Ipv4Addr)>);

@@ -1,12 +1,16 @@
 //! Dirty-page logging, for live migration: while a frontend migrates its VM it shares a bitmap
 //! (SET_LOG_BASE), one bit per 4 KiB guest-physical page, and every page pvswitchd writes must
-//! be marked in it, so the frontend copies that page again. A ring marks what it wrote when it
-//! publishes (after the writes, never before: a mark the frontend clears before the write
-//! lands would lose it): the receive buffers of the chains it popped since the last publish
-//! (virtio-net header and frame; a chain popped and given back is marked too, which costs the
-//! migration a page copy and nothing else), its used ring (entries, index, `avail_event`).
-//! A page touched by consecutive buffers is marked once per publish. A ring without a log
-//! pays one branch per receive chain popped and one per publish.
+//! be marked in it, so the frontend copies that page again. A mark follows its write, never
+//! precedes it (a mark the frontend clears before the write lands would lose the page):
+//! delivery marks the bytes it wrote into a receive buffer right after writing them
+//! (`ActiveRing::log_written`: the frame's bytes and the virtio-net header, not the rest of the
+//! buffer, however long the frontend made its descriptors), and a ring marks its used ring
+//! (entries, index, `avail_event`) when it publishes. Nothing is kept between pops: a chain
+//! popped and given back unwritten marks nothing, and one given back after a write had its
+//! bytes marked at the write. So the work is bounded by the bytes written (a page per 4 KiB
+//! plus one per buffer piece), whatever the frontend's descriptors say, and the log holds no
+//! state that grows. A ring without a log pays one branch per buffer written and one per
+//! publish.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -60,43 +64,36 @@ impl DirtyLog {
     pub fn mark_page(&self, page: u64) {
         self.bitmap.fetch_or_byte(page >> 3, 1 << (page & 7));
     }
+
+    /// Marks the pages of `[gpa, gpa + len)`, skipping the page marked just before (`last`):
+    /// consecutive pieces that share a page mark it once.
+    #[inline]
+    pub fn mark(&self, gpa: u64, len: u64, last: &mut u64) {
+        if len == 0 {
+            return;
+        }
+        let first = gpa >> PAGE_SHIFT;
+        let end = gpa.saturating_add(len - 1) >> PAGE_SHIFT;
+        for page in first..=end {
+            if page != *last {
+                self.mark_page(page);
+                *last = page;
+            }
+        }
+    }
 }
 
-/// One ring's part of a port's log: where its used ring is (if the frontend asked for it to be
-/// logged: VHOST_VRING_F_LOG), and what it popped since it last published.
+/// One ring's part of a port's log: the log, and where its used ring is (if the frontend asked
+/// for it to be logged: VHOST_VRING_F_LOG).
 pub struct RingLog {
-    log: Arc<DirtyLog>,
+    pub log: Arc<DirtyLog>,
     /// Guest address and length of the used ring.
     used: Option<(u64, u64)>,
-    /// Writable buffers popped since the last publish (guest address, length). Room for a
-    /// ring's worth is made when logging starts; a visit that pops more chains of many
-    /// buffers grows it (only while a VM migrates).
-    pending: Vec<(u64, u32)>,
 }
 
 impl RingLog {
     pub fn new(log: Arc<DirtyLog>, used_gpa: Option<u64>, size: u16) -> RingLog {
-        RingLog {
-            log,
-            used: used_gpa.map(|g| (g, 6 + 8 * size as u64)),
-            pending: Vec::with_capacity(2 * size as usize),
-        }
-    }
-
-    /// A writable buffer was popped.
-    #[inline]
-    pub fn popped(&mut self, gpa: u64, len: u32) {
-        self.pending.push((gpa, len));
-    }
-
-    /// After the writes: marks every popped buffer's pages and the used ring's.
-    #[inline]
-    pub fn published(&mut self) {
-        let mut last = u64::MAX;
-        for (gpa, len) in self.pending.drain(..) {
-            mark(&self.log, gpa, len as u64, &mut last);
-        }
-        self.used_written();
+        RingLog { log, used: used_gpa.map(|g| (g, 6 + 8 * size as u64)) }
     }
 
     /// The used ring was written (its entries, index or `avail_event`).
@@ -104,23 +101,7 @@ impl RingLog {
     pub fn used_written(&self) {
         if let Some((gpa, len)) = self.used {
             let mut none = u64::MAX;
-            mark(&self.log, gpa, len, &mut none);
-        }
-    }
-}
-
-/// Marks the pages of `[gpa, gpa + len)`, skipping the page marked just before (`last`).
-#[inline]
-fn mark(log: &DirtyLog, gpa: u64, len: u64, last: &mut u64) {
-    if len == 0 {
-        return;
-    }
-    let first = gpa >> PAGE_SHIFT;
-    let end = gpa.saturating_add(len - 1) >> PAGE_SHIFT;
-    for page in first..=end {
-        if page != *last {
-            log.mark_page(page);
-            *last = page;
+            self.log.mark(gpa, len, &mut none);
         }
     }
 }

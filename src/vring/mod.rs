@@ -168,14 +168,17 @@ impl<'g> RingLoan<'g> {
     where
         'g: 's,
     {
-        let head = self.0.pop(segs, writable)?;
-        // A receive buffer will be written: while the VM migrates, its pages are marked when
-        // the ring publishes. The walk itself knows nothing of the log, so a ring without one
-        // pays this branch (for receive rings only) and nothing else.
-        if writable && self.0.log.is_some() {
-            self.0.log_popped(segs);
+        self.0.pop(segs, writable)
+    }
+
+    /// Marks in the dirty log, while the VM migrates, the `len` bytes at offset `off` of a
+    /// receive buffer this ring lent (`segs`), just written: what was written, not the whole
+    /// buffer (DESIGN.md, "Live migration"). A ring without a log pays this branch.
+    #[inline(always)]
+    pub fn log_written(&self, segs: &Segs<'_>, off: u32, len: u32) {
+        if self.0.log.is_some() {
+            self.0.log_written(segs, off, len);
         }
-        Ok(head)
     }
 
     /// See [`ActiveRing::avail`].
@@ -498,17 +501,31 @@ impl ActiveRing {
         Ok(head)
     }
 
-    /// Records the buffers of a receive chain just popped (`segs`) in the ring's log, by guest
-    /// address (found from the host pointers the walk translated them to).
+    /// Marks the pages of bytes `[off, off + len)` of `segs` (a receive buffer of this ring,
+    /// just written) in the ring's log, by guest address (found from the host pointers the
+    /// walk translated them to). Bounded by what was written: a page per 4 KiB plus one per
+    /// piece, however long the buffer's descriptors are.
     #[cold]
-    fn log_popped(&mut self, segs: &Segs<'_>) {
+    fn log_written(&self, segs: &Segs<'_>, off: u32, len: u32) {
         // SAFETY: mem_ptr comes from the Arc this ring holds, alive as long as `self`.
         let mem = unsafe { &*self.mem_ptr };
-        let Some(l) = &mut self.log else { return };
+        let Some(l) = &self.log else { return };
+        let (mut skip, mut left, mut last) = (off as u64, len as u64, u64::MAX);
         for &(p, n) in segs.pieces() {
-            if let Some(gpa) = mem.gpa_of_host(p) {
-                l.popped(gpa, n);
+            if left == 0 {
+                break;
             }
+            let n = n as u64;
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let take = (n - skip).min(left);
+            if let Some(gpa) = mem.gpa_of_host(p) {
+                l.log.mark(gpa + skip, take, &mut last);
+            }
+            left -= take;
+            skip = 0;
         }
     }
 
@@ -739,8 +756,8 @@ impl ActiveRing {
         }
         self.used_idx_ptr().store(new.to_le(), Ordering::Release);
         self.used_published = new;
-        if let Some(l) = &mut self.log {
-            l.published();
+        if let Some(l) = &self.log {
+            l.used_written();
         }
         // The guest's used_event / flags must be read after our idx store is visible.
         full_fence();

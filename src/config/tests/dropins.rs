@@ -18,6 +18,9 @@ fn setup(name: &str, main: &str, files: &[(&str, &str)]) -> PathBuf {
 
 const MAIN: &str = "flows = [\"in_port=vm2,actions=output:vm1\"]\n[switch]\npoll_cores = [0]\nsocket_dir = \"/tmp/x\"\n\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n";
 
+/// The main file without its flow.
+const PLAIN: &str = "[switch]\npoll_cores = [0]\nsocket_dir = \"/tmp/x\"\n\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n";
+
 fn names(c: &Config) -> Vec<&str> {
     c.ports.iter().map(|p| p.name.as_str()).collect()
 }
@@ -117,4 +120,44 @@ fn a_written_drop_in_replaces_the_old_whole_and_leaves_no_temporary() {
     dropin::remove(&dir, "vm2").unwrap();
     dropin::remove(&dir, "vm2").unwrap();
     assert!(!Path::new(&p).exists());
+}
+
+/// A drop-in is held to what a port added at run time may do: a DPDK device that names a
+/// file, a socket or a host interface is refused unless the main file grants it
+/// (`[dpdk] runtime_vdevs`), and fails alone, the file it names untouched.
+#[cfg(feature = "dpdk")]
+#[test]
+fn drop_ins_may_use_only_devices_the_main_file_grants() {
+    let pcap = "name = \"cap\"\ntype = \"dpdk\"\ndevice = \"net_pcap1,tx_pcap=/etc/shadow\"\n";
+    let null = "name = \"nul\"\ntype = \"dpdk\"\ndevice = \"net_null3\"\n";
+    let pci = "name = \"pci\"\ntype = \"dpdk\"\ndevice = \"0000:03:00.0\"\n";
+    let dir = setup("devices", PLAIN, &[("cap.toml", pcap), ("nul.toml", null), ("pci.toml", pci)]);
+    let c = Config::load(&dir.join("pvswitch.toml")).unwrap();
+    assert_eq!(names(&c), ["vm1", "pci"], "only the PCI address needs no grant");
+    let errors: Vec<String> = c.dropin_errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(errors.iter().any(|e| e.contains("cap.toml:3:10") && e.contains("runtime_vdevs")), "{errors:#?}");
+    // The main file grants net_null's instances: nul loads; a pcap device only if granted whole.
+    let granted = format!("{PLAIN}[dpdk]\nruntime_vdevs = [\"net_null\"]\n");
+    std::fs::write(dir.join("pvswitch.toml"), &granted).unwrap();
+    let c = Config::load(&dir.join("pvswitch.toml")).unwrap();
+    assert_eq!(names(&c), ["vm1", "nul", "pci"]);
+    assert_eq!(c.dropin_errors.len(), 1);
+}
+
+/// A port name a drop-in cannot carry (hidden files are never read back) or a command line
+/// would take for an option is refused wherever it is written.
+#[test]
+fn port_names_begin_with_a_letter_digit_or_underscore() {
+    let dir = setup("names", PLAIN, &[]);
+    let c = Config::load(&dir.join("pvswitch.toml")).unwrap();
+    for bad in [".vm9", "-vm9", "--help", "..", "."] {
+        let text = format!("name = \"{bad}\"\ntype = \"vhost-user\"\nsocket = \"x.sock\"\n");
+        let e = c.parse_port("add-port", &text).unwrap_err();
+        assert!(e.message.contains("beginning with a letter, a digit or _"), "{bad}: {e}");
+    }
+    for good in ["_vm9", "9vm", "vm.9", "vm-9"] {
+        let text = format!("name = \"{good}\"\ntype = \"vhost-user\"\nsocket = \"{good}.sock\"\n");
+        c.parse_port("add-port", &text).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
 }

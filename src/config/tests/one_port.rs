@@ -100,7 +100,9 @@ fn a_full_switch_takes_no_more_ports() {
 #[test]
 fn a_device_is_used_once() {
     let nic = |name: &str, dev: &str| format!("[[port]]\nname = \"{name}\"\ntype = \"dpdk\"\ndevice = \"{dev}\"\n");
-    let c = Config::parse("t.toml", &format!("{}{}", nic("a", "net_ring0"), nic("b", "net_ring1"))).unwrap();
+    // The main file grants net_ring's instances to ports added at run time.
+    let grant = "[dpdk]\nruntime_vdevs = [\"net_ring\"]\n";
+    let c = Config::parse("t.toml", &format!("{}{}{grant}", nic("a", "net_ring0"), nic("b", "net_ring1"))).unwrap();
     assert_eq!(c.ports.len(), 2);
     // DPDK knows a device by its name, up to the first comma.
     let e = Config::parse("t.toml", &format!("{}{}", nic("a", "net_ring0"), nic("b", "net_ring0,nodeaction=x")))

@@ -29,6 +29,10 @@ pub struct PortInfo {
     pub connected_secs: Option<u64>,
     /// A failed port's error, else the last thing that happened to its connection.
     pub last_error: Option<String>,
+    /// Log lines about the port that its frontend caused and that were not written (past 20
+    /// at once, then one a second: `port::limit`), since the port was created.
+    #[serde(default)]
+    pub log_lines_suppressed: u64,
     pub features: Vec<String>,
     /// A vhost-user port's offloads.
     pub offloads: Option<PortOffloads>,
@@ -129,6 +133,10 @@ pub struct MigrationInfo {
     pub rarp_requests: u64,
     /// RARPs the data path sent from this port (since it was created).
     pub announcements: u64,
+    /// SEND_RARP requests answered but not announced: past the port's budget (a burst of 8,
+    /// then 4 a second), since the port was created.
+    #[serde(default)]
+    pub announcements_refused: u64,
 }
 
 /// A port's VLAN config (`vlan_mode`, `tag`, `trunks` in the config).

@@ -253,7 +253,7 @@ impl Bench {
             .map(|((v, _), pol)| (v.port.clone(), pol.clone()))
             .collect();
         Plan {
-            ports: Arc::new(PortTable::new(&entries)),
+            ports: Arc::new(PortTable::new(&entries, &[])),
             flows: self.flows.clone(),
             tuning: None,
             rxqs: self.queues[t]
@@ -377,4 +377,27 @@ pub fn start_logging(b: &mut Bench, i: usize) -> std::fs::File {
         vm.backend.set_vring_addr(q as u32, uva + at.desc, uva + at.used, uva + at.avail, Some(at.used)).unwrap();
     }
     log
+}
+
+/// The pages marked in `log` (and clears it, as the frontend does when it syncs).
+pub fn take_marked(log: &std::fs::File) -> Vec<u64> {
+    let len = log.metadata().unwrap().len();
+    let mut bytes = vec![0u8; len as usize];
+    use std::os::unix::fs::FileExt;
+    log.read_exact_at(&mut bytes, 0).unwrap();
+    log.write_all_at(&vec![0u8; len as usize], 0).unwrap();
+    let mut pages = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        for bit in 0..8 {
+            if b & (1 << bit) != 0 {
+                pages.push(i as u64 * 8 + bit);
+            }
+        }
+    }
+    pages
+}
+
+/// The pages of `[gpa, gpa + len)`.
+pub fn pages(gpa: u64, len: u64) -> impl Iterator<Item = u64> {
+    (gpa >> 12)..=((gpa + len - 1) >> 12)
 }

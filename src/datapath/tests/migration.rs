@@ -5,34 +5,11 @@
 
 use std::fs::File;
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::FileExt;
 
 use super::*;
 use crate::datapath::counters::DropReason;
 use crate::datapath::plan::PortPolicy;
 use crate::port::vhost::VHOST_USER_F_PROTOCOL_FEATURES;
-
-/// The pages marked in `log` (and clears it, as the frontend does when it syncs).
-fn take_marked(log: &File) -> Vec<u64> {
-    let len = log.metadata().unwrap().len();
-    let mut bytes = vec![0u8; len as usize];
-    log.read_exact_at(&mut bytes, 0).unwrap();
-    log.write_all_at(&vec![0u8; len as usize], 0).unwrap();
-    let mut pages = Vec::new();
-    for (i, b) in bytes.iter().enumerate() {
-        for bit in 0..8 {
-            if b & (1 << bit) != 0 {
-                pages.push(i as u64 * 8 + bit);
-            }
-        }
-    }
-    pages
-}
-
-/// The pages of `[gpa, gpa + len)`.
-fn pages(gpa: u64, len: u64) -> impl Iterator<Item = u64> {
-    (gpa >> 12)..=((gpa + len - 1) >> 12)
-}
 
 /// VM 0 sends `n` frames of `len` bytes to VM 1; returns VM 1's used entries (id, len).
 fn deliver(b: &mut Bench, n: u32, len: usize, seq: u32) -> Vec<(u32, u32)> {
@@ -190,4 +167,27 @@ fn bad_send_rarp_is_refused() {
     }
     b.settle(5);
     assert!(b.vms[0].recv().is_empty(), "nothing was announced");
+}
+
+/// A frontend that floods SEND_RARP gets a few announcements, each answered: past the port's
+/// budget (8 at once, then 4 a second) a request announces nothing and is counted, and the
+/// others on the thread see a handful of broadcasts, not one per request. Before, every
+/// request was a flooded announcement (and a log line).
+#[test]
+fn a_send_rarp_flood_announces_a_few_times() {
+    let mut b = Bench::new(BenchCfg { vms: 3, ..BenchCfg::default() });
+    b.announce(1);
+    b.announce(2);
+    let mut announced = 0;
+    for _ in 0..2000 {
+        send_rarp(&mut b, 1, mac(1)).unwrap();
+        b.step();
+        announced += b.vms[0].recv().len();
+    }
+    let port = &b.vms[1].port;
+    let sent = port.queues().unwrap().announcer.sent();
+    assert_eq!(sent as usize, announced);
+    assert!((8..=12).contains(&sent), "{sent} announcements for 2000 requests");
+    assert_eq!(port.limits.announce.refused(), 2000 - sent);
+    assert_eq!(b.vms[2].recv().len(), announced, "the bystander got as many");
 }

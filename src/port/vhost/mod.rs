@@ -12,8 +12,6 @@ pub mod msg;
 use std::fs::File;
 use std::sync::Arc;
 
-use log::{info, warn};
-
 use crate::mem::{GuestMem, MemLimits, RegionDesc};
 use crate::port::Port;
 use crate::vring::call::is_eventfd;
@@ -309,7 +307,7 @@ impl PortBackend {
             Ok(None) if ack => Ok(Some(msg::reply(h, &0u64.to_le_bytes()))),
             Ok(None) => Ok(None),
             Err(e) => {
-                warn!("{}: vhost-user: {e}", self.port.name());
+                crate::frontend_log!(self.port, warn, "{}: vhost-user: {e}", self.port.name());
                 Err((e, ack.then(|| msg::reply(h, &1u64.to_le_bytes()))))
             }
         }
@@ -381,14 +379,21 @@ impl PortBackend {
             return Err(format!("frontend acked features {features:#x} we did not offer"));
         }
         self.features = features;
-        info!("{}: features {}", self.port.name(), feature_names(features).join(" "));
+        crate::frontend_log!(self.port, info, "{}: features {}", self.port.name(), feature_names(features).join(" "));
         // Header length and notification style depend on features: restart running rings.
         self.reconcile_all()
     }
 
     pub fn set_mem_table(&mut self, regions: &[RegionDesc], files: Vec<File>) -> Result<(), Refusal> {
         let mem = GuestMem::map(regions, files, &self.limits).map_err(|e| e.to_string())?;
-        info!("{}: memory table: {} regions, {} MiB", self.port.name(), mem.region_count(), mem.total_size() >> 20);
+        crate::frontend_log!(
+            self.port,
+            info,
+            "{}: memory table: {} regions, {} MiB",
+            self.port.name(),
+            mem.region_count(),
+            mem.total_size() >> 20
+        );
         // Each running ring is stopped and restarted on the new table under its lock, so no
         // poll thread ever uses the old mapping after this; the old one is unmapped when the
         // last ring lets go of it.
@@ -397,7 +402,12 @@ impl PortBackend {
         // then a ring whose old addresses are not in the new table stays stopped.
         for i in 0..self.vrings.len() {
             if let Err(e) = self.reconcile(i) {
-                info!("{}: {e}; the ring waits for its addresses in the new memory table", self.port.name());
+                crate::frontend_log!(
+                    self.port,
+                    info,
+                    "{}: {e}; the ring waits for its addresses in the new memory table",
+                    self.port.name()
+                );
             }
         }
         Ok(())
@@ -488,7 +498,7 @@ impl PortBackend {
                 mem.gpa_end()
             ));
         }
-        info!("{}: dirty log of {} KiB", self.port.name(), size.div_ceil(1024));
+        crate::frontend_log!(self.port, info, "{}: dirty log of {} KiB", self.port.name(), size.div_ceil(1024));
         self.log = Some(Arc::new(log));
         self.reconcile_all()
     }
@@ -503,9 +513,14 @@ impl PortBackend {
             return Err(format!("SEND_RARP for {mac}, which no guest can have"));
         }
         let Some(q) = self.port.queues() else { return Err("SEND_RARP on a port without queues".into()) };
-        info!("{}: announcing {mac} (SEND_RARP)", self.port.name());
-        q.announcer.request(mac);
         self.rarp_requests += 1;
+        // Each announcement is a broadcast into the port's VLAN: a frontend sending SEND_RARP
+        // in a loop gets a few, answered all the same.
+        if self.port.limits.announce.admit().is_none() {
+            return Ok(());
+        }
+        crate::frontend_log!(self.port, info, "{}: announcing {mac} (SEND_RARP)", self.port.name());
+        q.announcer.request(mac);
         Ok(())
     }
 

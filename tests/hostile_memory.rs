@@ -7,6 +7,8 @@
 mod common;
 mod frontend;
 
+use std::time::{Duration, Instant};
+
 use common::vms::*;
 use common::*;
 use frontend::*;
@@ -303,4 +305,70 @@ fn memory_table_over_the_ports_limit() {
     let mut evil = b.connect_evil();
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
+}
+
+// ---- the dirty log ----
+
+/// pvswitchd's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A migrating VM (its frontend logs: LOG_ALL and a log) whose receive buffers are too small
+/// for what it is sent (MRG_RXBUF buffers of one byte: no frame fits in the 256 a frame may
+/// take), and which moves its avail index back and forth so that every frame walks them again
+/// (issue 48's F2). Each walk pops 256 buffers and gives them back. Before, the log kept every
+/// popped buffer until a publish that never came: pvswitchd grew by hundreds of MiB a second.
+/// Now the log keeps nothing between pops: pvswitchd does not grow, `ports` answers within
+/// 100 ms meanwhile, and the good VMs forward.
+#[test]
+fn a_logging_receiver_whose_frames_never_fit_grows_nothing() {
+    let _g = serial();
+    let mut b = Bench::start("h-log-retry");
+    let mut evil =
+        Vm::connect_features(&b.sw.sock("evil"), Layout::TEST, FEATURES | MRG_RXBUF | LOG_ALL).expect("evil's setup");
+    b.sw.wait_running("evil", 1);
+    b.evil_broadcasts(&mut evil);
+    let l = Layout::TEST;
+    {
+        // Every buffer posted: the first holds the header and 4 bytes, the others one byte.
+        let mut rx = evil.raw_rx();
+        for d in 0..l.qsize {
+            rx.desc(d, Desc { addr: l.rx_buf(d), len: if d == 0 { 16 } else { 1 }, flags: F_WRITE, next: 0 });
+            rx.stage(d);
+        }
+        rx.publish();
+    }
+    let full = evil.raw_rx().avail_idx();
+    let pid = b.sw.child.id();
+    let before = rss_kib(pid);
+    let (mut slowest, mut seq, t0) = (Duration::ZERO, 0u32, Instant::now());
+    while t0.elapsed() < Duration::from_secs(3) {
+        // A new avail index before each frame: the switch walks evil's buffers again for it.
+        for _ in 0..2000 {
+            let idx = evil.raw_rx().avail_idx();
+            evil.raw_rx().set_avail_idx(if idx == full { full.wrapping_sub(1) } else { full });
+            b.good1.send(&frame(MAC_C, MAC_A, 1000, 7, seq));
+            seq += 1;
+            let spin = Instant::now();
+            while b.good1.tx_pending() > 0 && spin.elapsed() < Duration::from_secs(5) {
+                std::hint::spin_loop();
+            }
+        }
+        let asked = Instant::now();
+        assert!(b.sw.try_ctl("ports").is_ok());
+        slowest = slowest.max(asked.elapsed());
+    }
+    let grown = rss_kib(pid).saturating_sub(before);
+    let walked = b.sw.port("evil")["drops"]["rx_buffer_too_small"].as_u64().unwrap_or(0);
+    eprintln!(
+        "{seq} frames to evil ({walked} dropped as too small), pvswitchd grew {grown} KiB, slowest ports {slowest:?}"
+    );
+    assert!(walked >= 20_000, "too few walks to tell: {walked}");
+    assert!(grown < 8 << 10, "pvswitchd grew by {grown} KiB");
+    assert!(slowest < Duration::from_millis(100), "ports took {slowest:?}");
+    b.check_forwarding(100);
+    b.assert_alive();
 }

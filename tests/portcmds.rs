@@ -148,9 +148,12 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
     assert!(!dir.join("elsewhere.sock").exists());
     refused(&sw, &["set-port", "a", "device=net_pcap1,tx_pcap=/x"], 3, "change it there and reload");
-    for name in [".vm9", "-vm9", "--help"] {
-        refused(&sw, &["add-port", "--", name, "type=vhost-user", "socket=vm9.sock"], 3, "beginning with a letter");
+    refused(&sw, &["add-port", ".vm9", "type=vhost-user", "socket=vm9.sock"], 3, "beginning with a letter");
+    for name in ["-vm9", "--help"] {
+        // After `--` a name is the command's, and refused as a name, not taken as an option.
+        refused(&sw, &["add-port", "--", name, "type=vhost-user", "socket=vm9.sock"], 2, &format!("found \"{name}\""));
     }
+    refused(&sw, &["add-port", "--may-exist", "--help", "type=vhost-user"], 2, "usage");
     // The port limit (max_ports = 3): a third port fits, a fourth is refused, and fits again
     // once the third is gone.
     ok(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock"]);

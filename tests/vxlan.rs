@@ -81,6 +81,21 @@ impl Peer {
         text.split(", ").find_map(|s| s.strip_suffix(" received").and_then(|n| n.trim().parse().ok())).unwrap_or(0)
     }
 
+    /// Sends raw Ethernet frames (hex) out of the namespace's end of the underlay, as any
+    /// host on that segment could: any source MAC, any addresses.
+    fn raw(&self, frames: &[String]) {
+        let script = format!(
+            "import socket\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\ns.bind(('pvsns0',0))\nfor f in [{}]:\n    s.send(bytes.fromhex(f))\n",
+            frames.iter().map(|f| format!("'{f}'")).collect::<Vec<_>>().join(",")
+        );
+        self.ex(&["python3", "-c", &script]);
+    }
+
+    /// The namespace's MAC on the underlay.
+    fn mac(&self) -> String {
+        self.ex(&["cat", "/sys/class/net/pvsns0/address"]).trim().to_string()
+    }
+
     /// Sends UDP datagrams with these payloads (hex) from address `from` to the switch's VTEP,
     /// port 4789.
     fn udp_to_vtep(&self, from: &str, payloads: &[&str]) {
@@ -90,6 +105,41 @@ impl Peer {
         );
         self.ex(&["python3", "-c", &script]);
     }
+}
+
+/// Waits until tunnel `name`'s next hop is resolved; its MAC.
+fn resolved(sw: &Switch, name: &str) -> String {
+    wait_for(&format!("{name}'s next hop to be resolved"), || {
+        sw.port(name)["vxlan"]["next_hop_mac"].as_str().map(String::from)
+    })
+}
+
+/// A MAC in the hex of a frame.
+fn hex_mac(m: &str) -> String {
+    m.replace(':', "")
+}
+
+/// An ARP frame (hex): `op` 1 request, 2 reply; Ethernet from `src` to `dst`.
+fn arp_hex(dst: &str, src: &str, op: u16, sha: &str, spa: [u8; 4], tha: &str, tpa: [u8; 4]) -> String {
+    let ip = |a: [u8; 4]| a.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!(
+        "{}{}0806000108000604{op:04x}{}{}{}{}",
+        hex_mac(dst),
+        hex_mac(src),
+        hex_mac(sha),
+        ip(spa),
+        hex_mac(tha),
+        ip(tpa)
+    )
+}
+
+/// A VXLAN frame (hex) on the underlay: Ethernet from `src` to `dst`, IPv4 10.77.0.1 ->
+/// 10.77.0.2, UDP 49152 -> 4789, VNI `vni`, then the inner frame `inner` (hex).
+fn vxlan_hex(dst: &str, src: &str, vni: u32, inner: &str) -> String {
+    let n = inner.len() / 2;
+    let ip = format!("4500{:04x}00000000401100000a4d00010a4d0002", 20 + 8 + 8 + n);
+    let udp = format!("c00012b5{:04x}0000", 8 + 8 + n);
+    format!("{}{}0800{ip}{udp}08000000{vni:06x}00{inner}", hex_mac(dst), hex_mac(src))
 }
 
 fn drops(p: &Value) -> Vec<(String, u64)> {
@@ -143,6 +193,8 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     sw.wait_running("vm10", 1);
     sw.wait_running("vm20", 1);
     vms.cmd("start");
+    // The remote is believed only from its next hop, resolved by our own ARP (at once).
+    resolved(&sw, tunnel);
 
     // VNI 100 -> VLAN 10 only: everything, its ARP broadcast first, reaches vm10 and not vm20.
     let n = 10;
@@ -195,6 +247,7 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
         .collect();
     peer.ex(&["ip", "addr", "add", "10.77.0.3/24", "dev", "pvsns0"]);
     sw.try_ctl_args("vtep-sync", &["vt", r#"{"remotes": [{"remote": "10.77.0.3", "vnis": [100]}]}"#]).unwrap();
+    resolved(&sw, "vt-10.77.0.3");
     let before = (sw.counter(tunnel, "tx_packets"), sw.counter("vm10", "tx_packets"));
     let hairpin = format!("0800000000006400{}020000000c03{}", behind_first[0], &inner[24..]);
     peer.udp_to_vtep("10.77.0.3", &[&hairpin]);
@@ -367,4 +420,151 @@ fn qemu_guest_tcp_through_the_tunnel() {
     assert!(t["sw_segmented"].as_u64() > Some(0), "segmented in software for the tunnel: {t}");
     assert_eq!(t["drops"]["mtu_exceeded"].as_u64(), Some(0), "{t}");
     drop(vm);
+}
+
+/// Another host on the underlay's segment tries to take a VM's traffic (issue 48's F4): it
+/// claims the remote VTEP's address by ARP (gratuitous, and as an unasked reply to us), and
+/// sends VXLAN with the remote's address as outer source and the local VM's MAC as inner
+/// source. Nothing moves: the tunnel's next hop is still the remote's MAC, the VM's MAC stays
+/// on its port (`allowed_macs`), the frames are dropped on the underlay
+/// (`vxlan_not_from_next_hop`); the genuine remote sending the VM's MAC as inner source is
+/// refused learning (a tunnel learns no MAC a local port owns); the pings go on, 20 of 20.
+#[test]
+fn the_underlay_cannot_steal_a_tenant() {
+    if !require(&[TESTPMD, NEEDS].concat()) {
+        return;
+    }
+    let _g = serial();
+    let peer = Peer::new("s");
+    peer.vni(100, "192.168.100.1/24");
+    let dir = test_dir("vxlansteal");
+    const VM: &str = "02:00:00:00:0a:02";
+    let text = config(&dir, &peer.host_if).replace("tag = 10\n", &format!("tag = 10\nallowed_macs = [\"{VM}\"]\n"));
+    let sw = Switch::start_config(dir.clone(), &text);
+    let tunnel = "vt-10.77.0.1";
+    let mut vms = Testpmd::spawn(
+        &format!("pvsst{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac={VM}", sw.sock("vm10"))],
+        &["--forward-mode=icmpecho"],
+    );
+    sw.wait_running("vm10", 1);
+    vms.cmd("start");
+    let genuine = resolved(&sw, tunnel);
+    assert_eq!(genuine, peer.mac(), "the next hop is the remote's own MAC");
+    assert_eq!(peer.ping("192.168.100.2", 20), 20, "before");
+    let ours = sw.port("uplink")["dpdk"]["mac"].as_str().expect("the underlay's MAC").to_string();
+    let evil = "02:ee:00:00:00:66";
+    let bcast = "ff:ff:ff:ff:ff:ff";
+    let remote = [10, 77, 0, 1];
+    let inner = format!("ffffffffffff{}88b5{}", hex_mac(VM), "00".repeat(46));
+    peer.raw(&[
+        // Gratuitous: "10.77.0.1 is at evil".
+        arp_hex(bcast, evil, 2, evil, remote, bcast, remote),
+        arp_hex(bcast, evil, 1, evil, remote, "00:00:00:00:00:00", remote),
+        // An unasked reply to us.
+        arp_hex(&ours, evil, 2, evil, remote, &ours, [10, 77, 0, 2]),
+        // VXLAN from the remote's address, but not from its MAC, claiming the VM's.
+        vxlan_hex(&ours, evil, 100, &inner),
+        vxlan_hex(&ours, evil, 100, &inner),
+    ]);
+    let up = try_wait_for(|| {
+        let u = sw.port("uplink");
+        (u["drops"]["vxlan_not_from_next_hop"].as_u64() >= Some(2)).then_some(u)
+    })
+    .unwrap_or_else(|| panic!("the forged VXLAN frames were not dropped as such: {:#}", sw.port("uplink")));
+    eprintln!("underlay drops: {:?}", drops(&up));
+    assert_eq!(sw.port(tunnel)["vxlan"]["next_hop_mac"].as_str(), Some(genuine.as_str()), "the next hop moved");
+    let on = |sw: &Switch| {
+        sw.ctl("fdb")
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["mac"] == VM)
+            .map(|e| e["port"].as_str().unwrap().to_string())
+    };
+    assert_eq!(on(&sw).as_deref(), Some("vm10"), "the VM's MAC moved");
+    // The genuine remote itself claiming the VM's MAC: not learned behind its tunnel.
+    let refused = sw.counter(tunnel, "learn_refused");
+    peer.raw(&[vxlan_hex(&ours, &genuine, 100, &inner)]);
+    wait_for("the remote's claim to be refused", || (sw.counter(tunnel, "learn_refused") > refused).then_some(()));
+    assert_eq!(on(&sw).as_deref(), Some("vm10"), "a tunnel learned a MAC a local port owns");
+    assert_eq!(peer.ping("192.168.100.2", 20), 20, "after");
+    vms.quit();
+}
+
+/// A VTEP with no remote yet (after a restart, before its control plane syncs; issue 48's
+/// F9): its underlay is still the VTEP's. A VM's broadcasts do not leave raw on the underlay,
+/// raw 802.1Q frames injected there reach no VM and nothing is learned from them, so nothing
+/// of theirs is offered to EVPN.
+#[test]
+fn an_underlay_without_remotes_carries_no_tenant_frame() {
+    if !require(&[TESTPMD, NEEDS].concat()) {
+        return;
+    }
+    let _g = serial();
+    let peer = Peer::new("n");
+    let dir = test_dir("vxlannone");
+    let text = config(&dir, &peer.host_if).replace("remotes = [\"10.77.0.1\"]\n", "");
+    let sw = Switch::start_config(dir.clone(), &text);
+    assert!(!sw.ctl("ports").as_array().unwrap().iter().any(|p| p["type"] == "vxlan"), "no tunnel");
+    // What leaves on the underlay, seen from the namespace.
+    let mut capture = Command::new("ip")
+        .args(["netns", "exec", &peer.net.ns, "python3", "-c", CAPTURE])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(capture.stdout.as_mut().unwrap()), &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready", "the capture did not start");
+    let mut vms = Testpmd::spawn(
+        &format!("pvsnr{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:0a:02", sw.sock("vm10"))],
+        &["--forward-mode=txonly", "--eth-peer=0,ff:ff:ff:ff:ff:ff", "--txpkts=64"],
+    );
+    sw.wait_running("vm10", 1);
+    vms.cmd("start tx_first 4");
+    wait_for("the VM's broadcasts", || (sw.counter("vm10", "rx_packets") >= 100).then_some(()));
+    vms.cmd("stop");
+    // Raw frames into the underlay: tagged for VLAN 10 and 20, and untagged, from a MAC.
+    let src = "02:ee:00:00:00:99";
+    let tagged = |vid: u16| format!("ffffffffffff{}8100{vid:04x}88b5{}", hex_mac(src), "00".repeat(46));
+    let untagged = format!("ffffffffffff{}88b5{}", hex_mac(src), "00".repeat(50));
+    let to_vm = sw.counter("vm10", "tx_packets");
+    peer.raw(&[tagged(10), tagged(20), untagged.clone(), tagged(10)]);
+    wait_for("the injected frames to be dropped on the underlay", || {
+        (sw.port("uplink")["drops"]["underlay_not_vxlan"].as_u64() >= Some(4)).then_some(())
+    });
+    assert_eq!(sw.counter("vm10", "tx_packets"), to_vm, "an injected frame reached the VM");
+    let fdb = sw.ctl("fdb");
+    assert!(!fdb.as_array().unwrap().iter().any(|e| e["port"] == "uplink"), "learned on the underlay: {fdb}");
+    let v = &sw.ctl("vteps")[0];
+    assert!(!v["local_macs"].to_string().contains(src), "offered to EVPN: {v}");
+    let out = String::from_utf8(kill_capture(capture)).unwrap();
+    let raw: Vec<&str> = out.lines().filter(|l| !l.starts_with("0806")).collect();
+    assert!(raw.is_empty(), "frames that left on the underlay, neither ARP nor VXLAN: {raw:?}");
+    vms.quit();
+}
+
+/// Prints the ethertype and source MAC of every frame arriving on pvsns0 (not ours), one a
+/// line, until killed.
+const CAPTURE: &str = r#"import socket
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(('pvsns0', 0))
+print('ready', flush=True)
+while True:
+    f, a = s.recvfrom(65535)
+    if a[2] == socket.PACKET_OUTGOING:
+        continue
+    print(f[12:14].hex(), f[6:12].hex(), flush=True)
+"#;
+
+/// Stops a capture and returns what it printed.
+fn kill_capture(mut c: std::process::Child) -> Vec<u8> {
+    let _ = c.kill();
+    let mut out = Vec::new();
+    if let Some(mut o) = c.stdout.take() {
+        let _ = std::io::Read::read_to_end(&mut o, &mut out);
+    }
+    let _ = c.wait();
+    out
 }

@@ -74,7 +74,8 @@ impl Tunnel {
         (v & KNOWN != 0).then(|| MacAddr::from_u64(v & !KNOWN))
     }
 
-    /// The next hop said it is at `mac` (at TSC `now`).
+    /// The next hop said it is at `mac` (at TSC `now`), answering our request: the request
+    /// is answered, and a second reply to it counts for nothing.
     pub fn learned(&self, mac: MacAddr, now: u64) {
         if self.cfg.next_hop_mac.is_some() {
             return;
@@ -83,6 +84,7 @@ impl Tunnel {
             self.neighbour.store(mac.to_u64() | KNOWN, Relaxed);
         }
         self.confirmed.store(now, Relaxed);
+        self.asked.store(0, Relaxed);
     }
 
     /// Whether a reply for the next hop is awaited at TSC `now` (`hz` ticks a second): we
@@ -166,5 +168,8 @@ mod tests {
         assert!(t.should_ask(1_000, hz));
         assert!(t.awaits_reply(1_000, hz) && t.awaits_reply(2_999, hz));
         assert!(!t.awaits_reply(3_000, hz), "asked too long ago");
+        assert!(t.should_ask(4_000, hz));
+        t.learned(MacAddr([2, 0, 0, 0, 0, 9]), 4_001);
+        assert!(!t.awaits_reply(4_002, hz), "answered: a second reply counts for nothing");
     }
 }

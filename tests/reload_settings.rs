@@ -502,6 +502,13 @@ const CASES: &[Case] = &[
     ),
     case(
         "dpdk",
+        "nic_poll_max_us",
+        At::Dpdk,
+        "nic_poll_max_us = 7777",
+        Live(|sw, _, _| assert_eq!(running(sw, "nic_poll_max_us"), 7777)),
+    ),
+    case(
+        "dpdk",
         "runtime_vdevs",
         At::Dpdk,
         "runtime_vdevs = [\"net_null\"]",

@@ -144,6 +144,7 @@ fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
                 mailbox: t.mailbox,
                 sleep_after_us: tuning.sleep_after_us,
                 nic_poll_interval_us: tuning.nic_poll_interval_us,
+                nic_poll_max_us: tuning.nic_poll_max_us,
                 park_after_us: tuning.park_after_us,
                 park_check_us: tuning.park_check_us,
             };

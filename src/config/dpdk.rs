@@ -5,6 +5,7 @@ use super::raw::RawDpdk;
 
 pub const DEFAULT_MBUFS: u32 = 16383;
 pub const DEFAULT_NIC_POLL_INTERVAL_US: u32 = 100;
+pub const DEFAULT_NIC_POLL_MAX_US: u32 = 2000;
 
 /// The `[dpdk]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,8 +14,11 @@ pub struct DpdkConfig {
     pub eal_args: Option<Vec<String>>,
     /// Mbufs per pool (one pool per NUMA socket used).
     pub mbufs: u32,
-    /// Adaptive polling: a thread with NIC queues sleeps at most this long.
+    /// Adaptive polling: a thread with NIC queues that cannot wake it (no receive interrupt)
+    /// sleeps this long first, then twice as long each time it woke to nothing...
     pub nic_poll_interval_us: u32,
+    /// ... up to this long (OVS's `pmd-sleep-max`); a frame starts it over.
+    pub nic_poll_max_us: u32,
     /// The DPDK virtual devices a port added at run time (or read from the port directory)
     /// may use: whole device strings, or a driver's name for its instances without arguments
     /// (see [`DpdkConfig::runtime_device`]).
@@ -27,6 +31,7 @@ impl Default for DpdkConfig {
             eal_args: None,
             mbufs: DEFAULT_MBUFS,
             nic_poll_interval_us: DEFAULT_NIC_POLL_INTERVAL_US,
+            nic_poll_max_us: DEFAULT_NIC_POLL_MAX_US,
             runtime_vdevs: Vec::new(),
         }
     }
@@ -96,15 +101,19 @@ pub(super) fn validate(raw: Option<RawDpdk>, cx: &Ctx) -> Result<DpdkConfig, Con
     let Some(d) = raw else {
         return Ok(DpdkConfig::default());
     };
+    let nic_poll_interval_us =
+        cx.range(&d.nic_poll_interval_us, "nic_poll_interval_us", 1, 1_000_000, DEFAULT_NIC_POLL_INTERVAL_US)?;
+    let nic_poll_max_us = cx.range(
+        &d.nic_poll_max_us,
+        "nic_poll_max_us",
+        nic_poll_interval_us,
+        1_000_000,
+        DEFAULT_NIC_POLL_MAX_US.max(nic_poll_interval_us),
+    )?;
     Ok(DpdkConfig {
         mbufs: cx.range(&d.mbufs, "mbufs", 1023, 1 << 24, DEFAULT_MBUFS)?,
-        nic_poll_interval_us: cx.range(
-            &d.nic_poll_interval_us,
-            "nic_poll_interval_us",
-            1,
-            1_000_000,
-            DEFAULT_NIC_POLL_INTERVAL_US,
-        )?,
+        nic_poll_interval_us,
+        nic_poll_max_us,
         eal_args: d.eal_args,
         runtime_vdevs: runtime_vdevs(d.runtime_vdevs, cx)?,
     })

@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use checks::PortClash;
-pub use dpdk::{DEFAULT_MBUFS, DEFAULT_NIC_POLL_INTERVAL_US, DpdkConfig};
+pub use dpdk::{DEFAULT_MBUFS, DEFAULT_NIC_POLL_INTERVAL_US, DEFAULT_NIC_POLL_MAX_US, DpdkConfig};
 pub use endpoint::{DpdkPortConfig, Endpoint, MAX_QUEUE_PAIRS, SocketMode, VhostUserConfig};
 pub use error::ConfigError;
 use error::Ctx;

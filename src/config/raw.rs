@@ -54,6 +54,7 @@ pub(super) struct RawDpdk {
     pub eal_args: Option<Vec<String>>,
     pub mbufs: Option<Spanned<u32>>,
     pub nic_poll_interval_us: Option<Spanned<u32>>,
+    pub nic_poll_max_us: Option<Spanned<u32>>,
     pub runtime_vdevs: Option<Vec<Spanned<String>>>,
 }
 

@@ -73,6 +73,8 @@ fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
         rx_retry_us: ((r.retry_cycles.load(Relaxed) as u128 * 1_000_000 + hz as u128 / 2) / hz.max(1) as u128) as u64,
         idle_before_sleep_us: (sleep != RunningTuning::BUSY).then_some(sleep),
         nic_poll_interval_us: r.nic_poll_interval_us.load(Relaxed),
+        nic_poll_max_us: r.nic_poll_max_us.load(Relaxed),
+        nic_sleep_us: r.nic_sleep_us.load(Relaxed),
         park_after_us: r.park_after_us.load(Relaxed),
         park_check_us: r.park_check_us.load(Relaxed),
     };

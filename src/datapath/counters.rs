@@ -296,6 +296,10 @@ pub struct RunningTuning {
     /// (configured so, or it could not make its sleeper).
     pub sleep_after_us: AtomicU64,
     pub nic_poll_interval_us: AtomicU64,
+    pub nic_poll_max_us: AtomicU64,
+    /// How long the thread's latest sleep on the NIC timer was to last (microseconds): the
+    /// backoff, `nic_poll_interval_us` after a frame, doubling to `nic_poll_max_us`.
+    pub nic_sleep_us: AtomicU64,
     /// Parking: a queue empty this long is parked (0: never), kicks looked at this often.
     pub park_after_us: AtomicU64,
     pub park_check_us: AtomicU64,

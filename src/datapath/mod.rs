@@ -73,8 +73,10 @@ pub struct Ctx {
     pub mailbox: Arc<Mailbox>,
     /// Adaptive polling: sleep after this long without frames. None: busy polling.
     pub sleep_after_us: Option<u32>,
-    /// Adaptive polling: a thread with NIC queues (which cannot kick) sleeps at most this long.
+    /// Adaptive polling: a thread with NIC queues (which cannot kick) sleeps this long first,
+    /// backing off to `nic_poll_max_us` while it finds nothing.
     pub nic_poll_interval_us: u32,
+    pub nic_poll_max_us: u32,
     /// Parking: a queue empty this long is parked (0: never); parked queues' kicks are looked
     /// at every `park_check_us`.
     pub park_after_us: u32,
@@ -203,6 +205,7 @@ impl PollThread {
         };
         r.sleep_after_us.store(sleep, Relaxed);
         r.nic_poll_interval_us.store(self.cx.nic_poll_interval_us as u64, Relaxed);
+        r.nic_poll_max_us.store(self.cx.nic_poll_max_us as u64, Relaxed);
         let park = if self.parking.on() { self.cx.park_after_us as u64 } else { 0 };
         r.park_after_us.store(park, Relaxed);
         r.park_check_us.store(self.cx.park_check_us as u64, Relaxed);
@@ -218,7 +221,7 @@ impl PollThread {
                 .ok();
         }
         self.sleeper = match (self.cx.sleep_after_us, &self.kicks) {
-            (Some(us), Some(_)) => Some(Sleeper::new(us, self.cx.nic_poll_interval_us)),
+            (Some(us), Some(_)) => Some(Sleeper::new(us, self.cx.nic_poll_interval_us, self.cx.nic_poll_max_us)),
             _ => None,
         };
         self.parking = match &self.kicks {
@@ -236,11 +239,13 @@ impl PollThread {
         let room = self.work.frames.capacity() as u32;
         self.cx.burst = t.burst.min(room);
         self.cx.retry_cycles = t.retry_cycles;
+        let cx = &mut self.cx;
         let polling =
-            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us, self.cx.park_after_us, self.cx.park_check_us);
-        if polling != (t.sleep_after_us, t.nic_poll_interval_us, t.park_after_us, t.park_check_us) {
-            (self.cx.sleep_after_us, self.cx.nic_poll_interval_us, self.cx.park_after_us, self.cx.park_check_us) =
-                (t.sleep_after_us, t.nic_poll_interval_us, t.park_after_us, t.park_check_us);
+            (cx.sleep_after_us, (cx.nic_poll_interval_us, cx.nic_poll_max_us), cx.park_after_us, cx.park_check_us);
+        let wanted = (t.sleep_after_us, (t.nic_poll_interval_us, t.nic_poll_max_us), t.park_after_us, t.park_check_us);
+        if polling != wanted {
+            (cx.sleep_after_us, (cx.nic_poll_interval_us, cx.nic_poll_max_us), cx.park_after_us, cx.park_check_us) =
+                wanted;
             self.set_polling();
         }
         self.show_tuning();

@@ -311,8 +311,10 @@ pub struct Tuning {
     pub retry_cycles: u64,
     /// Adaptive polling: sleep after this long without frames. None: busy polling.
     pub sleep_after_us: Option<u32>,
-    /// Adaptive polling: a thread with NIC queues sleeps at most this long.
+    /// Adaptive polling: a thread with NIC queues that cannot wake it sleeps this long first,
+    /// twice as long after each sleep that found nothing, up to `nic_poll_max_us`.
     pub nic_poll_interval_us: u32,
+    pub nic_poll_max_us: u32,
     /// Parking: a guest queue empty this long leaves the polled set (0: never)...
     pub park_after_us: u32,
     /// ... and the parked queues' kicks are looked at this often.

@@ -356,6 +356,7 @@ impl Switch {
             retry_cycles: self.cfg.rx_retry_us as u64 * crate::counter::cycles_per_sec() / 1_000_000,
             sleep_after_us: self.cfg.sleep_after_us(core),
             nic_poll_interval_us: self.cfg.dpdk.nic_poll_interval_us,
+            nic_poll_max_us: self.cfg.dpdk.nic_poll_max_us,
             park_after_us: self.cfg.park_after_us,
             park_check_us: self.cfg.park_check_us,
         }

@@ -145,7 +145,8 @@ impl Switch {
                 let core = t.core();
                 let (a, b) = (&self.cfg, &new);
                 let tuning = |c: &crate::config::Config| {
-                    let t = (c.burst, c.rx_retry_us, c.sleep_after_us(core), c.dpdk.nic_poll_interval_us);
+                    let nic = (c.dpdk.nic_poll_interval_us, c.dpdk.nic_poll_max_us);
+                    let t = (c.burst, c.rx_retry_us, c.sleep_after_us(core), nic);
                     (t, c.park_after_us, c.park_check_us)
                 };
                 tuning(a) != tuning(b)

@@ -57,6 +57,12 @@ pub struct RunningInfo {
     /// Adaptive polling: idle microseconds before it sleeps (None: it polls busily).
     pub idle_before_sleep_us: Option<u64>,
     pub nic_poll_interval_us: u64,
+    #[serde(default)]
+    pub nic_poll_max_us: u64,
+    /// How long the thread's latest sleep on the NIC timer was to last: `nic_poll_interval_us`
+    /// after a frame, doubled by each sleep that found nothing, up to `nic_poll_max_us`.
+    #[serde(default)]
+    pub nic_sleep_us: u64,
     /// Parking: queues empty this long are parked (0: never); their kicks are looked at this often.
     pub park_after_us: u64,
     pub park_check_us: u64,

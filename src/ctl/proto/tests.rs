@@ -230,6 +230,8 @@ pub(crate) mod samples {
                 rx_retry_us: 100,
                 idle_before_sleep_us: Some(1000),
                 nic_poll_interval_us: 100,
+                nic_poll_max_us: 2000,
+                nic_sleep_us: 100,
                 park_after_us: 1000,
                 park_check_us: 50,
             },

@@ -231,6 +231,7 @@ impl Bench {
                 mailbox: b.mailboxes[t].clone(),
                 sleep_after_us: None,
                 nic_poll_interval_us: 100,
+                nic_poll_max_us: 2000,
                 park_after_us: cfg.park_after_us,
                 park_check_us: 1,
             };

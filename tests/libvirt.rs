@@ -17,6 +17,10 @@ const HOOK_CONF: &str = "/etc/pvswitch/libvirt-hook.conf";
 /// The README's paths, moved to the test's directory.
 const README_DIR: &str = "/run/pvswitch";
 const MARK: &str = "PVS-LV-PING-OK";
+/// The ports the hook makes for the two domains' interfaces: each domain's name and the
+/// interface's index.
+const A: &str = "pvs-lva-0";
+const B: &str = "pvs-lvb-0";
 
 fn virsh(args: &[&str]) -> Result<String, String> {
     let out = Command::new("virsh").args(["-q", "-c", "qemu:///system"]).args(args).output().expect("run virsh");
@@ -79,6 +83,18 @@ fn domain_xml(dir: &Path, name: &str, ip: &str, job: &str, iface: &str) -> Strin
         initrd = initrd.display(),
         serial = dir.join(format!("{name}.serial")).display(),
     )
+}
+
+/// Starts domain `d`, failing with pvswitchd's log.
+fn start(sw: &Switch, d: &str) {
+    virsh(&["start", d]).unwrap_or_else(|e| panic!("{e}\npvswitchd:\n{}", sw.log()));
+}
+
+/// Defines domain `name` from `xml` (written to the test's directory).
+fn define(dir: &Path, name: &str, xml: &str) {
+    let f = dir.join(format!("{name}.xml"));
+    std::fs::write(&f, xml).unwrap();
+    virsh(&["define", f.to_str().unwrap()]).unwrap();
 }
 
 /// Destroys and undefines the test's domains and removes the hook's settings, however the
@@ -144,8 +160,9 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
         "{HOOK} is missing: scripts/install-deps.sh installs it before it starts libvirtd"
     );
     let dir = test_dir("libvirt");
-    let _clean = Cleanup(vec!["pvs-lva", "pvs-lvb"]);
-    for d in ["pvs-lva", "pvs-lvb"] {
+    const DOMAINS: [&str; 5] = ["pvs-lva", "pvs-lvb", "pvs-lvc", "pvs-lvd", "pvs-lve"];
+    let _clean = Cleanup(DOMAINS.to_vec());
+    for d in DOMAINS {
         let _ = virsh(&["destroy", d]);
         let _ = virsh(&["undefine", d]);
     }
@@ -182,58 +199,105 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
         &moved(readme_xml("client-port")),
     );
     for (name, xml) in [("pvs-lva", &a), ("pvs-lvb", &b)] {
-        let f = dir.join(format!("{name}.xml"));
-        std::fs::write(&f, xml).unwrap();
-        virsh(&["define", f.to_str().unwrap()]).unwrap();
+        define(&dir, name, xml);
     }
-    let start = |d: &str| virsh(&["start", d]).unwrap_or_else(|e| panic!("{e}\npvswitchd:\n{}", sw.log()));
-    start("pvs-lvb");
-    start("pvs-lva");
 
-    // The hook made both ports, kept in the port directory; vm1's socket is for group kvm.
-    for p in ["vm1", "vm2"] {
+    start(&sw, "pvs-lvb");
+    start(&sw, "pvs-lva");
+
+    // The hook made both ports, named after their domains, kept in the port directory; the
+    // server-mode port's socket is for group kvm.
+    for p in [A, B] {
         assert!(dir.join("ports.d").join(format!("{p}.toml")).exists(), "no ports.d file for {p}\n{}", sw.log());
     }
     let m = std::fs::metadata(dir.join("vm1.sock")).unwrap();
     assert_eq!((m.gid(), m.mode() & 0o777), (gid_of("kvm"), 0o660), "vm1.sock's group and mode");
-    let v1 = sw.port("vm1");
+    let v1 = sw.port(A);
     assert_eq!(v1["mode"], "server", "{v1}");
-    assert_eq!(sw.port("vm2")["mode"], "client");
-    wait_connected(&sw, "vm1");
-    wait_connected(&sw, "vm2");
+    assert_eq!(sw.port(B)["mode"], "client");
+    wait_connected(&sw, A);
+    wait_connected(&sw, B);
     wait_pings(&sw, "pvs-lva", 0, 3, "first boot");
 
     // The peer goes and comes back: its port is removed and made again by the hook.
     virsh(&["destroy", "pvs-lvb"]).unwrap();
-    wait_for("vm2 removed by the hook", || port_state(&sw, "vm2").is_none().then_some(()));
-    assert!(!dir.join("ports.d/vm2.toml").exists());
-    start("pvs-lvb");
+    wait_for("lvb's port removed by the hook", || port_state(&sw, B).is_none().then_some(()));
+    assert!(!dir.join("ports.d").join(format!("{B}.toml")).exists());
+    start(&sw, "pvs-lvb");
     let n = pings(&dir, "pvs-lva");
     wait_pings(&sw, "pvs-lva", n, 3, "after virsh destroy/start of the peer");
 
     // The pinging guest goes and comes back (its serial file starts again).
     virsh(&["destroy", "pvs-lva"]).unwrap();
-    wait_for("vm1 removed by the hook", || port_state(&sw, "vm1").is_none().then_some(()));
-    start("pvs-lva");
+    wait_for("lva's port removed by the hook", || port_state(&sw, A).is_none().then_some(()));
+    start(&sw, "pvs-lva");
     wait_pings(&sw, "pvs-lva", 0, 3, "after virsh destroy/start of the pinging guest");
 
     // pvswitchd restarts: the ports come back from ports.d, both guests reconnect.
     sw.restart(false);
-    wait_connected(&sw, "vm1");
-    wait_connected(&sw, "vm2");
+    wait_connected(&sw, A);
+    wait_connected(&sw, B);
     let n = pings(&dir, "pvs-lva");
     wait_pings(&sw, "pvs-lva", n, 3, "after a pvswitchd restart");
-    for p in ["vm1", "vm2"] {
+    for p in [A, B] {
         let s = sw.port(p);
         assert_eq!(s["drops"]["malformed"], 0, "{s}");
     }
 
+    // The hook as an orchestrator's front door (issue 55), beside the two pinging domains.
+    // A third domain whose socket has lva's file name, in another directory of the hook's: a
+    // port of its own; destroying it leaves lva's alone.
+    std::fs::create_dir(dir.join("other")).unwrap();
+    let c_iface = moved(readme_xml("server-port"))
+        .replace("/vm1.sock'", "/other/vm1.sock'")
+        .replace("52:54:00:00:00:01", "52:54:00:00:00:03");
+    let idle = "while true; do sleep 1000; done\n";
+    let c = domain_xml(&dir, "pvs-lvc", "10.10.0.3/24", idle, &c_iface);
+    define(&dir, "pvs-lvc", &c);
+    start(&sw, "pvs-lvc");
+    let pc = sw.port("pvs-lvc-0");
+    assert_eq!(pc["socket"].as_str(), Some(dir.join("other/vm1.sock").to_str().unwrap()), "{pc}");
+    assert_eq!(pc["allowed_macs"], serde_json::json!(["52:54:00:00:00:03"]), "ports shows what the hook set: {pc}");
+    assert_eq!(sw.port(A)["socket"].as_str(), Some(dir.join("vm1.sock").to_str().unwrap()));
+    wait_connected(&sw, "pvs-lvc-0");
+    virsh(&["destroy", "pvs-lvc"]).unwrap();
+    wait_for("lvc's port removed", || port_state(&sw, "pvs-lvc-0").is_none().then_some(()));
+    assert_eq!(port_state(&sw, A).as_deref(), Some("connected"), "lva's port went with lvc");
+    let n = pings(&dir, "pvs-lva");
+    wait_pings(&sw, "pvs-lva", n, 2, "after a domain with the same socket file name came and went");
+    // A socket outside the hook's directories: the start fails at once, naming the interface,
+    // instead of QEMU waiting for a socket nobody serves.
+    let outside = format!("/tmp/pvs-outside-{}.sock", std::process::id());
+    let d = domain_xml(
+        &dir,
+        "pvs-lvd",
+        "10.10.0.4/24",
+        idle,
+        &c_iface.replace(&dir.join("other/vm1.sock").display().to_string(), &outside),
+    );
+    define(&dir, "pvs-lvd", &d);
+    let t0 = std::time::Instant::now();
+    let e = virsh(&["start", "pvs-lvd"]).unwrap_err();
+    assert!(e.contains("interface 0") && e.contains("outside the hook's dirs"), "{e}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the refused start took {:?}", t0.elapsed());
+    assert_eq!(virsh(&["domstate", "pvs-lvd"]).unwrap().trim(), "shut off");
+    // A broken line in the hook's settings refuses pvswitch domains only, naming file and line.
+    let conf = std::fs::read_to_string(HOOK_CONF).unwrap();
+    std::fs::write(HOOK_CONF, format!("{conf}port_security = on\n")).unwrap();
+    let e = virsh(&["start", "pvs-lvc"]).unwrap_err();
+    assert!(e.contains(&format!("{HOOK_CONF}:5")) && e.contains("port_security"), "{e}");
+    let plain = domain_xml(&dir, "pvs-lve", "10.10.0.5/24", idle, "");
+    define(&dir, "pvs-lve", &plain);
+    start(&sw, "pvs-lve");
+    virsh(&["destroy", "pvs-lve"]).unwrap();
+    std::fs::write(HOOK_CONF, conf).unwrap();
+    let n = pings(&dir, "pvs-lva");
+    wait_pings(&sw, "pvs-lva", n, 2, "after the refused domains");
+
     // Both domains gone: so are their ports.
     virsh(&["destroy", "pvs-lva"]).unwrap();
     virsh(&["destroy", "pvs-lvb"]).unwrap();
-    wait_for("both ports removed", || {
-        (port_state(&sw, "vm1").is_none() && port_state(&sw, "vm2").is_none()).then_some(())
-    });
+    wait_for("both ports removed", || (port_state(&sw, A).is_none() && port_state(&sw, B).is_none()).then_some(()));
     let left: Vec<PathBuf> = std::fs::read_dir(dir.join("ports.d")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(left.is_empty(), "port files left: {left:?}");
 }
@@ -276,4 +340,129 @@ fn uid_of(user: &str) -> u32 {
 
 fn gid_of(group: &str) -> u32 {
     id_of("/etc/group", group)
+}
+
+/// Runs the hook as libvirt would (`pvswitch DOMAIN OP SUB -` with the domain XML on stdin)
+/// with settings `conf`: (exit status, stderr).
+fn run_hook(conf: &Path, domain: &str, op: &str, xml: &str) -> (i32, String) {
+    use std::io::Write;
+    let (a, b) = op.split_once(' ').unwrap();
+    let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/dist/libvirt-qemu-hook"))
+        .args([domain, a, b, "-"])
+        .env("PVSWITCH_HOOK_CONF", conf)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(xml.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A domain's XML with these vhost-user interfaces: (socket path, libvirt mode, MAC).
+fn hook_xml(uuid: &str, ifaces: &[(&str, &str, &str)]) -> String {
+    let ifs: String = ifaces
+        .iter()
+        .map(|(path, mode, mac)| {
+            format!(
+                "<interface type='vhostuser'><mac address=\"{mac}\"/><source type='unix' path='{path}' mode='{mode}'/><model type='virtio'/></interface>"
+            )
+        })
+        .collect();
+    format!("<domain type='qemu'><name>x</name><uuid>{uuid}</uuid><devices>{ifs}</devices></domain>")
+}
+
+/// The hook against hostile or odd domain XML (issue 55), run by hand against a pvswitchd
+/// (what libvirt would run; tests/libvirt.rs's first test has libvirtd run it for real):
+/// ports named per domain and interface, so two domains (or two interfaces of one) whose
+/// sockets share a file name get a port each, and releasing one removes only its own; names
+/// and arguments a command line could misread are refused or cannot arise; `..` through a
+/// symbolic link and a socket outside `dirs` fail the start with the interface named; a MAC
+/// with a quote in it never reaches a port's settings; a broken settings line refuses only
+/// pvswitch domains, naming file and line; `ports` shows the MAC the hook allowed.
+#[test]
+fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
+    if !require(&[Need::Cmd("python3")]) {
+        return;
+    }
+    let _g = serial();
+    let dir = test_dir("hook");
+    let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[], ""));
+    let conf = dir.join("hook.conf");
+    let d = dir.display().to_string();
+    let settings = format!(
+        "dirs = {d}/a {d}/b\nforeign_dirs = {d}/ovs\ncontrol = {}\npvswitchctl = {}\n",
+        sw.ctl.display(),
+        env!("CARGO_BIN_EXE_pvswitchctl")
+    );
+    std::fs::write(&conf, &settings).unwrap();
+    for sub in ["a", "b", "a/real", "ovs"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::os::unix::fs::symlink(dir.join("a/real"), dir.join("a/lnk")).unwrap();
+    let (u1, u2) = ("11111111-0000-0000-0000-000000000001", "22222222-0000-0000-0000-000000000002");
+    let (s_a, s_b) = (format!("{d}/a/vm.sock"), format!("{d}/b/vm.sock"));
+    let socket_of = |p: &str| sw.port(p)["socket"].as_str().unwrap_or_default().to_string();
+    // Two domains, sockets of the same file name in two directories: a port each.
+    let one = hook_xml(u1, &[(&s_a, "client", "52:54:00:00:00:01")]);
+    let two = hook_xml(
+        u2,
+        &[(&s_b, "client", "52:54:00:00:00:02"), (&s_a.replace("/a/", "/b/x"), "server", "52:54:00:00:00:03")],
+    );
+    assert_eq!(run_hook(&conf, "one", "prepare begin", &one), (0, String::new()));
+    assert_eq!(run_hook(&conf, "two", "prepare begin", &two), (0, String::new()));
+    assert_eq!((socket_of("one-0"), socket_of("two-0")), (s_a.clone(), s_b.clone()));
+    assert_eq!(sw.port("two-1")["mode"], "client");
+    assert_eq!(sw.port("one-0")["allowed_macs"], serde_json::json!(["52:54:00:00:00:01"]));
+    let text = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "ports", "one-0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("allowed_macs: 52:54:00:00:00:01"), "{text:?}");
+    // Preparing again (a restart of the same domain) is "unchanged"; a domain called "one"
+    // with another socket (another libvirt's, or a redefined one) is not given one-0.
+    assert_eq!(run_hook(&conf, "one", "prepare begin", &one).0, 0);
+    let (code, err) = run_hook(
+        &conf,
+        "one",
+        "prepare begin",
+        &hook_xml(u1, &[(&s_b.replace("vm.", "vx."), "client", "52:54:00:00:00:01")]),
+    );
+    assert!(code != 0 && err.contains("with another socket"), "{code} {err}");
+    // Releasing a domain removes its ports only, and only while they are its own.
+    assert_eq!(run_hook(&conf, "two", "release end", &two).0, 0);
+    assert!(sw.try_ctl_args("ports", &["two-0"]).is_err() && sw.try_ctl_args("ports", &["two-1"]).is_err());
+    assert_eq!(socket_of("one-0"), s_a, "another domain's release took one-0");
+    assert_eq!(run_hook(&conf, "one", "release end", &hook_xml(u1, &[(&s_b, "client", "52:54:00:00:00:01")])).0, 0);
+    assert_eq!(socket_of("one-0"), s_a, "a release for another socket removed one-0");
+    // Names and paths a command line or a directory check could misread.
+    let names = hook_xml(u1, &[(&format!("{d}/a/--help.sock"), "client", "52:54:00:00:00:04")]);
+    assert_eq!(run_hook(&conf, "-x --help", "prepare begin", &names), (0, String::new()), "a dashed domain name");
+    let made: Vec<String> =
+        sw.ctl("ports").as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    assert!(made.iter().any(|n| n.starts_with("_x_--help-") && n.ends_with("-0")), "{made:?}");
+    for (path, why) in [
+        (format!("{d}/a/lnk/../vm9.sock"), "'..'"),
+        (format!("{d}/a/lnk/vm9.sock"), "symbolic link"),
+        (format!("{d}/elsewhere/vm9.sock"), "outside the hook's dirs"),
+        ("vm9.sock".to_string(), "not an absolute path"),
+    ] {
+        let (code, err) =
+            run_hook(&conf, "bad", "prepare begin", &hook_xml(u2, &[(&path, "client", "52:54:00:00:00:05")]));
+        assert!(code == 1 && err.contains("interface 0") && err.contains(why), "{path}: {code} {err}");
+    }
+    let quoted =
+        hook_xml(u2, &[(&format!("{d}/a/q.sock"), "client", "52:54:00:00:00:06&quot;, &quot;00:00:00:00:00:00")]);
+    let (code, err) = run_hook(&conf, "quoted", "prepare begin", &quoted);
+    assert!(code == 1 && err.contains("is not a MAC address"), "{code} {err}");
+    assert!(sw.try_ctl_args("ports", &["quoted-0"]).is_err(), "a port was made with a forged MAC list");
+    // Another switch's interface is left alone; a domain with none of pvswitch's too.
+    let ovs = hook_xml(u2, &[(&format!("{d}/ovs/vhu1"), "client", "52:54:00:00:00:07")]);
+    assert_eq!(run_hook(&conf, "ovs", "prepare begin", &ovs), (0, String::new()));
+    assert!(sw.try_ctl_args("ports", &["ovs-0"]).is_err());
+    // A broken line refuses pvswitch domains, naming file and line; the others start.
+    std::fs::write(&conf, format!("{settings}port_security = on\n")).unwrap();
+    let (code, err) = run_hook(&conf, "one", "prepare begin", &one);
+    assert!(code == 1 && err.contains(&format!("{}:5", conf.display())), "{code} {err}");
+    assert_eq!(run_hook(&conf, "plain", "prepare begin", &hook_xml(u2, &[])), (0, String::new()));
 }

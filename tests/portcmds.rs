@@ -116,7 +116,19 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
 
     // Exists (4), and the idempotent form.
     refused(&sw, &["add-port", "a", "type=vhost-user", "socket=x.sock"], 4, "port \"a\" exists");
-    ok(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=x.sock"]);
+    // --may-exist: the same port is "unchanged"; a port of that name that is another (another
+    // socket, mode, queue count or MAC) is not the one asked for.
+    ok(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=a.sock"]);
+    refused(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=x.sock"], 4, "with another socket");
+    refused(
+        &sw,
+        &["add-port", "--may-exist", "a", "type=vhost-user", "socket=a.sock", "mode=client"],
+        4,
+        "another mode",
+    );
+    refused(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=a.sock", "queues=2"], 4, "queue count");
+    let mac = r#"allowed_macs=["02:00:00:00:00:01"]"#;
+    refused(&sw, &["add-port", "--may-exist", "a", "type=vhost-user", "socket=a.sock", mac], 4, "allowed_macs");
     // Not found (5), and the idempotent form.
     refused(&sw, &["del-port", "nope"], 5, "no port \"nope\"");
     refused(&sw, &["set-port", "nope", "mtu=9000"], 5, "no port \"nope\"");

@@ -100,6 +100,9 @@ fn port(p: &PortInfo) -> String {
         c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.interrupts
     );
     let _ = writeln!(s, "  drops: {}", drops(&c.drops));
+    if !p.allowed_macs.is_empty() {
+        let _ = writeln!(s, "  allowed_macs: {}", p.allowed_macs.join(" "));
+    }
     if let Some(v) = vlan(&p.vlan) {
         let _ = writeln!(s, "  vlan: {v}");
     }

@@ -141,6 +141,7 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         max_guest_memory_mib: ps.cfg.mem_limits.max_bytes >> 20,
         macs_learned: c.mac.learned(p.id),
         mac_limit: ps.cfg.mac_limit,
+        allowed_macs: ps.cfg.allowed_macs.iter().map(|m| m.to_string()).collect(),
         numa_node: ps.numa_node(),
         queue_pairs: p.rx_queues(),
         mtu: ps.cfg.mtu,

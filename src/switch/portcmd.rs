@@ -50,11 +50,24 @@ impl Switch {
         settings: &[(String, String)],
         may_exist: bool,
     ) -> Result<String, PortCmdError> {
-        if let Some(p) = self.cfg.ports.iter().find(|p| p.name == name) {
-            let msg = format!("port \"{name}\" exists (in {})", self.origin_of(p));
-            return if may_exist { Ok(format!("{msg}; unchanged")) } else { Err(Exists(msg)) };
-        }
         let text = dropin::port_text(name, None, settings).map_err(|e| Invalid(format!("add-port {name}: {e}")))?;
+        if let Some(i) = self.cfg.ports.iter().position(|p| p.name == name) {
+            let p = &self.cfg.ports[i];
+            let msg = format!("port \"{name}\" exists (in {})", self.origin_of(p));
+            if !may_exist {
+                return Err(Exists(msg));
+            }
+            // The same port only: an orchestrator's retry is answered "unchanged", but a port
+            // of that name with another socket, mode, queues or MAC is someone else's.
+            let mut others = self.cfg.clone();
+            others.ports.remove(i);
+            let asked =
+                others.parse_port(&self.source_of(name, "add-port"), &text).map_err(|e| Invalid(e.to_string()))?;
+            return match identity_differs(p, &asked) {
+                None => Ok(format!("{msg}; unchanged")),
+                Some(what) => Err(Exists(format!("{msg} with another {what}: not the port asked for"))),
+            };
+        }
         let source = self.source_of(name, "add-port");
         let mut port = self.cfg.parse_port(&source, &text).map_err(|e| Invalid(e.to_string()))?;
         runtime_socket(&self.cfg.defaults, &port).map_err(|e| Invalid(format!("add-port {name}: {e}")))?;
@@ -172,6 +185,18 @@ impl Switch {
                 .map_err(|e| Failed(format!("{name}: cannot write {}: {e}", dropin::path_of(dir, name).display()))),
             None => Ok(None),
         }
+    }
+}
+
+/// What makes a port the one an orchestrator asked for (`add-port --may-exist`): its socket,
+/// mode, queue count and allowed MACs; the first of them `b` changes, if any.
+fn identity_differs(a: &PortConfig, b: &PortConfig) -> Option<&'static str> {
+    match (a.vhost_user(), b.vhost_user()) {
+        (Some(x), Some(y)) if x.socket != y.socket => Some("socket"),
+        (Some(x), Some(y)) if x.mode != y.mode => Some("mode"),
+        (Some(x), Some(y)) if x.queue_pairs != y.queue_pairs => Some("queue count"),
+        (Some(_), Some(_)) => (a.allowed_macs != b.allowed_macs).then_some("allowed_macs"),
+        _ => (a.endpoint != b.endpoint || a.allowed_macs != b.allowed_macs).then_some("endpoint"),
     }
 }
 

@@ -42,6 +42,9 @@ pub struct PortInfo {
     pub max_guest_memory_mib: u64,
     pub macs_learned: u32,
     pub mac_limit: u32,
+    /// Port security: the only source MACs the port may send (empty: any).
+    #[serde(default)]
+    pub allowed_macs: Vec<String>,
     pub numa_node: Option<usize>,
     pub queue_pairs: usize,
     pub mtu: u32,

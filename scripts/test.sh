@@ -11,7 +11,7 @@ export PVS_REQUIRE_ALL=1
 # The profiling builds still compile (benchmarks build them; nothing here runs them).
 cargo check --release -p pvswitch --lib --features stage-profile,no-counters
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.plain"' EXIT
 status=0
 # Without DPDK (`--no-default-features`): the binaries build and the unit tests pass; the fuzz
 # targets only briefly (their code is the same in both builds). Before the suite, which leaves
@@ -21,6 +21,21 @@ PVS_FUZZ_SECS=1 cargo test --release -p pvswitch --no-default-features --lib -- 
 # Integration tests share two CPUs and the hugepage pool; each test binary serialises its
 # own tests, and cargo runs the binaries one after another.
 cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee -a "$log" || status=$?
+# The tests a contributor's first `cargo test` runs, again as one would: an unprivileged user
+# with the usual soft limit of 1024 open files, PVS_REQUIRE_ALL unset (what needs root says
+# SKIPPED). The test binaries just built, as user nobody.
+plain=()
+for t in scale portcmds hostile; do
+  b=$(ls -t target/release/deps/"$t"-* 2>/dev/null | grep -v '\.d$' | head -n 1)
+  [ -n "$b" ] && plain+=("$b")
+done
+echo "test.sh: as nobody, soft limit 1024 open files: ${plain[*]}"
+env -u PVS_REQUIRE_ALL setpriv --reuid=65534 --regid=65534 --clear-groups \
+  bash -c 'ulimit -S -n 1024; for b in "$@"; do "$b" --test-threads=1 || exit 1; done' _ "${plain[@]}" 2>&1 \
+  | tee "$log.plain" || status=1
+echo "test.sh: as nobody:"
+bash scripts/test-summary.sh "$log.plain" || status=1
+rm -f "$log.plain"
 # One closing line for the whole suite (cargo prints one per test binary); "0 skipped" here.
 bash scripts/test-summary.sh "$log" || status=1
 # Tests stop everything they start: any process still naming a test directory is a failure.

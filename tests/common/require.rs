@@ -28,6 +28,9 @@ pub enum Need {
     Cmd(&'static str),
     /// libvirtd answering on its system socket, and virsh (scripts/install-deps.sh).
     Libvirtd,
+    /// At least this many open files for this process: its soft limit is raised to its hard
+    /// limit first (as pvswitchd and pvsgen do), so only a hard limit below it is unmet.
+    OpenFiles(u64),
 }
 
 /// A test with DPDK testpmd "VMs": 256 free huge pages (testpmd maps 512 MiB of them, hugetlbfs
@@ -98,6 +101,10 @@ fn missing(need: Need) -> Option<String> {
         Need::Libvirtd => {
             let up = on_path("virsh").is_some() && Path::new("/run/libvirt/libvirt-sock").exists();
             (!up).then(|| "libvirtd running, and virsh (scripts/install-deps.sh installs and starts them)".into())
+        }
+        Need::OpenFiles(n) => {
+            let (soft, hard) = pvsgen::raise_fd_limit();
+            (soft < n).then(|| format!("{n} open files (the hard limit is {hard}: ulimit -Hn, or LimitNOFILE)"))
         }
     }
 }

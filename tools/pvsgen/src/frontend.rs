@@ -504,6 +504,12 @@ impl Vm {
         Vm::setup_guest(Frontend::connect(sock, 2)?, Guest::with_memory(Layout::TEST, mem), FEATURES)
     }
 
+    /// Connects `guest` (made by the caller, who can tell which resource failed), acking
+    /// `features`.
+    pub fn connect_guest(sock: &str, guest: Guest, features: u64) -> Result<Vm, vhost::Error> {
+        Vm::setup_guest(Frontend::connect(sock, 2)?, guest, features)
+    }
+
     /// Connects with guest memory laid out as `layout`, acking `features` (VERSION_1 and
     /// PROTOCOL_FEATURES are always acked).
     pub fn connect_features(sock: &str, layout: Layout, features: u64) -> Result<Vm, vhost::Error> {
@@ -621,19 +627,31 @@ impl Guest {
     /// Guest memory laid out as `layout` (the memfd behind it only `file_len` bytes long), rings
     /// empty, interrupts suppressed on both rings (we poll the used rings).
     pub fn new(layout: Layout, file_len: u64) -> Guest {
-        Guest::with_memory(layout, GuestMemory::new(layout.mem_size, file_len))
+        Guest::try_new(layout, file_len).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like `new`, saying which resource it could not get (memory, an eventfd: the process's
+    /// open files may run out with hundreds of VMs).
+    pub fn try_new(layout: Layout, file_len: u64) -> Result<Guest, String> {
+        let mem = GuestMemory::new_memfd(layout.mem_size, file_len, 0, 4096)
+            .map_err(|e| format!("guest memory (a memfd of {} bytes): {e}", layout.mem_size))?;
+        Guest::try_with_memory(layout, mem)
     }
 
     /// Like `new`, over memory the caller made (`mem.size()` is `layout.mem_size`).
     pub fn with_memory(layout: Layout, mem: GuestMemory) -> Guest {
+        Guest::try_with_memory(layout, mem).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_with_memory(layout: Layout, mem: GuestMemory) -> Result<Guest, String> {
         let file_len = mem.file_len.get();
         for at in &layout.rings {
             if at.avail.checked_add(2).is_some_and(|end| end <= file_len.min(layout.mem_size)) {
                 mem.u16_at(at.avail).store(AVAIL_F_NO_INTERRUPT.to_le(), Ordering::Relaxed);
             }
         }
-        let efd = || EventFd::new(EFD_NONBLOCK).unwrap();
-        let (kicks, calls) = ([efd(), efd()], [efd(), efd()]);
+        let efd = |what: &str| EventFd::new(EFD_NONBLOCK).map_err(|e| format!("the {what} eventfd: {e}"));
+        let (kicks, calls) = ([efd("RX kick")?, efd("TX kick")?], [efd("RX call")?, efd("TX call")?]);
         let ring = |at: RingAt, kick: &EventFd| Ring {
             at,
             qsize: layout.qsize,
@@ -643,7 +661,7 @@ impl Guest {
             event_idx: false,
         };
         let (rx, tx) = (ring(layout.rings[0], &kicks[0]), ring(layout.rings[1], &kicks[1]));
-        Guest { mem, layout, features: FEATURES, rx, tx, kicks, calls }
+        Ok(Guest { mem, layout, features: FEATURES, rx, tx, kicks, calls })
     }
 
     /// The features the driver acks (before it connects).

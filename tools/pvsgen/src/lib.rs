@@ -22,7 +22,7 @@ use serde::Serialize;
 
 pub use config::{Config, Driver, Dst, Reuse, USAGE, VmSpec, parse_args};
 use engine::{Port, Role, Shared};
-use frontend::{HDR_LEN, Layout, Vm};
+use frontend::{Guest, HDR_LEN, Layout, Vm};
 use probe::mac_of;
 use stats::Histogram;
 
@@ -134,10 +134,44 @@ fn mac_str(m: [u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
+/// Raises this process's soft limit on open files to its hard limit and returns both: each VM
+/// takes six (its socket, its memory file, two kick and two call eventfds), and a few hundred
+/// VMs are more than the usual soft limit of 1024.
+pub fn raise_fd_limit() -> (u64, u64) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return (0, 0);
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+    }
+    (r.rlim_cur as u64, r.rlim_max as u64)
+}
+
+/// Open files `n` VMs take in this process (see `raise_fd_limit`), with room for the rest.
+pub fn fds_for(n: usize) -> u64 {
+    6 * n as u64 + 64
+}
+
 /// Connects every VM, runs the configured traffic and returns what was measured. The VMs
-/// disconnect when this returns.
+/// disconnect when this returns. Raises the process's soft limit on open files first (as the
+/// binary does), and refuses to start with a clear error when even the hard limit is too low.
 pub fn run(cfg: &Config) -> Result<Report, String> {
     cfg.validate()?;
+    let (soft, hard) = raise_fd_limit();
+    if soft < fds_for(cfg.vms.len()) {
+        return Err(format!(
+            "{} VMs need about {} open files; the limit is {soft} (hard limit {hard}): raise it (ulimit -n)",
+            cfg.vms.len(),
+            fds_for(cfg.vms.len())
+        ));
+    }
     let n = cfg.vms.len();
     let ping = cfg.pingpong.as_ref().map(|(a, b)| (cfg.index(a).unwrap(), cfg.index(b).unwrap()));
     let role = |i: usize| match ping {
@@ -180,7 +214,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         let need = (HDR_LEN + max_size.max(v.size)) as u64 + table;
         let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + table).div_ceil(64).max(32) * 64;
         let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
-        let vm = Vm::connect_features(&v.socket.display().to_string(), layout, v.driver.features())
+        let guest = Guest::try_new(layout, layout.mem_size).map_err(|e| format!("VM {}: {e}", v.name))?;
+        let vm = Vm::connect_guest(&v.socket.display().to_string(), guest, v.driver.features())
             .map_err(|e| format!("VM {}: vhost-user setup on {}: {e}", v.name, v.socket.display()))?;
         if let Some(l) = &vm.log {
             logs.push((i, l.clone()));

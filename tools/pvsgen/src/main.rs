@@ -14,7 +14,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    raise_fd_limit();
+    pvsgen::raise_fd_limit();
     let report = match pvsgen::run(&cfg) {
         Ok(r) => r,
         Err(e) => {
@@ -33,18 +33,4 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// Raises the soft limit on open files to the hard limit: each VM takes six (its socket, its
-/// memory file, two kick and two call eventfds), and a thousand VMs are more than the usual
-/// soft limit of 1024.
-fn raise_fd_limit() {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
 }

@@ -151,7 +151,7 @@ pub fn raise_fd_limit() -> (u64, u64) {
             }
         }
     }
-    (r.rlim_cur as u64, r.rlim_max as u64)
+    (r.rlim_cur, r.rlim_max)
 }
 
 /// Open files `n` VMs take in this process (see `raise_fd_limit`), with room for the rest.

@@ -120,6 +120,12 @@ fn a_thousand_reconnects_server_mode() {
     }
     assert_eq!(sw.port("vm")["connects"], 1000);
     assert!(sw.port("vm")["drops"].as_object().unwrap().values().all(|v| v == 0), "{}", sw.port("vm"));
+    // What a frontend makes the log say is within its port's budget (20 lines, then one a
+    // second), the rest counted: 1000 reconnects of about five lines each would be 5000.
+    let lines = sw.log().lines().filter(|l| l.contains("port vm:") || l.contains(" vm: ")).count();
+    let suppressed = sw.port("vm")["log_lines_suppressed"].as_u64().unwrap();
+    eprintln!("{lines} log lines about vm, {suppressed} suppressed");
+    assert!(lines < 200 && suppressed > 3000, "{lines} lines, {suppressed} suppressed");
 }
 
 /// The same with a client-mode port: the "VMM" listens, pvswitchd connects, the VMM closes

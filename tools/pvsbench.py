@@ -349,13 +349,13 @@ NIC_FLOW_LIST = ["in_port=nic,actions=output:vm", "in_port=vm,actions=output:nic
 NIC_FLOWS = "flows = [" + ", ".join(f'"{f}"' for f in NIC_FLOW_LIST) + "]\n"
 
 
-def measure_nic(kind, seconds, warmup=2.0, binary=None):
+def measure_nic(kind, seconds, warmup=2.0, binary=None, switch_extra=""):
     """NIC -> VM -> NIC: frames per second the VM (one testpmd virtio-user port in io-forward
     mode on CPU 0, sending every frame back) receives from a net_null0 DPDK port through
     `kind`: pvswitchd with two in_port flows, or testpmd with net_null0 and a net_vhost port."""
     d = tempfile.mkdtemp(prefix="pvs-bench-nic-")
     if kind == "pvswitch":
-        conf = write_config(d, [("vm", "")], (1,), top=NIC_FLOWS)
+        conf = write_config(d, [("vm", "")], (1,), switch_extra=switch_extra, top=NIC_FLOWS)
         with open(conf, "a") as f:
             f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0"\n')
         stop = start_pvswitchd(d, conf, binary)

@@ -1,7 +1,9 @@
 //! What a `[[port]]` connects to, by its `type`: a vhost-user socket (`socket`, `mode`,
 //! `queues`) or a DPDK device (`device`, `rx_queues`, `tx_queues`, `rx_ring`, `tx_ring`).
-//! Each type refuses the other's keys.
+//! Each type refuses the other's keys. The third kind, a remote VXLAN endpoint
+//! (`VxlanConfig`), is made by a `[[vtep]]` (`vtep.rs`), never by a `[[port]]`.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use toml::Spanned;
@@ -10,6 +12,7 @@ use super::error::{ConfigError, Ctx};
 use super::perms::SocketPerms;
 use super::raw::RawPort;
 use super::switch::PortDefaults;
+use crate::wire::MacAddr;
 
 /// Most queue pairs one port may have (Linux virtio-net's limit is 256; DPDK vhost's 128).
 pub const MAX_QUEUE_PAIRS: u16 = 64;
@@ -58,13 +61,48 @@ impl DpdkPortConfig {
     }
 }
 
+/// A remote tunnel endpoint's port: where it is, and the VTEP it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanConfig {
+    /// The `[[vtep]]` it belongs to.
+    pub vtep: String,
+    /// The dpdk port its frames leave and arrive through.
+    pub underlay: String,
+    pub local: Ipv4Addr,
+    pub prefix_len: u8,
+    /// The underlay router, for remotes outside the local subnet.
+    pub gateway: Option<Ipv4Addr>,
+    /// The next hop's MAC when it is fixed (no ARP): a static underlay, or a benchmark.
+    pub next_hop_mac: Option<MacAddr>,
+    pub udp_port: u16,
+    pub remote: Ipv4Addr,
+    /// Every (VNI, VLAN) of the VTEP.
+    pub vnis: Vec<(u32, u16)>,
+    /// Whether the tunnel learns the inner source MACs of what it receives (flood and learn,
+    /// RFC 7348); off where a control plane (EVPN) says where every remote MAC is.
+    pub learning: bool,
+}
+
+impl VxlanConfig {
+    /// The address whose MAC the outer headers go to: the remote itself, or the gateway when
+    /// the remote is outside the local subnet.
+    pub fn next_hop(&self) -> Ipv4Addr {
+        let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len as u32) };
+        let on_link = (u32::from(self.local) ^ u32::from(self.remote)) & mask == 0;
+        match self.gateway {
+            Some(g) if !on_link => g,
+            _ => self.remote,
+        }
+    }
+}
+
 /// What a port connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     VhostUser(VhostUserConfig),
     Dpdk(DpdkPortConfig),
     /// A remote VXLAN tunnel endpoint, made by a `[[vtep]]` (never by a `[[port]]`).
-    Vxlan(super::vtep::VxlanConfig),
+    Vxlan(VxlanConfig),
 }
 
 impl Endpoint {

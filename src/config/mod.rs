@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 
 pub use checks::PortClash;
 pub use dpdk::{DEFAULT_MBUFS, DEFAULT_NIC_POLL_INTERVAL_US, DEFAULT_NIC_POLL_MAX_US, DpdkConfig};
-pub use endpoint::{DpdkPortConfig, Endpoint, MAX_QUEUE_PAIRS, SocketMode, VhostUserConfig};
+pub use endpoint::{DpdkPortConfig, Endpoint, MAX_QUEUE_PAIRS, SocketMode, VhostUserConfig, VxlanConfig};
 pub use error::ConfigError;
 use error::Ctx;
 pub use flows::FlowSource;
@@ -60,7 +60,7 @@ pub use switch::{
     DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
-pub use vtep::{Remotes, VniConfig, VtepConfig, VxlanConfig};
+pub use vtep::{Remotes, VniConfig, VtepConfig};
 
 pub use crate::mem::MemLimits;
 

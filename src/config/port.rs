@@ -135,7 +135,7 @@ impl PortConfig {
     }
 
     /// A remote tunnel endpoint's port (made by a `[[vtep]]`).
-    pub fn vxlan(&self) -> Option<&super::vtep::VxlanConfig> {
+    pub fn vxlan(&self) -> Option<&super::endpoint::VxlanConfig> {
         match &self.endpoint {
             Endpoint::Vxlan(v) => Some(v),
             _ => None,

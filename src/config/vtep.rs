@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 
 use toml::Spanned;
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, VxlanConfig};
 use super::error::{ConfigError, Ctx};
 use super::port::PortConfig;
 use super::raw::RawVtep;
@@ -19,41 +19,6 @@ use crate::mem::MemLimits;
 use crate::wire::MacAddr;
 use crate::wire::vlan::{MAX_VID, PortVlan};
 use crate::wire::vxlan;
-
-/// A remote tunnel endpoint's port: where it is, and the VTEP it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VxlanConfig {
-    /// The `[[vtep]]` it belongs to.
-    pub vtep: String,
-    /// The dpdk port its frames leave and arrive through.
-    pub underlay: String,
-    pub local: Ipv4Addr,
-    pub prefix_len: u8,
-    /// The underlay router, for remotes outside the local subnet.
-    pub gateway: Option<Ipv4Addr>,
-    /// The next hop's MAC when it is fixed (no ARP): a static underlay, or a benchmark.
-    pub next_hop_mac: Option<MacAddr>,
-    pub udp_port: u16,
-    pub remote: Ipv4Addr,
-    /// Every (VNI, VLAN) of the VTEP.
-    pub vnis: Vec<(u32, u16)>,
-    /// Whether the tunnel learns the inner source MACs of what it receives (flood and learn,
-    /// RFC 7348); off where a control plane (EVPN) says where every remote MAC is.
-    pub learning: bool,
-}
-
-impl VxlanConfig {
-    /// The address whose MAC the outer headers go to: the remote itself, or the gateway when
-    /// the remote is outside the local subnet.
-    pub fn next_hop(&self) -> Ipv4Addr {
-        let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len as u32) };
-        let on_link = (u32::from(self.local) ^ u32::from(self.remote)) & mask == 0;
-        match self.gateway {
-            Some(g) if !on_link => g,
-            _ => self.remote,
-        }
-    }
-}
 
 /// The overlay MTU when `[[vtep]]` does not say: 1500 on the underlay, less the 50 bytes of
 /// outer headers.

@@ -9,9 +9,10 @@ use log::{error, info};
 use pvswitch::config::Config;
 use pvswitch::control::Control;
 use pvswitch::control::os::SignalFd;
+use pvswitch::datapath::Ctx;
 use pvswitch::datapath::mac_table::MacTable;
 use pvswitch::datapath::plan::ThreadStart;
-use pvswitch::datapath::{Ctx, PollThread};
+use pvswitch::datapath::thread::PollThread;
 use pvswitch::switch::Switch;
 
 const USAGE: &str = "usage: pvswitchd [--config FILE] | --check FILE | --version";

@@ -8,12 +8,13 @@
 //! that mode's loop; the rare cases (a header asking for offloads, a drop) are out of line.
 #![forbid(unsafe_code)]
 
+use super::Env;
 use super::counters::{DropReason, bump};
 use super::frame::{FRONT, FRONT_MAX, Frame, NO_VLAN};
+use super::frame::{FlowState, Out};
 use super::mac_table::Learned;
 use super::plan::{Learning, PortPolicy};
 use super::vlan::ingress_vlan;
-use super::{Env, FlowState, Out};
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
 use crate::port::Port;

@@ -12,7 +12,7 @@
 //! stage can read a frame's bytes except through [`Frame::read_at`], [`Frame::copy_to`] and
 //! [`Frame::sum`], which take the front from the copy.
 
-use super::{FlowState, Out};
+use super::counters::DropReason;
 use crate::flow::FlowKey;
 use crate::mem::Segs;
 use crate::mem::segs::copy_slice;
@@ -291,3 +291,31 @@ impl Shape<'_> {
 
 /// The frame as it came.
 pub(super) const AS_IS: Shape = Shape { prefix: &[], skip: 0, take: u32::MAX, patch: None };
+
+/// Where a frame goes, once classified.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Out {
+    /// Goes nowhere, and that is no drop (its destination is the port it came from).
+    Nowhere,
+    /// Dropped, counted for this reason once the frame is consumed.
+    Drop(DropReason),
+    Port(u16),
+    Flood,
+    /// Run flow `.0`'s action list.
+    Actions(u32),
+}
+
+/// Where a frame stands with the flow table, from classify's first pass to its counting.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FlowState {
+    /// No flow decides it: there is no flow table (NORMAL), or it was dropped before a
+    /// lookup. Nothing is counted on a flow.
+    Unmatched,
+    /// Between classify's two passes: its key (`Frame::key`, `Frame::hash`) waits for the lookup.
+    Pending,
+    /// Between classify's two passes: its key is the previous pending frame's (not stored
+    /// again), so it takes that frame's flow.
+    Repeat,
+    /// It hit the table's flow `.0`, or none (`NO_MATCH`, counted as a miss).
+    Hit(u32),
+}

@@ -1,7 +1,7 @@
 //! Targets for what arrives from the underlay and from a VTEP's control plane, and for what the
 //! classifier reads of a frame:
 //! - `underlay`: a frame from the underlay as a VTEP's poll thread sees it: `wire::vxlan::parse`
-//!   with decapsulation in place (`datapath::vxlan::decap`), or ARP (`ArpPacket`);
+//!   with decapsulation in place (`datapath::rx::vxlan::decap`), or ARP (`ArpPacket`);
 //! - `front`: a frame's flow key as the data path extracts it from the front it copies (64
 //!   bytes, deepened to reach the L4 fields behind IPv4 options: `FlowKey::l4_end`) equals the
 //!   key of the whole frame, so no rule on a field can be passed by moving the field out of
@@ -84,7 +84,7 @@ fn run_underlay(input: &[u8]) -> u64 {
                 remotes: vec![(u32::from(REMOTE), 1)],
                 swept: Default::default(),
             };
-            match crate::datapath::vxlan::decap(&under, 1, &mut d, r) {
+            match crate::datapath::rx::vxlan::decap(&under, 1, &mut d, r) {
                 Ok((port, (at, n))) => {
                     let (at, n) = (at as usize, n as usize);
                     assert_eq!(port, 1);

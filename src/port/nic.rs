@@ -3,7 +3,7 @@
 //! A NIC receive queue is another kind of receive queue in a poll thread's plan (the data
 //! path visits it with the same deficit round robin budget as a guest's TX queue); a NIC is
 //! another destination in delivery. This module holds the port side of that, on top of the
-//! safe DPDK wrapper (`port::dpdk`); the poll thread's own NIC state is `datapath::nic_io`:
+//! safe DPDK wrapper (`port::dpdk`); the poll thread's own NIC state is `datapath::rx::nic` and `datapath::tx::nic`:
 //!
 //! - EAL start-up from the configuration (`init`), once, only if a dpdk port is configured;
 //! - one mbuf pool per NUMA socket used (`pool_for`);

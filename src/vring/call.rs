@@ -7,7 +7,7 @@
 //!
 //! - accepts only eventfds (`CallFd::new` checks the fd's kind) and sets O_NONBLOCK on them;
 //! - signals with no ring lock held (the poll thread gathers interrupts during a visit and sends
-//!   them after it, `datapath::output::Interrupts`), so a stuck write never holds up another
+//!   them after it, `datapath::tx::delivery::Interrupts`), so a stuck write never holds up another
 //!   thread or the control thread;
 //! - treats EAGAIN as success: a counter at its maximum already means "interrupt pending";
 //! - marks its thread "in a call write" (`ThreadStats::in_call`); if one lasts, the control

@@ -398,7 +398,7 @@ pub fn final_value(folded: u16) -> u16 {
 }
 
 /// Completes a NEEDS_CSUM checksum in place in a frame held whole in `frame` (tests: the data
-/// path computes it from the sender's buffers, `datapath::offload::checksum`).
+/// path computes it from the sender's buffers, `datapath::tx::offload::checksum`).
 #[cfg(test)]
 pub fn complete_checksum(frame: &mut [u8], csum_start: usize, csum_offset: usize) {
     let v = final_value(Sum::new().add_bytes(&frame[csum_start..]).fold());

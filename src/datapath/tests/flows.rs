@@ -254,7 +254,7 @@ fn step_cycles(one_desc: bool, bursts: usize) -> Vec<(&'static str, f64, String)
             let t1 = crate::counter::cycles();
             let recv = b.vms[1].recv();
             if burst == 999 {
-                crate::datapath::stages::take_guest_profile();
+                crate::datapath::profile::take_guest_profile();
             }
             if burst >= 1000 {
                 cycles += t1 - t0;
@@ -263,7 +263,7 @@ fn step_cycles(one_desc: bool, bursts: usize) -> Vec<(&'static str, f64, String)
             assert_eq!(recv.len(), 32, "{name}, burst {burst}");
             assert!(recv.iter().zip(&batch).all(|(r, s)| r == *s), "{name}, burst {burst}: frames changed");
         }
-        let stages = crate::datapath::stages::take_guest_profile().unwrap_or_default();
+        let stages = crate::datapath::profile::take_guest_profile().unwrap_or_default();
         out.push((name, cycles as f64 / n.max(1) as f64, stages));
     }
     out

@@ -7,10 +7,11 @@ use std::sync::atomic::AtomicBool;
 
 use pvsgen::frontend::{Guest, HDR_LEN, Layout};
 
+use crate::datapath::Ctx;
 use crate::datapath::counters::{DropReason, PortTotals, RxqStats, ThreadStats};
 use crate::datapath::mac_table::MacTable;
 use crate::datapath::plan::{Mailbox, Plan, PortPolicy, PortTable, RxqSpec};
-use crate::datapath::{Ctx, PollThread};
+use crate::datapath::thread::PollThread;
 use crate::flow::table::FlowTable;
 use crate::mem::RegionDesc;
 use crate::port::Port;

@@ -1,4 +1,4 @@
-//! Parking idle queues (`datapath::park`): an idle guest queue leaves the polled set, is not
+//! Parking idle queues (`datapath::thread::park`): an idle guest queue leaves the polled set, is not
 //! visited while parked, and its first frame brings it back: by its kick, by the check after a
 //! frame that beat the parking, or by the sweep for a driver that never kicks. No frame is
 //! lost at any moment of it.
@@ -71,7 +71,7 @@ fn a_frame_that_beats_the_parking_is_found() {
     let t = &mut b.threads[0];
     let kicks = t.kicks.as_mut().unwrap();
     let i = t.rxqs.iter().position(|r| r.spec.port.id == 0).unwrap();
-    assert!(!crate::datapath::park_queue(&mut t.rxqs[i], kicks, &t.cx.stats), "parked over a frame");
+    assert!(!crate::datapath::thread::park_queue(&mut t.rxqs[i], kicks, &t.cx.stats), "parked over a frame");
     assert!(t.rxqs[i].state.parked.is_none());
     // The frame goes out on the next visit; then the empty queue parks.
     let mut got = Vec::new();
@@ -83,7 +83,7 @@ fn a_frame_that_beats_the_parking_is_found() {
     let kicks = t.kicks.as_mut().unwrap();
     let i = t.rxqs.iter().position(|r| r.spec.port.id == 0).unwrap();
     if t.rxqs[i].state.parked.is_none() {
-        assert!(crate::datapath::park_queue(&mut t.rxqs[i], kicks, &t.cx.stats), "an empty queue did not park");
+        assert!(crate::datapath::thread::park_queue(&mut t.rxqs[i], kicks, &t.cx.stats), "an empty queue did not park");
     }
 }
 

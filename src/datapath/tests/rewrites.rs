@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::datapath::counters::DropReason as Why;
-use crate::datapath::input::BETWEEN_STAGES;
 use crate::datapath::plan::PortPolicy;
+use crate::datapath::rx::BETWEEN_STAGES;
 use crate::flow::table::FlowTable;
 
 /// While alive, sets byte `at` of every frame buffer in VM `vm`'s TX area to `v` whenever the

@@ -5,17 +5,20 @@
 //! each frame once into the guest's receive buffers.
 #![forbid(unsafe_code)]
 
-use super::classify::normal;
+pub mod delivery;
+pub mod nic;
+pub(crate) mod offload;
+pub(crate) mod vxlan;
 
-use super::counters::{DropReason, PortCounters, bump, cycles};
-use super::delivery::Delivery;
-use super::delivery::{FLOOD_BACKOFF_MAX, FloodSkip};
-use super::frame::{AS_IS, Frame, NO_VLAN, Shape};
-use super::nic_io::NicDest;
-use super::offload::{self, Segments};
-use super::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
-use super::vxlan::encap;
-use super::{Ctx, Env, Out, ring_broke};
+use self::delivery::{Delivery, FLOOD_BACKOFF_MAX, FloodSkip};
+use self::nic::NicDest;
+use self::offload::Segments;
+use self::vxlan::encap;
+use crate::datapath::classify::normal;
+use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
+use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
+use crate::datapath::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
+use crate::datapath::{Ctx, Env, ring_broke};
 use crate::flow::{Action, Emit, execute};
 use crate::port::rate::Cost;
 use crate::port::tunnel::Tunnel;
@@ -331,7 +334,7 @@ impl<'a> Open<'a> {
 ///
 /// `wait` is false for a sender that cannot be held back (a NIC): its frames to a full guest
 /// ring drop at once. Frames for NIC ports are flushed with one tx_burst per port at the end.
-pub(super) fn deliver(
+pub(in crate::datapath) fn deliver(
     env: &Env,
     frames: &[Frame],
     dv: &mut Delivery,

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use vmm_sys_util::epoll::EpollEvent;
 
+use super::kicks::{Kicks, TIMER, WAKE};
 use crate::datapath::counters::{ThreadStats, bump, cycles, cycles_per_sec};
-use crate::datapath::kicks::{Kicks, TIMER, WAKE};
 use crate::datapath::plan::Mailbox;
 use crate::vring::VringLock;
 

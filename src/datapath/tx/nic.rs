@@ -1,9 +1,9 @@
-//! A poll thread's own state for NIC queues: the burst of mbufs received from a NIC while its
-//! frames are switched (`NicRx`), and one pending transmit burst per NIC port (`TxBatches`),
-//! flushed with one `tx_burst` when full, at the end of each delivery and of each loop
-//! iteration. Without the cargo feature `dpdk` both are empty and no NIC port exists.
+//! A poll thread's transmit bursts toward NIC ports (`TxBatches`): one pending burst per NIC
+//! port, flushed with one `tx_burst` when full, at the end of each delivery and of each loop
+//! iteration; `NicDest` names one destination. Without the cargo feature `dpdk` `TxBatches` is
+//! empty and no NIC port exists.
 
-use super::counters::PortCounters;
+use crate::datapath::counters::PortCounters;
 use crate::port::nic::NicPort;
 
 /// A NIC port frames are written to, from one poll thread: its id, the port, the thread's index
@@ -23,72 +23,13 @@ pub use stub::*;
 
 #[cfg(feature = "dpdk")]
 mod imp {
-    use super::super::counters::{DropReason, PortCounters, ThreadStats, bump};
-    use super::super::frame::{Frame, Shape};
-    use super::super::plan::PortTable;
     use super::NicDest;
-    use crate::mem::Segs;
+    use crate::datapath::counters::{DropReason, PortCounters, ThreadStats, bump};
+    use crate::datapath::frame::{Frame, Shape};
+    use crate::datapath::plan::PortTable;
     use crate::port::dpdk::{self, MbufBurst};
     use crate::port::nic::NicPort;
     use crate::wire::gso::DeviceJob;
-
-    /// A poll thread's burst of mbufs received from a NIC queue, while it is switched.
-    #[derive(Default)]
-    pub struct NicRx {
-        burst: MbufBurst,
-    }
-
-    impl NicRx {
-        /// Receives up to `max` frames from queue `q` of `nic` (the burst must be empty).
-        /// None if another thread holds the queue (a plan change in flight).
-        #[inline]
-        pub fn receive(&mut self, nic: &NicPort, q: usize, max: usize) -> Option<usize> {
-            nic.rx(q, &mut self.burst, max)
-        }
-
-        /// Points `segs` at frame `i`'s data, as the frame's source. A chained mbuf (the
-        /// driver scattered a frame over several) gets no data and is dropped as a runt.
-        /// Returns whether the device verified the frame's TCP/UDP checksum as good.
-        #[inline]
-        pub fn source(&self, i: usize, segs: &mut Segs) -> bool {
-            let m = &self.burst.as_slice()[i];
-            let d: &[u8] = if m.nb_segs() == 1 { m.data() } else { &[] };
-            // SAFETY: the mbuf is owned by `self.burst` and neither freed nor written until
-            // `clear`, which the caller runs only after the frames pointing here are delivered
-            // (they are only read: classify, copy into guest buffers or new mbufs).
-            unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
-            m.rx_l4_checksum_good()
-        }
-
-        /// Frees the burst's mbufs (their frames have been copied wherever they went).
-        #[inline]
-        pub fn clear(&mut self) {
-            self.burst.clear();
-        }
-
-        /// Frames in the burst.
-        #[inline]
-        pub fn count(&self) -> usize {
-            self.burst.len()
-        }
-
-        /// Frame `i`'s bytes, to rewrite in place (decapsulation); empty for a chained mbuf.
-        #[inline]
-        pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
-            let m = &mut self.burst.as_mut_slice()[i];
-            if m.nb_segs() == 1 { m.data_mut() } else { &mut [] }
-        }
-
-        /// Points `segs` at `len` bytes of frame `i`'s data from byte `off` on (a
-        /// decapsulated inner frame).
-        #[inline]
-        pub fn source_from(&self, i: usize, off: usize, len: usize, segs: &mut Segs) {
-            let m = &self.burst.as_slice()[i];
-            let d: &[u8] = if m.nb_segs() == 1 { m.data().get(off..off + len).unwrap_or(&[]) } else { &[] };
-            // SAFETY: as in `source`: the mbuf stays owned, unfreed and unwritten until `clear`.
-            unsafe { segs.set_host(d.as_ptr(), d.len() as u32) };
-        }
-    }
 
     /// One NIC port's pending transmit burst, and fresh mbufs for it.
     #[derive(Default)]
@@ -314,34 +255,10 @@ mod imp {
 
 #[cfg(not(feature = "dpdk"))]
 mod stub {
-    use super::super::counters::{DropReason, ThreadStats};
-    use super::super::frame::{Frame, Shape};
-    use super::super::plan::PortTable;
     use super::NicDest;
-    use crate::mem::Segs;
-    use crate::port::nic::NicPort;
-
-    #[derive(Default)]
-    pub struct NicRx {
-        _none: (),
-    }
-
-    impl NicRx {
-        pub fn receive(&mut self, nic: &NicPort, _: usize, _: usize) -> Option<usize> {
-            match *nic {}
-        }
-        pub fn source(&self, _: usize, _: &mut Segs) -> bool {
-            false
-        }
-        pub fn clear(&mut self) {}
-        pub fn count(&self) -> usize {
-            0
-        }
-        pub fn frame_mut(&mut self, _: usize) -> &mut [u8] {
-            &mut []
-        }
-        pub fn source_from(&self, _: usize, _: usize, _: usize, _: &mut Segs) {}
-    }
+    use crate::datapath::counters::{DropReason, ThreadStats};
+    use crate::datapath::frame::{Frame, Shape};
+    use crate::datapath::plan::PortTable;
 
     #[derive(Default)]
     pub struct TxBatches {

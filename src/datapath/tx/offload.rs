@@ -5,12 +5,12 @@
 //! `wire::gso`'s; here they meet a frame in guest memory.
 #![forbid(unsafe_code)]
 
-use super::frame::Frame;
+use crate::datapath::frame::Frame;
 use crate::wire::gso::{self, DeviceJob, MAX_HDR, Tso};
 
 /// What a NIC with TX offloads must be told to finish frame `f` itself, as sent with `prefix`
 /// in place of its first `skip` bytes; None if the device cannot (the switch then does it).
-pub(super) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJob> {
+pub(in crate::datapath) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJob> {
     let mut head = [0u8; MAX_HDR + 8];
     head.get_mut(..prefix.len())?.copy_from_slice(prefix);
     let want = (f.len.saturating_sub(skip) as usize).min(head.len() - prefix.len());
@@ -21,7 +21,7 @@ pub(super) fn device_job(f: &Frame, prefix: &[u8], skip: u32) -> Option<DeviceJo
 
 /// The checksum a NEEDS_CSUM frame asked for, computed from the sender's bytes: the field's
 /// offset in the frame and its value.
-pub(super) fn checksum(f: &Frame) -> Option<(u32, u16)> {
+pub(in crate::datapath) fn checksum(f: &Frame) -> Option<(u32, u16)> {
     let (start, field) = f.off.csum?;
     let (start, field) = (start as u32, field as u32);
     let sum = f.sum(start, f.len - start);
@@ -30,7 +30,7 @@ pub(super) fn checksum(f: &Frame) -> Option<(u32, u16)> {
 
 /// The segments of a TSO frame as sent to one destination: `prefix` replaces its first `skip`
 /// bytes (a rewritten Ethernet header), as `output::Shape` says.
-pub(super) struct Segments {
+pub(in crate::datapath) struct Segments {
     /// The destination's headers before segmentation: prefix, then the sender's from `skip`.
     hdrs: [u8; MAX_HDR + 8],
     /// Their layout in `hdrs`.
@@ -43,7 +43,7 @@ pub(super) struct Segments {
 }
 
 /// One segment: its headers, and the part of the sender's frame that is its payload.
-pub(super) struct Segment {
+pub(in crate::datapath) struct Segment {
     pub hdrs: [u8; MAX_HDR + 8],
     pub hdr_len: u32,
     /// Offset of the payload in the sender's frame, and its length.
@@ -122,7 +122,7 @@ pub(crate) fn for_fuzzing(
     f.len = len;
     f.off = off;
     // As classify leaves a frame that asks for offloads: its headers in the front.
-    f.take_front(super::frame::FRONT_MAX);
+    f.take_front(crate::datapath::frame::FRONT_MAX);
     let sum = checksum(&f);
     let segments = Segments::new(&f, prefix, skip).map(|mut s| {
         let mut out = Vec::new();

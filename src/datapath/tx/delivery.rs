@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use super::counters::{DropReason, ThreadStats, bump};
-use super::nic_io::TxBatches;
+use super::nic::TxBatches;
+use crate::datapath::counters::{DropReason, ThreadStats, bump};
 use crate::mem::SegsSlot;
 use crate::vring::CallFd;
 use crate::vring::call::Signal;
@@ -15,7 +15,7 @@ use crate::vring::call::Signal;
 /// Interrupts owed to guests, gathered while rings are locked and sent after: a write to a call
 /// eventfd (a file the frontend controls) never happens under a ring lock.
 #[derive(Default)]
-pub(super) struct Interrupts {
+pub(in crate::datapath) struct Interrupts {
     pending: Vec<Arc<CallFd>>,
 }
 
@@ -44,7 +44,7 @@ impl Interrupts {
 /// too small), the frames waiting for NIC ports, the interrupts owed, and the work a burst's
 /// delivery did for the visit budget to charge.
 #[derive(Default)]
-pub(super) struct Delivery {
+pub(in crate::datapath) struct Delivery {
     /// Segments of the receive buffer being filled (a frame's first, and any further one).
     pub first: SegsSlot,
     pub more: SegsSlot,
@@ -77,7 +77,7 @@ pub(super) struct Delivery {
     /// Some port's `FloodSkip::missed` waits to be counted.
     pub flood_missed: bool,
     /// How long (TSC cycles) floods skip a port found full or down: `FLOOD_RETRY_US`.
-    pub(super) flood_retry: u64,
+    pub(in crate::datapath) flood_retry: u64,
 }
 
 /// Floods skip a port found full or down for this long before they try it again, and twice as
@@ -92,7 +92,7 @@ pub const FLOOD_BACKOFF_MAX: u8 = 5;
 
 /// What floods know of one destination on one poll thread.
 #[derive(Clone, Copy, Default)]
-pub(super) struct FloodSkip {
+pub(in crate::datapath) struct FloodSkip {
     /// Until when (TSC) floods skip it without opening it.
     pub until: u64,
     /// It was full (its missed frames count as `rx_ring_full`), not down (they count nothing,

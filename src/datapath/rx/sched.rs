@@ -66,16 +66,19 @@ pub struct Deficit {
 }
 
 impl Deficit {
+    #[cfg(test)]
     pub const fn new() -> Deficit {
         Deficit { packets: 0, bytes: 0 }
     }
 
     /// Credit in frames (negative: an overdraft to repay).
+    #[cfg(test)]
     pub fn packets(&self) -> i64 {
         self.packets
     }
 
     /// Credit in bytes (negative: an overdraft to repay).
+    #[cfg(test)]
     pub fn bytes(&self) -> i64 {
         self.bytes
     }
@@ -121,6 +124,12 @@ pub struct Budget<'a> {
 }
 
 impl Budget<'_> {
+    /// The queue was empty at this visit (see [`Deficit::idle`]).
+    #[cfg(test)]
+    pub fn idle(self) {
+        self.d.idle();
+    }
+
     /// True while both credits are positive.
     pub fn allows(&self) -> bool {
         self.d.allows()
@@ -134,11 +143,6 @@ impl Budget<'_> {
     /// Charges a burst (see [`Deficit::charge`]).
     pub fn charge(&mut self, packets: u32, bytes: u64) {
         self.d.charge(packets, bytes)
-    }
-
-    /// The queue was empty at this visit (see [`Deficit::idle`]).
-    pub fn idle(self) {
-        self.d.idle()
     }
 }
 

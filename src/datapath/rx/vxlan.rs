@@ -1,44 +1,34 @@
-//! VXLAN in the data path, on the poll threads, in the same visits as every frame.
-//!
-//! - **Decapsulation** (`VtepRx`): a VTEP's underlay is a dpdk port whose receive queues are
-//!   visited as a NIC's are, through this source. Each received frame is checked once
-//!   (`wire::vxlan::parse`: IPv4/UDP to the VTEP's address and port, sane lengths, the I flag;
-//!   a known remote endpoint; a known VNI; an untagged inner frame) and rewritten in place: its
-//!   inner addresses move 4 bytes toward the outer headers and the VNI's VLAN is written as an
-//!   802.1Q tag after them. The inner frame then enters the switch from the remote's tunnel
-//!   port (a trunk of its VLANs), in runs of consecutive frames from the same remote: the
-//!   rest of the data path (port security, learning per VLAN, flows, delivery) is unchanged.
-//!   ARP for the VTEP's address is answered here; a reply to our own request for a tunnel's
-//!   next hop resolves it (nothing else does). A remote on the underlay's own segment is
-//!   believed only from its next hop's MAC (the outer source): another host that claims the
-//!   remote's address is dropped (`vxlan_not_from_next_hop`). Anything else on the underlay is
-//!   dropped and counted on the underlay port, whether or not any remote is known: the
-//!   underlay never carries a tenant's frame unencapsulated, either way.
-//! - **Encapsulation** (`encap`): delivery writes a frame to a tunnel port as it writes to a
-//!   NIC, into an mbuf of the underlay's transmit batch, with the tunnel's outer headers in
-//!   front (filled per frame: lengths, the IPv4 checksum, a UDP source port hashed from the
-//!   inner addresses, the next hop's MAC). A tunnel port sends its VLANs untagged (the VNI
-//!   carries the VLAN), so a tagged frame has its tag popped on the way, as for an access
-//!   port. Offloads are finished in software first (a tunnel port takes none), each segment
-//!   encapsulated on its own.
+//! VXLAN decapsulation, on the poll threads, in the same visits as every frame (`VtepRx`): a
+//! VTEP's underlay is a dpdk port whose receive queues are visited as a NIC's are, through this
+//! source. Each received frame is checked once (`wire::vxlan::parse`: IPv4/UDP to the VTEP's
+//! address and port, sane lengths, the I flag; a known remote endpoint, believed only from its
+//! next hop's MAC when it is on the underlay's segment; a known VNI; an untagged inner frame)
+//! and rewritten in place: its inner addresses move 4 bytes toward the outer headers and the
+//! VNI's VLAN is written as an 802.1Q tag after them. The inner frame then enters the switch
+//! from the remote's tunnel port (a trunk of its VLANs), in runs of consecutive frames from the
+//! same remote: the rest of the data path (port security, learning per VLAN, flows, delivery)
+//! is unchanged. ARP for the VTEP's address is answered here; a reply to our own request for a
+//! tunnel's next hop resolves it (nothing else does). Anything else on the underlay is dropped
+//! and counted on the underlay port, whether or not any remote is known: the underlay never
+//! carries a tenant's frame unencapsulated. Encapsulation is `tx::vxlan`.
 #![forbid(unsafe_code)]
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::Env;
-use super::counters::{DropReason, PortCounters, bump};
-use super::delivery::Delivery;
-use super::frame::{Frame, Shape};
-use super::input::Source;
-use super::nic_io::{NicDest, NicRx};
-use super::plan::Underlay;
+use super::nic::NicRx;
+use super::source::Source;
 use crate::config::MAX_BURST;
+use crate::datapath::Env;
+use crate::datapath::counters::{DropReason, PortCounters, bump};
+use crate::datapath::frame::Frame;
+use crate::datapath::plan::Underlay;
+use crate::datapath::tx::delivery::Delivery;
+use crate::datapath::tx::nic::NicDest;
+use crate::datapath::tx::vxlan::ask;
 use crate::port::nic::NicPort;
-use crate::port::tunnel::Tunnel;
 use crate::vring::RingError;
 use crate::wire::arp::{self, ArpPacket, arp_frame};
-use crate::wire::gso::Negotiated;
 use crate::wire::vxlan::{self, OUTER_LEN, Refusal};
 use crate::wire::{MacAddr, ethertype};
 
@@ -48,7 +38,7 @@ const NONE: u16 = u16::MAX;
 const MAX_REPLIES: usize = 4;
 
 /// A VTEP's underlay receive queue as a source of inner frames, in runs from one remote.
-pub(super) struct VtepRx<'a> {
+pub(in crate::datapath) struct VtepRx<'a> {
     env: &'a Env<'a>,
     nic: &'a NicPort,
     queue: usize,
@@ -224,16 +214,6 @@ pub(crate) fn decap(
 }
 
 impl<'a> Source<'a> for VtepRx<'a> {
-    const CAN_WAIT: bool = false;
-
-    fn hdr_len(&self) -> u32 {
-        0
-    }
-
-    fn offloads(&self) -> Negotiated {
-        Negotiated::default()
-    }
-
     /// The next run of frames from one remote endpoint: from this burst, else from a new one.
     #[inline]
     fn ready(&mut self, max: usize) -> Result<usize, RingError> {
@@ -272,73 +252,12 @@ impl<'a> Source<'a> for VtepRx<'a> {
         (frames.len(), None)
     }
 
-    fn give_back(&mut self, _: usize) {
-        unreachable!("an underlay's frames never wait: delivery consumes them all")
-    }
-
     /// The mbufs stay until the burst is done (`ready`, `finish`).
     #[inline]
     fn complete(&mut self, _: &[Frame<'_>], _: usize, _: &mut Delivery) {}
 
-    fn walked(&mut self) -> u32 {
-        0
-    }
-
-    fn broke(&mut self, _: RingError) {}
-
     #[inline]
     fn sender(&self) -> Option<u16> {
         Some(self.run)
-    }
-}
-
-/// Writes frame `f`, shaped by `e` (its inner frame, untagged), to tunnel `t` through the
-/// underlay `to`: the outer headers for the frame's VLAN in front. A next hop not resolved yet
-/// drops the frame and asks (ARP) at most once an interval; a resolved one is confirmed again
-/// now and then while frames go.
-#[inline]
-pub(super) fn encap(
-    env_now: u64,
-    t: &Tunnel,
-    to: &NicDest,
-    max_frame: u32,
-    f: &Frame,
-    e: Shape,
-    dv: &mut Delivery,
-) -> Result<u32, DropReason> {
-    let outer = t.outer(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
-    let inner_len = e.prefix.len() as u32 + e.body_len(f);
-    if inner_len > max_frame {
-        return Err(DropReason::Mtu);
-    }
-    if t.should_ask(env_now, crate::counter::cycles_per_sec()) {
-        ask(t, to, dv);
-    }
-    let mac = t.neighbour().ok_or(DropReason::NoNeighbour)?;
-    // The inner addresses (what the UDP source port hashes): the rewritten header's, else
-    // the front's (a frame without one is read from the sender).
-    let addrs = match e.prefix.get(..12) {
-        Some(p) => p.try_into().unwrap_or([0; 12]),
-        None => f.front_at::<12>(0).unwrap_or_else(|| {
-            let mut a = [0u8; 12];
-            f.read_at(0, &mut a);
-            a
-        }),
-    };
-    let src_mac = to.nic.mac();
-    let fill = |hdr: &mut [u8]| {
-        outer.fill(hdr, inner_len as usize, 0, vxlan::source_port(&addrs));
-        hdr[0..6].copy_from_slice(&mac.0);
-        hdr[6..12].copy_from_slice(&src_mac.0);
-    };
-    dv.nic_tx.write_under(to, OUTER_LEN, fill, f, e)
-}
-
-/// Sends an ARP request for tunnel `t`'s next hop on its underlay `to`.
-#[cold]
-fn ask(t: &Tunnel, to: &NicDest, dv: &mut Delivery) {
-    let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
-    if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
-        to.pc.drop(why, 1);
     }
 }

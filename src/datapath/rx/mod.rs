@@ -1,40 +1,48 @@
 //! Port rx: one visit to a receive queue. A visit takes bursts of frames from its source until
-//! the queue's packet or byte budget is spent, hands each burst to classification and delivery,
-//! and completes on the source what delivery consumed. The same loop serves both kinds of
-//! receive queue, through [`Source`]: a guest's TX virtqueue (frames can wait in its ring when a
-//! destination is full: backpressure) and a NIC receive queue (they cannot).
-#![forbid(unsafe_code)]
+//! the queue's packet or byte budget (`sched`) is spent, hands each burst to classification and
+//! delivery, and completes on the source what delivery consumed. The same loop serves every
+//! kind of receive queue, through [`Source`] (`source`): a guest's TX virtqueue (`guest`: frames
+//! can wait in its ring when a destination is full, backpressure), a NIC receive queue (`nic`:
+//! they cannot), an announcement of the switch's own (`announce`), and a VTEP's underlay, whose
+//! frames are decapsulated (`vxlan`).
 
-use super::classify::{Recent, Sender, classify_burst, lookup_flows};
-use super::counters::{DropReason, bump, cycles};
-use super::delivery::Delivery;
-use super::frame::Frame;
-use super::nic_io::NicRx;
-use super::output::deliver;
-use super::plan::RxqSpec;
-use super::sched::{Deficit, Quantum};
-use super::stages::Stages;
-use super::vxlan::VtepRx;
-use super::{Env, FlowState, Out, Work, ring_broke};
-use crate::port::nic::NicPort;
+mod announce;
+mod guest;
+pub mod nic;
+pub mod sched;
+mod source;
+pub(crate) mod vxlan;
+
+use self::announce::Announcement;
+use self::guest::GuestTx;
+use self::nic::{NicQueue, NicRx};
+use self::sched::{Deficit, Quantum};
+use self::source::Source;
+use self::vxlan::VtepRx;
+use crate::datapath::classify::{Recent, Sender, classify_burst, lookup_flows};
+use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
+use crate::datapath::frame::{FlowState, Frame, Out};
+use crate::datapath::plan::RxqSpec;
+use crate::datapath::profile::Stages;
+use crate::datapath::tx::deliver;
+use crate::datapath::{Env, Work};
 use crate::port::rate::Cost;
-use crate::port::{Port, PortKind, VhostQueues};
-use crate::vring::{Ahead, RingError, RingLoan, Vring};
+use crate::port::{PortKind, VhostQueues};
+use crate::vring::Vring;
 use crate::wire::MacAddr;
 use crate::wire::arp::rarp_announcement;
-use crate::wire::gso::Negotiated;
 
 /// A receive queue: queue pair `qpair` of `port` (a guest's TX virtqueue 2*qpair+1, or NIC
 /// receive queue `qpair`), and the poll thread's state for it, which survives plan changes that
 /// keep the queue on this thread.
-pub(super) struct Rxq {
+pub(in crate::datapath) struct Rxq {
     pub spec: RxqSpec,
     pub state: RxqState,
 }
 
 /// What a poll thread keeps for a receive queue between visits.
 #[derive(Default)]
-pub(super) struct RxqState {
+pub(in crate::datapath) struct RxqState {
     /// When this queue's head frame first found its destination full (TSC), while it waits.
     blocked_since: Option<u64>,
     /// Its credit in the thread's deficit round robin.
@@ -54,211 +62,6 @@ impl Rxq {
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Rxq { spec, state: RxqState { id, last_busy: now, ..Default::default() } }
     }
-}
-
-/// Where a visit's frames come from, borrowed for `'a` (a guest's ring through its lock guard).
-pub(super) trait Source<'a> {
-    /// Whether frames delivery cannot place yet may stay in the source (backpressure).
-    const CAN_WAIT: bool;
-    /// Bytes in front of each frame (the sender's virtio-net header; 0 for a NIC).
-    fn hdr_len(&self) -> u32;
-    /// The offloads its frames may ask for (a guest's CSUM/HOST_TSO; none for a NIC).
-    fn offloads(&self) -> Negotiated;
-    /// How many frames (at most `max`) the next `take` will find; an error if the source broke.
-    fn ready(&mut self, max: usize) -> Result<usize, RingError>;
-    /// Takes as many frames as `frames` holds (`ready` said they are there) into `frames`
-    /// (their `segs` and `head`); returns how many, and the error that broke the source after
-    /// them, if one did.
-    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
-    where
-        'a: 's;
-    /// Puts back the last `n` frames taken: delivery could not place them yet.
-    fn give_back(&mut self, n: usize);
-    /// Completes the frames delivery consumed (`frames` is every frame taken, in order); an
-    /// interrupt the guest asked for is owed in `dv.irqs`.
-    fn complete(&mut self, frames: &[Frame<'_>], consumed: usize, dv: &mut Delivery);
-    /// Descriptors walked since the last call.
-    fn walked(&mut self) -> u32;
-    /// The source broke with `e`; it is not visited again until reset.
-    fn broke(&mut self, e: RingError);
-    /// The port the frames `ready` found come from, if not the queue's own (a VTEP's underlay
-    /// hands out runs of frames from each remote endpoint's tunnel port).
-    #[inline]
-    fn sender(&self) -> Option<u16> {
-        None
-    }
-}
-
-/// A guest's TX virtqueue, locked for the visit.
-struct GuestTx<'a> {
-    port: &'a Port,
-    vq_index: usize,
-    ring: RingLoan<'a>,
-    broken: &'a mut Option<RingError>,
-    hdr_len: u32,
-    offloads: Negotiated,
-}
-
-impl<'a> Source<'a> for GuestTx<'a> {
-    const CAN_WAIT: bool = true;
-
-    fn hdr_len(&self) -> u32 {
-        self.hdr_len
-    }
-
-    fn offloads(&self) -> Negotiated {
-        self.offloads
-    }
-
-    #[inline]
-    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
-        Ok((self.ring.avail()? as usize).min(max))
-    }
-
-    #[inline]
-    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
-    where
-        'a: 's,
-    {
-        // A header that is never read (no offloads negotiated) is not fetched either.
-        let ahead = Ahead::Read(if self.offloads.any() { 0 } else { self.hdr_len });
-        for (got, f) in frames.iter_mut().enumerate() {
-            self.ring.prefetch_ahead(ahead);
-            match self.ring.pop(f.source_mut(), false) {
-                Ok(head) => f.head = head,
-                Err(e) => return (got, Some(e)),
-            }
-            f.valid = false;
-        }
-        (frames.len(), None)
-    }
-
-    fn give_back(&mut self, n: usize) {
-        self.ring.unpop(n as u16);
-    }
-
-    #[inline]
-    fn complete(&mut self, frames: &[Frame<'_>], consumed: usize, dv: &mut Delivery) {
-        for f in &frames[..consumed] {
-            self.ring.push_used(f.head, 0);
-        }
-        if self.ring.publish()
-            && let Some(call) = self.ring.call()
-        {
-            if call.is_stuck() {
-                ring_broke(self.port, self.vq_index, self.broken, RingError::CallBlocked);
-            } else {
-                dv.irqs.owe(call);
-            }
-        }
-    }
-
-    #[inline]
-    fn walked(&mut self) -> u32 {
-        self.ring.take_walked()
-    }
-
-    fn broke(&mut self, e: RingError) {
-        ring_broke(self.port, self.vq_index, self.broken, e);
-    }
-}
-
-/// A NIC receive queue: frames are the mbufs of one burst, freed once delivered.
-struct NicQueue<'a> {
-    nic: &'a NicPort,
-    queue: usize,
-    rx: &'a mut NicRx,
-}
-
-impl<'a> Source<'a> for NicQueue<'a> {
-    const CAN_WAIT: bool = false;
-
-    fn hdr_len(&self) -> u32 {
-        0
-    }
-
-    fn offloads(&self) -> Negotiated {
-        Negotiated::default()
-    }
-
-    #[inline]
-    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
-        Ok(self.rx.receive(self.nic, self.queue, max).unwrap_or(0))
-    }
-
-    #[inline]
-    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
-    where
-        'a: 's,
-    {
-        for (i, f) in frames.iter_mut().enumerate() {
-            f.valid = self.rx.source(i, f.source_mut());
-            f.head = i as u16;
-        }
-        (frames.len(), None)
-    }
-
-    fn give_back(&mut self, _: usize) {
-        unreachable!("a NIC's frames never wait: delivery consumes them all")
-    }
-
-    #[inline]
-    fn complete(&mut self, _: &[Frame<'_>], _: usize, _: &mut Delivery) {
-        self.rx.clear();
-    }
-
-    fn walked(&mut self) -> u32 {
-        0
-    }
-
-    fn broke(&mut self, _: RingError) {}
-}
-
-/// An announcement the switch sends on a port's behalf (the RARP of a migrated guest): one
-/// frame of the switch's own, entering as if the port had sent it.
-struct Announcement<'a> {
-    frame: &'a [u8],
-    sent: bool,
-}
-
-impl<'a> Source<'a> for Announcement<'a> {
-    const CAN_WAIT: bool = false;
-
-    fn hdr_len(&self) -> u32 {
-        0
-    }
-
-    fn offloads(&self) -> Negotiated {
-        Negotiated::default()
-    }
-
-    fn ready(&mut self, max: usize) -> Result<usize, RingError> {
-        Ok(if self.sent { 0 } else { max.min(1) })
-    }
-
-    fn take<'s>(&mut self, frames: &mut [Frame<'s>]) -> (usize, Option<RingError>)
-    where
-        'a: 's,
-    {
-        frames[0].source_bytes(self.frame);
-        frames[0].head = 0;
-        frames[0].valid = false;
-        (1, None)
-    }
-
-    fn give_back(&mut self, _: usize) {
-        unreachable!("an announcement never waits: delivery consumes it")
-    }
-
-    fn complete(&mut self, _: &[Frame<'_>], consumed: usize, _: &mut Delivery) {
-        self.sent |= consumed > 0;
-    }
-
-    fn walked(&mut self) -> u32 {
-        0
-    }
-
-    fn broke(&mut self, _: RingError) {}
 }
 
 /// Sends the RARP that announces `mac` from the port of `spec` into the switch: classified as
@@ -281,7 +84,7 @@ fn announce(env: &Env, work: &mut Work, spec: &RxqSpec, queues: &VhostQueues, ma
 thread_local! {
     /// Tests only: runs between classify and delivery, as a guest's second vCPU rewriting the
     /// buffers it posted could at that moment.
-    pub(super) static BETWEEN_STAGES: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+    pub(in crate::datapath) static BETWEEN_STAGES: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -297,7 +100,7 @@ fn ingress_cost(frames: &[Frame]) -> Cost {
 }
 
 /// One visit to a receive queue. Returns the number of frames taken from it.
-pub(super) fn visit(env: &Env, work: &mut Work, nic_rx: &mut NicRx, rxq: &mut Rxq) -> u32 {
+pub(in crate::datapath) fn visit(env: &Env, work: &mut Work, nic_rx: &mut NicRx, rxq: &mut Rxq) -> u32 {
     let Rxq { spec, state } = rxq;
     env.src_q.set(spec.qpair);
     let got = visit_queue(env, work, nic_rx, spec, state);
@@ -429,36 +232,7 @@ fn visit_source<'a, S: Source<'a>>(
             // Backpressure: the rest stays in the source for the next visit.
             src.give_back(got - consumed);
         }
-        // One pass over the consumed frames: their bytes and drops, and (with a flow table)
-        // the flow counters, once per run of frames that hit the same flow.
-        let mut bytes = 0u64;
-        if env.flows.is_normal() {
-            for f in &frames[..consumed] {
-                bytes += f.len as u64;
-                if let Out::Drop(why) = f.out {
-                    pc.drop(why, 1);
-                }
-            }
-        } else {
-            let mut run = (FlowState::Unmatched, 0u64, 0u64);
-            for f in &frames[..consumed] {
-                bytes += f.len as u64;
-                if let Out::Drop(why) = f.out {
-                    pc.drop(why, 1);
-                }
-                if f.flow != run.0 {
-                    if let FlowState::Hit(i) = run.0 {
-                        env.flows.count(cx.index, i, run.1, run.2);
-                    }
-                    run = (f.flow, 0, 0);
-                }
-                run.1 += 1;
-                run.2 += f.len as u64;
-            }
-            if let FlowState::Hit(i) = run.0 {
-                env.flows.count(cx.index, i, run.1, run.2);
-            }
-        }
+        let bytes = count_consumed(env, &frames[..consumed], pc);
         if capped {
             port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
         }
@@ -502,4 +276,39 @@ fn visit_source<'a, S: Source<'a>>(
         bump(&qs.cycles, cycles().wrapping_sub(t0));
     }
     total
+}
+
+/// One pass over a burst's consumed frames: their bytes (returned) and drops, and (with a flow
+/// table) the flow counters, once per run of frames that hit the same flow.
+#[inline(always)]
+fn count_consumed(env: &Env, frames: &[Frame], pc: &PortCounters) -> u64 {
+    let mut bytes = 0u64;
+    if env.flows.is_normal() {
+        for f in frames {
+            bytes += f.len as u64;
+            if let Out::Drop(why) = f.out {
+                pc.drop(why, 1);
+            }
+        }
+        return bytes;
+    }
+    let mut run = (FlowState::Unmatched, 0u64, 0u64);
+    for f in frames {
+        bytes += f.len as u64;
+        if let Out::Drop(why) = f.out {
+            pc.drop(why, 1);
+        }
+        if f.flow != run.0 {
+            if let FlowState::Hit(i) = run.0 {
+                env.flows.count(env.cx.index, i, run.1, run.2);
+            }
+            run = (f.flow, 0, 0);
+        }
+        run.1 += 1;
+        run.2 += f.len as u64;
+    }
+    if let FlowState::Hit(i) = run.0 {
+        env.flows.count(env.cx.index, i, run.1, run.2);
+    }
+    bytes
 }

@@ -17,7 +17,7 @@ pub fn bump(c: &AtomicU64, n: u64) {
 /// The counters of one kind of thing, declared once: the macro makes the struct of atomics the
 /// data path bumps (one writer each), the struct of totals the control plane reads
 /// (`Serialize`d and `Deserialize`d field by field: these names are the JSON and Prometheus
-/// names, and the control protocol's `ctl::proto` reads them back), and the list of
+/// names, and the control protocol's `proto` reads them back), and the list of
 /// field names with their help text (for Prometheus and the documentation check).
 macro_rules! counters {
     ($(#[$m:meta])* pub struct $name:ident => $total:ident {

@@ -6,12 +6,12 @@ pub mod control;
 pub mod counter;
 pub mod ctl;
 pub mod datapath;
-pub mod evpn;
 pub mod flow;
 #[cfg(test)]
 mod fuzz;
 pub mod mem;
 pub mod port;
+pub mod proto;
 pub mod switch;
 pub mod topology;
 pub mod vring;

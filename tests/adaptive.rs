@@ -18,10 +18,7 @@ fn wakeups(sw: &Switch, kind: &str) -> u64 {
 /// wake it through the guest's kick. Every frame arrives, in order.
 #[test]
 fn no_frame_lost_across_sleeps() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let sw = Switch::start_with(
         "adaptive",
         &[1],

@@ -94,7 +94,7 @@ impl Frr {
     fn companion(&mut self, sw: &Switch, log: &std::path::Path) {
         let out = std::fs::File::create(log).unwrap();
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.net.ns, env!("CARGO_BIN_EXE_pvs-evpn"), "--ctl"])
+            .args(["netns", "exec", &self.net.ns, &pvs_evpn(), "--ctl"])
             .arg(sw.dir.join("ctl.sock"))
             .args(["--interval-ms", "100"])
             .stdout(out.try_clone().unwrap())
@@ -380,10 +380,7 @@ impl Hosts {
 
 #[test]
 fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let pid = std::process::id() % 100_000;
     let mut hosts = Hosts::new("e", &[("vm10", 10, MAC_A)], &[("vm10", 10, MAC_B), ("vm20", 20, MAC_B20)], 1500, "");
     // The VMs: a configured MAC is exported while its VM is connected.
@@ -519,10 +516,7 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
 /// EVPN has it for a MAC no one else advertises. Either way the VM moved.
 #[test]
 fn a_vm_announced_on_another_host_moves_there_by_mac_mobility() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     const MAC_R: &str = "02:00:00:00:0a:77";
     let pid = std::process::id() % 100_000;
     let mut hosts = Hosts::new("m", &[("roam", 10, "")], &[("roam", 10, "")], 1500, "");
@@ -588,10 +582,7 @@ fn a_vm_announced_on_another_host_moves_there_by_mac_mobility() {
 /// host and remote on the other, and the underlay carries only VXLAN and ARP between the VTEPs.
 #[test]
 fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
-    if !require(&[TESTPMD, NEEDS, QEMU].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS, QEMU].concat()) else { return };
     const GA: &str = "52:54:00:64:00:01";
     const GB: &str = "52:54:00:64:00:02";
     // A jumbo underlay, so the guests keep their 1500-byte MTU inside the tunnel.
@@ -632,4 +623,11 @@ fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
     }
     assert!(hosts.underlay_only_vteps() > 1000, "the guests' TCP crossed the underlay");
     vm20.quit();
+}
+
+/// The pvs-evpn binary (a crate of its own in the workspace, built beside pvswitchd).
+fn pvs_evpn() -> String {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_pvswitchd")).with_file_name("pvs-evpn");
+    assert!(exe.exists(), "{} is missing: cargo build --release --workspace", exe.display());
+    exe.display().to_string()
 }

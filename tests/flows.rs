@@ -53,10 +53,7 @@ fn flow_named<'a>(dump: &'a Value, text: &str) -> &'a Value {
 
 #[test]
 fn flows_steer_rewrite_drop_and_count_exactly() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir("flows");
     let sw = Switch::start_config(
         dir.clone(),

@@ -151,10 +151,7 @@ fn wait_connected(sw: &Switch, name: &str) {
 
 #[test]
 fn libvirt_domains_in_both_port_modes_through_the_hook() {
-    if !require(&[&[Need::Root, Need::Libvirtd, Need::Cmd("setpriv")], QEMU].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[&[Need::Root, Need::Libvirtd, Need::Cmd("setpriv")], QEMU].concat()) else { return };
     assert!(
         Path::new(HOOK).exists(),
         "{HOOK} is missing: scripts/install-deps.sh installs it before it starts libvirtd"
@@ -306,10 +303,7 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
 /// says so (failed, naming the capability) while the rest of the switch runs.
 #[test]
 fn socket_group_without_cap_chown_fails_the_port_and_says_why() {
-    if !require(&[Need::Root, Need::Cmd("setpriv")]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Root, Need::Cmd("setpriv")]) else { return };
     let dir = test_dir("no-chown");
     let text = Switch::config_text(
         &dir,
@@ -382,10 +376,7 @@ fn hook_xml(uuid: &str, ifaces: &[(&str, &str, &str)]) -> String {
 /// pvswitch domains, naming file and line; `ports` shows the MAC the hook allowed.
 #[test]
 fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
-    if !require(&[Need::Cmd("python3")]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Cmd("python3")]) else { return };
     let dir = test_dir("hook");
     let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[], ""));
     let conf = dir.join("hook.conf");

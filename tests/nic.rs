@@ -68,10 +68,7 @@ fn ring_loopback_adaptive_polling() {
 
 /// `switch_extra` goes into [switch], `dpdk` into a [dpdk] section.
 fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir(name);
     let text = config(
         &dir,
@@ -143,10 +140,7 @@ fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
 /// ports switch as before.
 #[test]
 fn failed_nic_leaves_vhost_ports_working() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir("nicfail");
     let text = config(&dir, &["a", "b"], &[("bad", "net_bogus0")], &[]);
     let sw = Switch::start_config(dir.clone(), &text);
@@ -238,10 +232,7 @@ impl Lan {
 /// namespace's interface, the switch's NIC port, DPDK and the VM's port agree.
 #[test]
 fn ping_through_af_packet_veth() {
-    if !require(&[TESTPMD, NETNS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NETNS].concat()) else { return };
     let ns = Lan::new("p");
     let dir = test_dir("nicveth");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
@@ -293,10 +284,7 @@ fn ping_through_af_packet_veth() {
 /// trunk, and drops nothing for a VLAN.
 #[test]
 fn trunk_dpdk_port_carries_two_vlans_to_linux() {
-    if !require(&[NETNS, GUEST_NIC].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[NETNS, GUEST_NIC].concat()) else { return };
     let ns = Lan::bridged("v");
     let dir = test_dir("nictrunk");
     let text = format!(
@@ -419,10 +407,7 @@ done
 /// scripts/build-guest.sh (PVS_GUEST_DIR overrides where it is looked for).
 #[test]
 fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
-    if !require(&[NETNS, GUEST_NIC].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[NETNS, GUEST_NIC].concat()) else { return };
     let ns = Lan::new("q");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
     let (eth, vmp) = qemu_guest_through(&ns, "nicqemu", &dev, &[], |_| {});
@@ -444,10 +429,7 @@ fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
 /// with their TCP/UDP checksums verified by the device and reach the guest marked DATA_VALID.
 #[test]
 fn qemu_guest_iperf3_through_tap_with_device_offloads() {
-    if !require(&[NETNS, GUEST_NIC].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[NETNS, GUEST_NIC].concat()) else { return };
     let ns = Lan::bare("t");
     let iface = ns.host_if.clone();
     let dev = format!("net_tap0,iface={iface}");
@@ -482,10 +464,7 @@ fn qemu_guest_iperf3_through_tap_with_device_offloads() {
 /// path's offset tests cover that part.)
 #[test]
 fn qemu_guest_iperf3_through_tap_with_a_rewritten_source_mac() {
-    if !require(&[NETNS, GUEST_NIC].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[NETNS, GUEST_NIC].concat()) else { return };
     let ns = Lan::bare("m");
     let iface = ns.host_if.clone();
     let dev = format!("net_tap0,iface={iface}");
@@ -586,10 +565,7 @@ fn nic_thread(sw: &Switch) -> (u64, Value) {
 /// and the NIC's queue moved to the other thread while both sleep is still served.
 #[test]
 fn an_idle_host_with_a_nic_sleeps_and_wakes_for_its_frames() {
-    if !require(&[TESTPMD, NETNS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NETNS].concat()) else { return };
     let ns = Lan::new("i");
     let dir = test_dir("nicidle");
     let dev = format!("net_af_packet0,iface={}", ns.host_if);

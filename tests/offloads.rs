@@ -120,10 +120,7 @@ fn transfer(name: &str, b_opts: &str) -> (serde_json::Value, serde_json::Value) 
 
 #[test]
 fn two_guests_with_offloads_exchange_200_mb_each_way_intact() {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let (a, b) = transfer("offload-on", "");
     for port in [&a, &b] {
         let takes = port["offloads"]["guest_takes"].to_string();
@@ -136,10 +133,7 @@ fn two_guests_with_offloads_exchange_200_mb_each_way_intact() {
 
 #[test]
 fn a_guest_without_receive_offloads_gets_segmented_checksummed_frames_intact() {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let off = "guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off";
     let (a, b) = transfer("offload-b-off", off);
     assert!(a["rx_gso"].as_u64().unwrap() > 0, "A sent no TSO frame: {a}");

@@ -38,10 +38,7 @@ fn check_streams(sw: &Switch, vms: PcapVms, sent: &[Vec<u8>]) {
 
 #[test]
 fn hundreds_of_moves_while_frames_flow() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let sw = Switch::start_with(
         "moves",
         &[0, 1],
@@ -105,10 +102,7 @@ fn bad_move_requests_get_errors() {
 /// core moves its queues away and stops its thread; frames keep flowing, all of them, in order.
 #[test]
 fn reload_adds_and_removes_poll_cores_under_traffic() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir("cores");
     let ports = [PortSpec::server("a").queues(2), PortSpec::server("b").queues(2)];
     let cfg = |cores: &[usize]| Switch::config_text(&dir, cores, &ports, "rx_retry_us = 60000000");

@@ -16,10 +16,7 @@ fn grows(sw: &Switch, port: &str, from: u64) -> u64 {
 
 #[test]
 fn vms_reconnect_while_others_keep_forwarding() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let sw = Switch::start(
         "reconnect",
         &[1],

@@ -222,10 +222,7 @@ fn reload_retunes_running_poll_threads() {
 /// every frame arrives, in order, and nothing is dropped.
 #[test]
 fn reload_under_traffic_loses_nothing() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir("rl-traffic");
     let sw = Switch::start_config(dir.clone(), &base(&dir, &[], ""));
     let count: u32 = 300_000;

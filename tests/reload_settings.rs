@@ -541,10 +541,7 @@ fn example_keys() -> BTreeSet<(String, String)> {
 
 #[test]
 fn every_setting_of_the_example_is_applied_live_or_named() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let dir = test_dir("rl-every");
     std::fs::create_dir_all(dir.join("pd2")).unwrap();
     std::fs::write(dir.join("pd2/c.toml"), "name = \"c\"\ntype = \"vhost-user\"\nsocket = \"c.sock\"\n").unwrap();

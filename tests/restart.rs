@@ -57,10 +57,7 @@ fn running_queues(sw: &Switch) -> Option<usize> {
 }
 
 fn restart_under_traffic(name: &str, client: bool) {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let spec = |n: &str| if client { PortSpec::server(n).client() } else { PortSpec::server(n) };
     let mut sw = Switch::start(name, &[1], &[spec("vm1"), spec("vm2")]);
     let root = env!("CARGO_MANIFEST_DIR");

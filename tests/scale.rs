@@ -18,10 +18,7 @@ use pvsgen::{Config, Dst, VmSpec};
 fn three_hundred_pvsgen_vms_two_poll_threads() {
     const N: usize = 300;
     // pvsgen runs in this process: its 300 VMs' files count against this process's limit.
-    if !require(&[Need::OpenFiles(pvsgen::fds_for(N))]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::OpenFiles(pvsgen::fds_for(N))]) else { return };
     let names: Vec<String> = (0..N).map(|i| format!("vm{i}")).collect();
     let specs: Vec<PortSpec> = names.iter().map(|n| PortSpec::server(n)).collect();
     let sw = Switch::start_with("scale300", &[0, 1], &specs, "poll_mode = \"adaptive\"\n");
@@ -88,10 +85,7 @@ fn three_hundred_pvsgen_vms_two_poll_threads() {
 
 #[test]
 fn sixty_four_ports_two_poll_threads() {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let names: Vec<String> = (0..64).map(|i| format!("vm{i}")).collect();
     let specs: Vec<PortSpec> = names.iter().map(|n| PortSpec::server(n)).collect();
     let sw = Switch::start("scale", &[0, 1], &specs);

@@ -199,10 +199,7 @@ fn a_crashed_runs_sockets_are_replaced_but_never_a_file_that_is_not_a_socket() {
 
 #[test]
 fn install_and_uninstall_leave_nothing_behind() {
-    if !require(&[Need::Cmd("systemd-analyze")]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Cmd("systemd-analyze")]) else { return };
     let root = env!("CARGO_MANIFEST_DIR");
     let t = test_dir("install");
     let (prefix, etc, units) = (t.join("usr"), t.join("etc"), t.join("units"));
@@ -292,10 +289,7 @@ fn walk(d: &Path) -> Vec<std::path::PathBuf> {
 fn server_sockets_get_the_configured_mode_and_group() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // Only root may give a socket a group it is not in.
-    if !require(&[Need::Root]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Root]) else { return };
     let sw = Switch::start_with(
         "sockperm",
         &[1],

@@ -114,10 +114,7 @@ fn planted_paths_fail_their_port_and_survive_shutdown() {
 #[test]
 fn a_link_swapped_in_during_a_reload_never_gets_the_sockets_mode() {
     // Root: the socket's group (1) is one only root may give.
-    if !require(&[Need::Root]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Root]) else { return };
     let dir = test_dir("sockpath-race");
     let target = secret(&dir);
     // Adaptive polling: the idle poll thread sleeps, so the racer has a core of its own. The

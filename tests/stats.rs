@@ -7,8 +7,8 @@ use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use pvswitch::ctl::proto;
 use pvswitch::datapath::counters::{DROP_REASONS, LoopCounters, PortCounters, RxqStats};
+use pvswitch::proto;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -39,7 +39,7 @@ fn keys(v: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
-/// `v` read into its type in `ctl::proto`.
+/// `v` read into its type in `proto`.
 fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> T {
     serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}\n{v:#}"))
 }

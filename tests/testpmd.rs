@@ -6,10 +6,7 @@ mod common;
 use common::*;
 
 fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
-    if !require(TESTPMD) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(TESTPMD) else { return };
     let mtu = if frame_len > 1514 { 9000 } else { 1500 };
     // Frames wait for room in B's ring as long as it takes (backpressure, no loss): the test
     // must hold at any speed.

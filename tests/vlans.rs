@@ -259,10 +259,7 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
 /// sends vm3 nothing at all (no broadcast, no ARP, no frame of theirs).
 #[test]
 fn linux_guests_on_two_vlans_see_only_their_own() {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let dir = test_dir("vlans-qemu");
     let ports = [("vm1", "tag = 10"), ("vm2", "tag = 10"), ("vm3", "tag = 20")];
     let sw = Switch::start_config(dir.clone(), &config(&dir, &ports));
@@ -307,10 +304,7 @@ fn linux_guests_on_two_vlans_see_only_their_own() {
 /// nothing, and the switch drops nothing of vm1's.
 #[test]
 fn guest_tcp_through_a_bps_cap_converges_without_loss() {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let dir = test_dir("cap-tcp");
     const CAP: f64 = 10e6;
     let ports = [("vm1", format!("ingress_bps = {CAP}")), ("vm2", String::new())];

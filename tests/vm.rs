@@ -8,10 +8,7 @@ use common::*;
 use std::process::Command;
 
 fn vm_pair(name: &str, specs: &[PortSpec], extra: &[&str]) {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let sw = Switch::start(name, &[1], specs);
     let root = env!("CARGO_MANIFEST_DIR");
     let logdir = sw.dir.join("vm-pair");
@@ -70,10 +67,7 @@ fn two_linux_guests_switch_as_client() {
 /// rings on the same vhost-user connection each time) reaches its peer after every boot.
 #[test]
 fn a_linux_guest_rebooting_ten_times_keeps_working() {
-    if !require(QEMU) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(QEMU) else { return };
     let sw = Switch::start("qemu-reboot", &[1], &[PortSpec::server("vm1"), PortSpec::server("vm2")]);
     let root = env!("CARGO_MANIFEST_DIR");
     // The rebooting guest: reach the peer, say so, reboot. The peer: answer pings forever.

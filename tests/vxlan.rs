@@ -167,10 +167,7 @@ fn config(dir: &std::path::Path, uplink: &str) -> String {
 
 #[test]
 fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let peer = Peer::new("x");
     peer.vni(100, "192.168.100.1/24");
     peer.vni(200, "192.168.200.1/24");
@@ -272,10 +269,7 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
 /// on its loopback).
 #[test]
 fn a_remote_beyond_the_subnet_is_reached_through_the_gateway() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let peer = Peer::new("g");
     peer.ex(&["ip", "addr", "add", "10.78.0.1/32", "dev", "lo"]);
     peer.vni_from(100, "192.168.100.1/24", "10.78.0.1");
@@ -306,10 +300,7 @@ fn a_remote_beyond_the_subnet_is_reached_through_the_gateway() {
 /// refused with its reason and nothing changed.
 #[test]
 fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
-    if !require(&[Need::Root]) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[Need::Root]) else { return };
     let dir = test_dir("vtepsync");
     let text = format!(
         "[switch]\npoll_cores = [1]\npoll_mode = \"adaptive\"\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n\
@@ -363,7 +354,7 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
         ("vt", r#"{"remotes": [{"remote": "10.9.0.1", "vnis": [100]}]}"#, "10.9.0.1 is not a remote"),
         ("vt", r#"{"remotes": [{"remote": "10.9.0", "vnis": [100]}]}"#, "is not an IPv4 address"),
         ("vt", r#"{"macs": [{"vni": 100, "mac": "01:00:5e:00:00:01", "remote": "10.9.0.2"}]}"#, "not a unicast MAC"),
-        ("nope", r#"{}"#, "no vtep \\\"nope\\\""),
+        ("nope", r#"{}"#, "no vtep \"nope\""),
     ] {
         let e = sw.try_ctl_args("vtep-sync", &[vtep, bad]).unwrap_err();
         assert!(e.contains(why), "{bad}: {e}");
@@ -386,10 +377,7 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
 /// of 1600.
 #[test]
 fn qemu_guest_tcp_through_the_tunnel() {
-    if !require(&[TESTPMD, NEEDS, GUEST].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS, GUEST].concat()) else { return };
     let peer = Peer::new("q");
     peer.jumbo_underlay();
     peer.vni(100, "192.168.100.1/24");
@@ -431,10 +419,7 @@ fn qemu_guest_tcp_through_the_tunnel() {
 /// refused learning (a tunnel learns no MAC a local port owns); the pings go on, 20 of 20.
 #[test]
 fn the_underlay_cannot_steal_a_tenant() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let peer = Peer::new("s");
     peer.vni(100, "192.168.100.1/24");
     let dir = test_dir("vxlansteal");
@@ -498,10 +483,7 @@ fn the_underlay_cannot_steal_a_tenant() {
 /// of theirs is offered to EVPN.
 #[test]
 fn an_underlay_without_remotes_carries_no_tenant_frame() {
-    if !require(&[TESTPMD, NEEDS].concat()) {
-        return;
-    }
-    let _g = serial();
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let peer = Peer::new("n");
     let dir = test_dir("vxlannone");
     let text = config(&dir, &peer.host_if).replace("remotes = [\"10.77.0.1\"]\n", "");

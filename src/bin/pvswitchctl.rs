@@ -1,13 +1,11 @@
 //! pvswitchctl: asks a running pvswitchd over its control socket.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use pvswitch::config::DEFAULT_CONTROL_SOCKET;
 use pvswitch::ctl::human;
-use pvswitch::ctl::proto::{CtlError, Reply, Request};
+use pvswitch::proto::{Client, CtlError, Request};
 use serde_json::value::RawValue;
 
 const USAGE: &str = "usage: pvswitchctl [--control PATH] [--json] [--watch SECONDS] COMMAND
@@ -86,8 +84,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let client = Client::new(&control);
     loop {
-        let out = ask(&control, &request).and_then(|result| output(&request, &result, as_json).map_err(CtlError::from));
+        let out =
+            client.ask_raw(&request).and_then(|result| output(&request, &result, as_json).map_err(CtlError::from));
         match out {
             Ok(text) => print!("{text}"),
             Err(e) => {
@@ -115,22 +115,4 @@ fn output(request: &Request, result: &RawValue, as_json: bool) -> Result<String,
     } else {
         human::render(request, result.get())
     }
-}
-
-/// Sends `request` and returns the reply's result as JSON text (its own type is read from it by
-/// `human::render`).
-fn ask(path: &str, request: &Request) -> Result<Box<RawValue>, CtlError> {
-    let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            format!("pvswitchd is not running (no control socket at {path}: {e})")
-        }
-        _ => format!("cannot reach pvswitchd at {path}: {e}"),
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let req = request.to_line();
-    s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| format!("sending request: {e}"))?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
-    let reply: Reply<Box<RawValue>> = serde_json::from_str(&line).map_err(|e| format!("malformed reply: {e}"))?;
-    reply.into_outcome()
 }

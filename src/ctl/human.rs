@@ -287,7 +287,7 @@ pub fn version(r: &VersionReply) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ctl::proto::tests::samples;
+    use crate::proto::tests::samples;
 
     #[test]
     fn ports_print_state_queues_and_nonzero_drops() {

@@ -6,7 +6,6 @@
 
 pub mod flows;
 pub mod human;
-pub mod proto;
 pub mod stats;
 
 use serde::Serialize;
@@ -15,13 +14,14 @@ use crate::config::RateCaps;
 use crate::port::PortKind;
 use crate::port::rate::PortRates;
 use crate::port::vhost::{Status, VringStatus, feature_names};
-use crate::switch::{Endpoints, PortState, Switch};
-use crate::wire::gso::Negotiated;
-use crate::wire::vlan::{PortVlan, VlanMode};
-use proto::{
+use crate::proto;
+use crate::proto::{
     Cleared, CtlError, ErrorCode, FdbEntry, MigrationInfo, PortInfo, PortOffloads, PortReply, PortVlanInfo, QueueInfo,
     QueueKind, RateCapsInfo, RateTokens, ReloadReply, Reply, Request, VersionReply, VxlanInfo,
 };
+use crate::switch::{Endpoints, PortState, Switch};
+use crate::wire::gso::Negotiated;
+use crate::wire::vlan::{PortVlan, VlanMode};
 
 /// The reply line for an error.
 pub fn error_reply(msg: &str) -> String {

@@ -23,7 +23,7 @@ pub use imp::*;
 pub use stub::*;
 
 /// What `pvswitchctl ports` shows of a NIC (a port's `dpdk` object): driver, queues, NUMA node
-/// (`socket_id`) and DPDK's own counters. Part of the control protocol (`ctl::proto`), here
+/// (`socket_id`) and DPDK's own counters. Part of the control protocol (`proto`), here
 /// because `NicPort::info` builds it; it exists without the `dpdk` feature too, for pvswitchctl.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NicInfo {

@@ -223,3 +223,16 @@ fn runtime_socket(d: &PortDefaults, p: &PortConfig) -> Result<(), String> {
     }
     Ok(())
 }
+
+impl From<PortCmdError> for crate::proto::CtlError {
+    fn from(e: PortCmdError) -> crate::proto::CtlError {
+        use PortCmdError as E;
+        let code = match &e {
+            E::Exists(_) => Some(crate::proto::ErrorCode::Exists),
+            E::NotFound(_) => Some(crate::proto::ErrorCode::NotFound),
+            E::Invalid(_) => Some(crate::proto::ErrorCode::Invalid),
+            E::Failed(_) => None,
+        };
+        crate::proto::CtlError { code, message: e.to_string() }
+    }
+}

@@ -9,38 +9,14 @@
 //! ring. So a queue is never polled by two threads at once (its ring lock would serialize them
 //! anyway), and no frame is lost, duplicated or reordered: the ring itself carries the order.
 
+use crate::proto::{MoveReply as Moved, RebalanceReply as Rebalanced};
 use std::time::Instant;
 
 use log::{info, warn};
-use serde::{Deserialize, Serialize};
 
 use super::placement::{self, Placement, QueueId, QueueInfo, ThreadInfo};
 use super::{Switch, ThreadSlot};
 use crate::config::RxqAssign;
-
-/// What `rebalance` did (the control protocol's reply, `ctl::proto`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Rebalanced {
-    /// The placement policy used.
-    pub policy: String,
-    /// Each queue moved, as "PORT:QUEUE thread FROM -> TO".
-    pub moved: Vec<String>,
-    pub took_us: u64,
-    /// The spread of load between threads before and after (`placement::spread`).
-    pub spread_before: f64,
-    pub spread_after: f64,
-    pub warnings: Vec<String>,
-}
-
-/// What `move` did (the control protocol's reply, `ctl::proto`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Moved {
-    /// False when the queue already was on that thread.
-    pub moved: bool,
-    pub from: usize,
-    pub to: usize,
-    pub took_us: u64,
-}
 
 impl Switch {
     /// The running poll threads' slot indices and what placement needs to know of them.

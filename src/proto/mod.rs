@@ -12,11 +12,14 @@
 //! [`Request::from_parts`] and written in [`Request::args`]), its reply type here, and one arm
 //! in `ctl::answer` (and one in `ctl::human` for its human output; without it, pretty JSON).
 
+pub mod client;
 mod flows;
+mod placement;
 mod ports;
 mod stats;
 #[cfg(test)]
 pub(crate) mod tests;
+mod vteps;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,8 +34,9 @@ pub use self::stats::{
 pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};
 pub use crate::port::nic::{NicInfo, NicOffloads, NicStats};
-pub use crate::switch::rebalance::{Moved as MoveReply, Rebalanced as RebalanceReply};
-pub use crate::switch::vtep::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
+pub use client::Client;
+pub use placement::{Moved as MoveReply, Rebalanced as RebalanceReply};
+pub use vteps::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
 
 /// One request: the command and its arguments, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,19 +139,6 @@ pub struct CtlError {
 impl From<String> for CtlError {
     fn from(message: String) -> CtlError {
         CtlError { code: None, message }
-    }
-}
-
-impl From<crate::switch::portcmd::PortCmdError> for CtlError {
-    fn from(e: crate::switch::portcmd::PortCmdError) -> CtlError {
-        use crate::switch::portcmd::PortCmdError as E;
-        let code = match &e {
-            E::Exists(_) => Some(ErrorCode::Exists),
-            E::NotFound(_) => Some(ErrorCode::NotFound),
-            E::Invalid(_) => Some(ErrorCode::Invalid),
-            E::Failed(_) => None,
-        };
-        CtlError { code, message: e.to_string() }
     }
 }
 

@@ -1,6 +1,7 @@
 //! EVPN for pvswitch's VTEPs through an unmodified FRR: the decisions of `pvs-evpn`, the
-//! companion that mirrors a VTEP into the kernel of FRR's network namespace and back (its I/O,
-//! netlink and the control socket, is in `src/bin/pvs-evpn.rs`).
+//! companion that mirrors a VTEP into the kernel of FRR's network namespace and back (its I/O is
+//! beside it: `netlink` (the FDB), `shadow` (the kernel objects), `main` (the loop, the
+//! control socket)).
 //!
 //! FRR's zebra learns local MACs and VNIs from kernel bridges and VXLAN devices and installs
 //! what BGP EVPN learned from other hosts as FDB entries on those VXLAN devices. So per VNI of a
@@ -29,8 +30,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use crate::switch::vtep::{RemoteMac, RemoteVnis, VtepInfo, VtepState};
-use crate::wire::MacAddr;
+use pvswitch::proto::{RemoteMac, RemoteVnis, VtepInfo, VtepState};
+use pvswitch::wire::MacAddr;
 
 /// The shadow objects of VNI `vni`: (bridge, VXLAN device, local port, its veth peer).
 pub fn shadow_names(vni: u32) -> [String; 4] {
@@ -151,7 +152,7 @@ fn normalized(s: &VtepState) -> Normal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::switch::vtep::{LocalMac, VniInfo};
+    use pvswitch::proto::{LocalMac, VniInfo};
 
     fn entry(dev: &str, mac: &str, dst: Option<&str>, ext: bool, own: bool, st: bool) -> FdbEntry {
         FdbEntry {

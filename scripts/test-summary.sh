@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One closing summary of a `cargo test` run (cargo prints one line per test binary): the tests
 # that passed and failed, and those skipped for want of something they need (root, huge pages,
-# dpdk-testpmd, QEMU, ...: tests/common/require.rs), counted by what they needed.
+# dpdk-testpmd, QEMU, ...: tests/common/require.rs), counted by what they needed; and the 10
+# slowest test binaries.
 #
 #   cargo test --release 2>&1 | bash scripts/test-summary.sh   # passes the output on, then sums up
 #   bash scripts/test-summary.sh LOG                           # sums up a saved run
@@ -18,11 +19,19 @@ fi
 # A skipped test passes as far as the harness is concerned; its SKIPPED line (on standard error)
 # may share a line with the harness's "test name ... ".
 awk '
+  /^ *Running / { bin = ($2 == "unittests") ? $3 : $2 }
+  /^test result:/ {
+    t = $0; sub(/.*finished in /, "", t); sub(/s$/, "", t)
+    if (bin != "") secs[bin] += t
+  }
   /^test result:/ { ran++; passed += $4; failed += $6 }
   match($0, /SKIPPED [^ ]+: needs /) { skipped++; why[substr($0, RSTART + RLENGTH)]++ }
   END {
     printf "%d passed, %d failed, %d skipped\n", passed - skipped, failed, skipped
     for (w in why) printf "%6d skipped: needs %s\n", why[w], w | "sort -rn"
     close("sort -rn")
+    print "the 10 slowest test binaries (seconds):"
+    for (b in secs) printf "%8.1f  %s\n", secs[b], b | "sort -rn | head -n 10"
+    close("sort -rn | head -n 10")
     exit (failed > 0 || ran == 0)
   }' "$log"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import ROOT, emit, measure  # noqa: E402
+from pvsbench import ROOT, ctl, emit, measure  # noqa: E402
 
 PORT = 19400
 # How often the counters are read during a run (pvswitchctl stats and rxq, one Prometheus scrape).
@@ -25,10 +25,9 @@ METRICS = f'metrics_listen = "127.0.0.1:{PORT}"\n'
 
 
 def collect(d, done):
-    ctl = os.path.join(ROOT, "target", "release", "pvswitchctl")
     while not done.wait(READ_EVERY):
         for cmd in ("stats", "rxq"):
-            subprocess.run([ctl, "--control", f"{d}/ctl.sock", "--json", cmd], capture_output=True)
+            ctl(d, cmd, check=False)
         try:
             with socket.create_connection(("127.0.0.1", PORT), timeout=1) as s:
                 s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")

@@ -15,7 +15,6 @@ Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of 
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -25,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSGEN, PVSWITCHCTL, Testpmd, emit, measure_nic, start_pvswitchd, wait_socket  # noqa: E402
+from pvsbench import PVSGEN, Testpmd, ctl, emit, measure_nic, start_pvswitchd, wait_socket  # noqa: E402
 
 MODES = {"busy": 'poll_mode = "busy"\n', "adaptive": 'poll_mode = "adaptive"\n'}
 HZ = os.sysconf("SC_CLK_TCK")
@@ -67,10 +66,6 @@ def switch(d, mode, vms):
     for v in vms:
         wait_socket(f"{d}/{v}.sock")
     return stop
-
-
-def ctl(d, *args):
-    return json.loads(sh(PVSWITCHCTL, "--control", f"{d}/ctl.sock", "--json", *args))
 
 
 def pmd_ticks(pid):

@@ -16,7 +16,6 @@ Needs a release build and the guest image (bash scripts/prepare.sh does both); r
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -26,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import ROOT, emit, start_pvswitchd, write_config  # noqa: E402
+from pvsbench import ROOT, ctl, emit, start_pvswitchd, write_config  # noqa: E402
 
 NS, IFACE = "pvsbenchtap", "pvsbtap0"
 
@@ -87,10 +86,7 @@ def run(offloads, iperf_time):
                     raise RuntimeError(f"guest did not finish (offloads {offloads}):\n{text}")
                 time.sleep(0.5)
                 text = open(log, errors="replace").read() if os.path.exists(log) else ""
-            ask = lambda cmd: json.loads(subprocess.run(  # noqa: E731
-                [os.path.join(ROOT, "target", "release", "pvswitchctl"), "--control", os.path.join(d, "ctl.sock"),
-                 "--json", cmd], capture_output=True, text=True, check=True).stdout)
-            ports, stats = {p["name"]: p for p in ask("ports")}, ask("stats")
+            ports, stats = {p["name"]: p for p in ctl(d, "ports")}, ctl(d, "stats")
         finally:
             for p in (qemu, iperf):
                 if p:

@@ -16,7 +16,6 @@ Needs a release build and the guest image (bash scripts/prepare.sh does both); r
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -25,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import ROOT, emit, start_pvswitchd, write_config  # noqa: E402
+from pvsbench import ROOT, ctl, emit, start_pvswitchd, write_config  # noqa: E402
 
 
 def run(offloads, iperf_time, poll_mode, iperf_args=""):
@@ -40,10 +39,7 @@ def run(offloads, iperf_time, poll_mode, iperf_args=""):
                  "--logdir", os.path.join(d, "vm-pair"), "--pings", "3", "--iperf-time", str(iperf_time),
                  "--iperf-args", iperf_args],
                 capture_output=True, text=True, timeout=900)
-            ask = lambda cmd: json.loads(subprocess.run(  # noqa: E731
-                [os.path.join(ROOT, "target", "release", "pvswitchctl"), "--control", os.path.join(d, "ctl.sock"),
-                 "--json", cmd], capture_output=True, text=True, check=True).stdout)
-            ports, stats = ask("ports"), ask("stats")
+            ports, stats = ctl(d, "ports"), ctl(d, "stats")
         finally:
             stop()
         text = out.stdout + out.stderr

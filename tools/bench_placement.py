@@ -14,7 +14,6 @@ Needs root and release builds of pvswitchd and pvsgen (cargo build --release --w
 """
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -24,17 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSGEN, PVSWITCHD, ROOT, emit, wait_socket  # noqa: E402
-
-CTL = os.path.join(ROOT, "target", "release", "pvswitchctl")
-
-
-def ctl(d, *args):
-    r = subprocess.run([CTL, "--control", f"{d}/ctl.sock", "--json", *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(r.stderr)
-    return json.loads(r.stdout)
-
+from pvsbench import PVSGEN, PVSWITCHD, ctl, emit, wait_socket  # noqa: E402
 
 def rate(d):
     """Frames per second the switch took from guests over the last full second."""

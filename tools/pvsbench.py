@@ -141,6 +141,18 @@ class Testpmd:
             self.p.wait()
 
 
+def ctl(d, *args, check=True):
+    """`pvswitchctl --json ARGS` against the pvswitchd whose directory is `d` (its control socket
+    `d`/ctl.sock): the reply's JSON. The benchmarks' one way to ask pvswitchd."""
+    r = subprocess.run([PVSWITCHCTL, "--control", os.path.join(d, "ctl.sock"), "--json", *args],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        if check:
+            raise RuntimeError(f"pvswitchctl {' '.join(args)}: {r.stderr.strip()}")
+        return None
+    return json.loads(r.stdout)
+
+
 def wait_socket(path, timeout=20):
     end = time.time() + timeout
     while time.time() < end:

@@ -32,6 +32,9 @@ commands:
             recompute receive-queue placement (default: rxq_assign) and move queues live
   move P:Q N
             move receive queue Q of port P to poll thread N, live
+  vteps     each VTEP: its VNIs, the MACs local to this host, what its control plane said
+  vtep-sync VTEP STATE
+            a VTEP's whole remote state (JSON), from its control plane (pvs-evpn)
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,

@@ -349,6 +349,10 @@ pub(in crate::datapath) fn deliver(
     n
 }
 
+/// `deliver`'s loop over a burst, frame by frame, keeping a destination open across the frames
+/// that go to it and a flooded run together. One body on purpose, as `rx::visit_source`: the
+/// open destination and the run in progress are its locals, and each kind of frame (unicast,
+/// flood run, action list, drop) is one arm of it.
 fn deliver_in_order(
     env: &Env,
     frames: &[Frame],

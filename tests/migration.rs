@@ -316,8 +316,10 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
         }
     }
     run.wait_log("peer", "PVS-GAP", 900);
+    // The guest's console after the last move.
+    let last = format!("vm-{MOVES}");
     if load == Load::Tcp {
-        run.wait_log("vm-3", "PVS-SHA", 120);
+        run.wait_log(&last, "PVS-SHA", 120);
     }
     drop(qemus);
     let peer_log = run.log("peer");
@@ -327,7 +329,7 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
     match load {
         Load::Tcp => {
             let sent = pick(&peer_log, "PVS-SENT").expect("the sender's SHA-256");
-            let got = pick(&run.log("vm-3"), "PVS-SHA").expect("the receiver's SHA-256");
+            let got = pick(&run.log(&last), "PVS-SHA").expect("the receiver's SHA-256");
             assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
             assert_eq!(got, sent, "the 200 MiB arrived changed");
         }

@@ -30,7 +30,7 @@ awk '
     printf "%d passed, %d failed, %d skipped\n", passed - skipped, failed, skipped
     for (w in why) printf "%6d skipped: needs %s\n", why[w], w | "sort -rn"
     close("sort -rn")
-    print "the 10 slowest test binaries (seconds):"
+    if (length(secs) > 0) print "the 10 slowest test binaries (seconds):"
     for (b in secs) printf "%8.1f  %s\n", secs[b], b | "sort -rn | head -n 10"
     close("sort -rn | head -n 10")
     exit (failed > 0 || ran == 0)

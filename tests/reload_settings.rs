@@ -37,6 +37,8 @@ enum At {
     QueueA,
     Nic,
     Dpdk,
+    /// A `[[vtep]]` on nic0, after everything else.
+    Vtep,
 }
 
 struct Case {
@@ -67,14 +69,39 @@ fn config(dir: &Path, at: At, extra: &str) -> String {
          [[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"\n{a}{q}\
          [[port]]\nname = \"b\"\ntype = \"vhost-user\"\nsocket = \"b.sock\"\n\
          [[port]]\nname = \"nic0\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\n{nic}\
-         [dpdk]\n{dpdk}",
+         [dpdk]\n{dpdk}{vtep}",
         top = put(At::Top),
         sw = put(At::Switch),
         a = put(At::PortA),
         q = if at == At::QueueA { format!("[[port.queue]]\n{extra}\n") } else { String::new() },
         nic = put(At::Nic),
         dpdk = put(At::Dpdk),
+        vtep = put(At::Vtep),
     )
+}
+
+/// A `[[vtep]]` on nic0 with `$extra` lines, one VNI and its remote 10.9.0.2 (`$remote`
+/// lines replace the VNI's).
+macro_rules! vtep {
+    ($extra:literal) => {
+        vtep!($extra, "[[vtep.vni]]\nvni = 100\nvlan = 10\nremotes = [\"10.9.0.2\"]\n")
+    };
+    ($extra:literal, $vni:literal) => {
+        concat!("[[vtep]]\nname = \"vt\"\nunderlay = \"nic0\"\nlocal_ip = \"10.9.0.1/24\"\n", $extra, $vni)
+    };
+}
+
+/// The tunnel port of a `vtep!` case's remote, and its `vxlan` object.
+fn tunnel(sw: &Switch, remote: &str) -> Value {
+    let p = sw.port(&format!("vt-{remote}"));
+    assert_eq!(p["type"], "vxlan", "{p}");
+    p
+}
+
+fn vtep(sw: &Switch) -> Value {
+    let v = sw.ctl("vteps");
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    v[0].clone()
 }
 
 fn thread(sw: &Switch) -> Value {
@@ -514,6 +541,71 @@ const CASES: &[Case] = &[
         "runtime_vdevs = [\"net_null\"]",
         AtUse("add-port, set-port and the port directory's files (tests/portcmds.rs)"),
     ),
+    case("vtep", "name", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw)["name"], "vt"))),
+    case("vtep", "underlay", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw)["underlay"], "nic0"))),
+    case(
+        "vtep",
+        "local_ip",
+        At::Vtep,
+        vtep!(""),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["local"], "10.9.0.1")),
+    ),
+    case(
+        "vtep",
+        "gateway",
+        At::Vtep,
+        vtep!("gateway = \"10.9.0.254\"\n", "[[vtep.vni]]\nvni = 100\nvlan = 10\nremotes = [\"10.8.0.2\"]\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.8.0.2")["vxlan"]["next_hop"], "10.9.0.254")),
+    ),
+    case(
+        "vtep",
+        "next_hop_mac",
+        At::Vtep,
+        vtep!("next_hop_mac = \"02:00:00:00:09:fe\"\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["next_hop_mac"], "02:00:00:00:09:fe")),
+    ),
+    case(
+        "vtep",
+        "udp_port",
+        At::Vtep,
+        vtep!("udp_port = 4790\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["udp_port"], 4790)),
+    ),
+    case(
+        "vtep",
+        "mtu",
+        At::Vtep,
+        vtep!("mtu = 1400\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["mtu"], 1400)),
+    ),
+    case(
+        "vtep",
+        "learning",
+        At::Vtep,
+        vtep!("learning = false\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["learning"], false)),
+    ),
+    case(
+        "vtep.vni",
+        "vni",
+        At::Vtep,
+        vtep!("", "[[vtep.vni]]\nvni = 300\nvlan = 30\nremotes = [\"10.9.0.2\"]\n"),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["vnis"], serde_json::json!(["300:30"]))),
+    ),
+    case(
+        "vtep.vni",
+        "vlan",
+        At::Vtep,
+        vtep!(""),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vlan"]["trunks"], serde_json::json!(["10"]))),
+    ),
+    case(
+        "vtep.vni",
+        "remotes",
+        At::Vtep,
+        vtep!(""),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["remote"], "10.9.0.2")),
+    ),
 ];
 
 /// The keys conf/pvswitch.example.toml sets or shows commented out, by section.
@@ -559,7 +651,7 @@ fn every_setting_of_the_example_is_applied_live_or_named() {
                 &format!("socket_dir = \"{}\"", dir.display()),
                 &format!("socket_dir = \"{}\"", dir.join("alt").display()),
             ),
-            (_, "name") => config(&dir, At::Top, "").replace("name = \"a\"", "name = \"a2\""),
+            ("port", "name") => config(&dir, At::Top, "").replace("name = \"a\"", "name = \"a2\""),
             (_, "type") => config(&dir, At::Top, "").replace(
                 "name = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"",
                 "name = \"a\"\ntype = \"dpdk\"\ndevice = \"net_ring7\"",

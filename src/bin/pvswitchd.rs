@@ -87,6 +87,10 @@ fn raise_fd_limit() {
     }
 }
 
+/// The daemon's start-up in order: the control socket (a second daemon stops here), signals,
+/// the EAL and ports, the switch model and its placement, poll threads pinned to their cores,
+/// the control loop, and the orderly stop. Long because it is that sequence, read top to
+/// bottom; each step is a call into the library.
 fn run(cfg: Config, config_path: PathBuf) -> std::io::Result<()> {
     raise_fd_limit();
     // First: a second pvswitchd on the same configuration stops here, before it touches a

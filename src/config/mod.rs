@@ -39,6 +39,7 @@ mod queue;
 mod raw;
 mod switch;
 mod tenant;
+pub mod vlan;
 mod vtep;
 
 use std::collections::HashMap;

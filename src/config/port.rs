@@ -11,9 +11,9 @@ use super::queue::{self, QueueConfig};
 use super::raw::{self, RawPort};
 use super::switch::PortDefaults;
 use super::tenant::{self, RateCaps};
+use crate::config::vlan::PortVlan;
 use crate::mem::MemLimits;
 use crate::wire::MacAddr;
-use crate::wire::vlan::PortVlan;
 
 #[derive(Debug, Clone)]
 pub struct PortConfig {

@@ -5,7 +5,7 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Ctx};
 use super::raw::{RawPort, RawVid};
-use crate::wire::vlan::{MAX_VID, PortVlan, VlanMode, VlanSet};
+use crate::config::vlan::{MAX_VID, PortVlan, VlanMode, VlanSet};
 
 /// A port's rate caps, per direction, in packets and bits a second (0: no cap). Ingress is
 /// what the port sends into the switch, egress what the switch sends to it. Each bucket holds

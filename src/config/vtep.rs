@@ -15,9 +15,9 @@ use super::port::PortConfig;
 use super::raw::RawVtep;
 use super::switch::PortDefaults;
 use super::tenant::RateCaps;
+use crate::config::vlan::{MAX_VID, PortVlan};
 use crate::mem::MemLimits;
 use crate::wire::MacAddr;
-use crate::wire::vlan::{MAX_VID, PortVlan};
 use crate::wire::vxlan;
 
 /// The overlay MTU when `[[vtep]]` does not say: 1500 on the underlay, less the 50 bytes of
@@ -113,6 +113,7 @@ impl VtepConfig {
 }
 
 /// Checks `[[vtep]]` tables against the ports (`ports`: the file's and the drop-ins').
+/// Long because it is one check per key, in the table's order, each with its error at the key.
 pub(super) fn validate(raw: Vec<RawVtep>, ports: &[PortConfig], cx: &Ctx) -> Result<Vec<VtepConfig>, ConfigError> {
     let mut out: Vec<VtepConfig> = Vec::new();
     let mut underlays = BTreeSet::new();

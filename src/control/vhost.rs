@@ -74,6 +74,8 @@ impl Conn {
     }
 
     /// Reads what the socket has and handles every whole message, up to `MSGS_PER_EVENT`.
+    /// Long because a message's life is one sequence (read with its fds, frame, check, apply,
+    /// reply, account) whose early exits each close the connection differently.
     fn read(&mut self) -> Read {
         let mut handled = 0;
         while handled < MSGS_PER_EVENT {

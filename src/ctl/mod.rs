@@ -11,6 +11,7 @@ pub mod stats;
 use serde::Serialize;
 
 use crate::config::RateCaps;
+use crate::config::vlan::{PortVlan, VlanMode};
 use crate::port::PortKind;
 use crate::port::rate::PortRates;
 use crate::port::vhost::{Status, VringStatus, feature_names};
@@ -20,8 +21,7 @@ use crate::proto::{
     QueueKind, RateCapsInfo, RateTokens, ReloadReply, Reply, Request, VersionReply, VxlanInfo,
 };
 use crate::switch::{Endpoints, PortState, Switch};
-use crate::wire::gso::Negotiated;
-use crate::wire::vlan::{PortVlan, VlanMode};
+use crate::wire::virtio_net::Negotiated;
 
 /// The reply line for an error.
 pub fn error_reply(msg: &str) -> String {
@@ -114,6 +114,7 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
             udp_port: t.cfg.udp_port,
             next_hop: t.next_hop.to_string(),
             next_hop_mac: t.neighbour().map(|m| m.to_string()),
+            learning: t.cfg.learning,
             vnis: t
                 .cfg
                 .vnis

@@ -18,7 +18,8 @@ use super::vlan::ingress_vlan;
 use crate::flow::table::{NO_MATCH, Verdict};
 use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
 use crate::port::Port;
-use crate::wire::gso::{self, Negotiated, Offload, OffloadError};
+use crate::wire::gso::{self, Offload, OffloadError};
+use crate::wire::virtio_net::Negotiated;
 use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 
 /// The first pass over a burst: where each frame goes. With no flow table: MAC learning on

@@ -18,9 +18,9 @@ use crate::datapath::counters::RxqStats;
 use crate::datapath::mac_table::Mac;
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use crate::config::vlan::PortVlan;
 use crate::flow::table::FlowTable;
 use crate::port::Port;
-use crate::wire::vlan::PortVlan;
 
 /// Per-port settings the data path applies, replaced as a whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -441,8 +441,8 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::{Mailbox, Plan, PortPolicy, PortTable};
+    use crate::config::vlan::PortVlan;
     use crate::port::Port;
-    use crate::wire::vlan::PortVlan;
 
     /// A VLAN's flood list is the ports that carry it: a flood's cost grows with its VLAN's
     /// ports, not with the switch's. Without VLAN config, every port.

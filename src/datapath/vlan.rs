@@ -5,7 +5,7 @@
 
 use super::counters::DropReason;
 use super::frame::{Frame, Shape};
-use crate::wire::vlan::{PortVlan, VlanRefusal};
+use crate::config::vlan::{PortVlan, VlanRefusal};
 use crate::wire::{EthernetRepr, VlanTag, ethertype};
 
 /// An ethertype that is a VLAN tag's TPID: 802.1Q, 802.1ad, and the older 0x9100 QinQ.

@@ -127,7 +127,8 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// One match token at byte `at`.
+    /// One match token at byte `at`. Long because it is one arm per ovs-ofctl field name (a
+    /// table of the language), each arm a line or two.
     fn field(&mut self, at: usize, tok: &'a str, port: &dyn Fn(&str) -> Option<u16>) -> Result<(), FlowError> {
         let (name, value) = match tok.find(['=', ':']) {
             Some(p) => (&tok[..p], Some((at + p + 1, &tok[p + 1..]))),

@@ -44,6 +44,7 @@ impl Action {
 
 impl Match {
     /// The match part of a flow in ovs-ofctl syntax (comma-separated, empty for "any").
+    /// Long because it is one line per field, in ovs-ofctl's order: the inverse of the parser.
     pub fn to_ovs_string(&self, name: &dyn Fn(u16) -> String) -> String {
         let mut parts: Vec<String> = Vec::new();
         let k = &self.key;

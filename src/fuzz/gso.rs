@@ -15,12 +15,15 @@
 use super::{Rng, Target, bit, fuzz, regressions};
 use crate::mem::Segs;
 use crate::wire::checksum::Sum;
-use crate::wire::gso::{self, DeviceJob, MAX_FRAME, MAX_HDR, MIN_MSS, Negotiated, Offload};
+use crate::wire::gso::{self, DeviceJob, MAX_FRAME, MAX_HDR, MIN_MSS, Offload};
 use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::virtio_net::Negotiated;
 use crate::wire::virtio_net::{VirtioNetHdr, flags, gso as gso_type};
 
 pub const HDR: usize = 20;
 
+/// Long because it is one oracle: the input decoded into a frame and a header, then every
+/// property checked against it in turn (parse, segmentation, checksums, device jobs).
 fn run(input: &[u8]) -> u64 {
     if input.len() < HDR {
         return 0;

@@ -2,7 +2,7 @@
 //! surface a frontend or an operator controls (DESIGN.md, "Fuzzing").
 //!
 //! No libFuzzer, no sanitizers, no coverage instrumentation (none of that works on stable):
-//! each target is a `#[test]` that runs inputs for a bounded time (`PVS_FUZZ_SECS`, default 8
+//! each target is a `#[test]` that runs inputs for a bounded time (`PVS_FUZZ_SECS`, default 4
 //! s) and a bounded number of iterations (`PVS_FUZZ_ITERS`), starting from the corpus committed
 //! in `fuzz/corpus/<target>/` and the inputs that once failed, in `fuzz/regressions/<target>/`.
 //! Inputs are mutated blindly (bit flips, interesting values, splices, inserted and deleted
@@ -283,7 +283,8 @@ fn watchdog(name: &'static str, tag: String, w: Arc<Watch>, base: Instant, limit
     }
 }
 
-/// Applies one blind mutation to `v`, `pool` being the inputs to splice from.
+/// Applies one blind mutation to `v`, `pool` being the inputs to splice from. Long because it
+/// is one arm per mutation kind, a table of them.
 fn mutate_bytes(rng: &mut Rng, v: &mut Vec<u8>, pool: &[Vec<u8>], dict: &[&[u8]], max_len: usize) {
     let len = v.len();
     match rng.below(11) {
@@ -380,6 +381,7 @@ fn mutate_bytes(rng: &mut Rng, v: &mut Vec<u8>, pool: &[Vec<u8>], dict: &[&[u8]]
 /// Runs target `t`: the replay file if `PVS_FUZZ_REPLAY` names one of this target's, else the
 /// corpus, the regressions and then mutated and generated inputs until the time or the
 /// iterations run out. Panics, naming the saved input, on the first input that fails.
+/// Long because it is the engine's one loop and its phases share the corpus and coverage.
 pub fn fuzz(t: &Target) {
     if let Ok(path) = std::env::var("PVS_FUZZ_REPLAY") {
         let p = Path::new(&path);
@@ -396,7 +398,7 @@ pub fn fuzz(t: &Target) {
         }
         return;
     }
-    let secs = env_u64("PVS_FUZZ_SECS").unwrap_or(8);
+    let secs = env_u64("PVS_FUZZ_SECS").unwrap_or(4);
     let max_iters = env_u64("PVS_FUZZ_ITERS").unwrap_or(u64::MAX);
     let hang_ms = env_u64("PVS_FUZZ_HANG_MS").unwrap_or(5000);
     let seed = env_u64("PVS_FUZZ_SEED").unwrap_or_else(|| {

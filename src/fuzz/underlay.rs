@@ -1,6 +1,6 @@
 //! Targets for what arrives from the underlay and from a VTEP's control plane, and for what the
 //! classifier reads of a frame:
-//! - `underlay`: a frame from the underlay as a VTEP's poll thread sees it: `wire::vxlan::parse`
+//! - `underlay`: a frame from the underlay as a VTEP's poll thread sees it: `rx::vxlan::check_outer`
 //!   with decapsulation in place (`datapath::rx::vxlan::decap`), or ARP (`ArpPacket`);
 //! - `front`: a frame's flow key as the data path extracts it from the front it copies (64
 //!   bytes, deepened to reach the L4 fields behind IPv4 options: `FlowKey::l4_end`) equals the
@@ -72,7 +72,7 @@ fn gen_underlay(rng: &mut Rng) -> Vec<u8> {
 fn run_underlay(input: &[u8]) -> u64 {
     let mut d = input.to_vec();
     let len = d.len();
-    let sig = match vxlan::parse(&d, len, LOCAL, vxlan::DEFAULT_PORT) {
+    let sig = match crate::datapath::rx::vxlan::check_outer(&d, len, LOCAL, vxlan::DEFAULT_PORT) {
         Ok(r) => {
             assert!(OUTER_LEN + r.inner_len <= len, "the inner frame ({}) lies past the frame ({len})", r.inner_len);
             let inner = d[OUTER_LEN..OUTER_LEN + r.inner_len].to_vec();

@@ -14,6 +14,7 @@
 pub mod dpdk;
 pub mod limit;
 pub mod nic;
+pub mod nic_info;
 pub mod rate;
 pub mod tunnel;
 pub mod vhost;

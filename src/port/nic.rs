@@ -13,58 +13,13 @@
 //! type is empty), so the data path compiles unchanged and the NIC arms are unreachable.
 #![forbid(unsafe_code)]
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::Config;
 
+pub use super::nic_info::{NicInfo, NicOffloads, NicStats};
 #[cfg(feature = "dpdk")]
 pub use imp::*;
 #[cfg(not(feature = "dpdk"))]
 pub use stub::*;
-
-/// What `pvswitchctl ports` shows of a NIC (a port's `dpdk` object): driver, queues, NUMA node
-/// (`socket_id`) and DPDK's own counters. Part of the control protocol (`proto`), here
-/// because `NicPort::info` builds it; it exists without the `dpdk` feature too, for pvswitchctl.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NicInfo {
-    pub device: String,
-    pub ethdev: String,
-    pub port_id: u16,
-    pub driver: String,
-    pub rx_queues: u16,
-    pub tx_queues: u16,
-    pub rx_ring: u16,
-    pub tx_ring: u16,
-    pub socket_id: Option<u32>,
-    pub mtu: Option<u16>,
-    pub offloads: NicOffloads,
-    pub mac: Option<String>,
-    pub notes: Vec<String>,
-    pub mbufs_free: u32,
-    pub stats: Option<NicStats>,
-}
-
-/// The device offloads a NIC port uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NicOffloads {
-    pub tx_checksum: bool,
-    pub tx_tso4: bool,
-    pub tx_tso6: bool,
-    pub rx_checksum: bool,
-}
-
-/// DPDK's counters of a NIC port (`rte_eth_stats`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NicStats {
-    pub ipackets: u64,
-    pub opackets: u64,
-    pub ibytes: u64,
-    pub obytes: u64,
-    pub imissed: u64,
-    pub ierrors: u64,
-    pub oerrors: u64,
-    pub rx_nombuf: u64,
-}
 
 /// Whether the configuration has a dpdk port.
 pub fn wanted(cfg: &Config) -> bool {
@@ -75,10 +30,10 @@ pub fn wanted(cfg: &Config) -> bool {
 mod imp {
     use std::sync::Mutex;
 
-    use super::{NicInfo, NicOffloads, NicStats};
+    use super::{NicInfo, NicOffloads};
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
     use crate::port::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
-    use crate::wire::gso::Negotiated;
+    use crate::wire::virtio_net::Negotiated;
 
     /// Why the EAL did not start, if it did not (every dpdk port then fails with it).
     static EAL_ERROR: Mutex<Option<String>> = Mutex::new(None);
@@ -337,16 +292,7 @@ mod imp {
                 mac: self.eth.mac_addr().ok().map(|m| m.to_string()),
                 notes: self.eth.notes().to_vec(),
                 mbufs_free: self.pool.available(),
-                stats: self.eth.stats().ok().map(|s| NicStats {
-                    ipackets: s.ipackets,
-                    opackets: s.opackets,
-                    ibytes: s.ibytes,
-                    obytes: s.obytes,
-                    imissed: s.imissed,
-                    ierrors: s.ierrors,
-                    oerrors: s.oerrors,
-                    rx_nombuf: s.rx_nombuf,
-                }),
+                stats: self.eth.stats().ok(),
             }
         }
     }
@@ -379,7 +325,7 @@ mod stub {
         pub fn info(&self) -> NicInfo {
             match *self {}
         }
-        pub fn takes(&self) -> crate::wire::gso::Negotiated {
+        pub fn takes(&self) -> crate::wire::virtio_net::Negotiated {
             match *self {}
         }
         pub fn segments_fit(&self, _: &crate::wire::gso::Offload) -> bool {

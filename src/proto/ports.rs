@@ -74,6 +74,13 @@ pub struct VxlanInfo {
     pub next_hop: String,
     pub next_hop_mac: Option<String>,
     pub vnis: Vec<String>,
+    /// Whether it learns MACs from the frames it brings (`[[vtep]] learning`).
+    #[serde(default = "yes")]
+    pub learning: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What a vhost-user port offers and what each direction negotiated, as offload names (csum,

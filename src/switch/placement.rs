@@ -130,7 +130,9 @@ pub fn place(threads: &[ThreadInfo], queues: &[QueueInfo], policy: RxqAssign, is
     place_named(threads, queues, policy, isolate_pinned, &|(port, q)| format!("{port}:{q}"))
 }
 
-/// [`place`], naming queues in warnings with `name` (e.g. `vm3:0`).
+/// [`place`], naming queues in warnings with `name` (e.g. `vm3:0`). Long because it applies
+/// the module's rules in their order (pinned queues, isolation, NUMA groups, then the policy's
+/// spread), each rule seeing what the ones before it left.
 pub fn place_named(
     threads: &[ThreadInfo],
     queues: &[QueueInfo],

@@ -41,6 +41,10 @@ impl Switch {
         result
     }
 
+    /// Long because it is one reload in the order it must take: ids for the new port set,
+    /// (1) removed and replaced ports retired, (2) in-place changes, new ports and flows,
+    /// (3) poll threads started or stopped and queues moved; each step reads what the ones
+    /// before it decided.
     fn apply_ports(&mut self, ep: &mut dyn Endpoints, new: Config) -> Result<String, String> {
         // Ids for the new port set: kept ports keep theirs, new ones take free slots.
         let mut removed = Vec::new();

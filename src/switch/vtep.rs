@@ -16,8 +16,8 @@ use std::net::Ipv4Addr;
 use super::portcmd::PortCmdError::{self, Failed, Invalid, NotFound};
 use super::{Endpoints, Switch};
 use crate::config::Remotes;
+use crate::config::vlan::VlanMode;
 use crate::wire::MacAddr;
-use crate::wire::vlan::VlanMode;
 
 /// What the VTEPs' control plane told them.
 #[derive(Debug, Default)]

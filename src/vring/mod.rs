@@ -249,7 +249,7 @@ pub struct Vring {
     pub mrg_rxbuf: bool,
     /// Offloads negotiated for this queue's direction (what a TX queue's frames may ask for,
     /// what an RX queue's guest takes).
-    pub offloads: crate::wire::gso::Negotiated,
+    pub offloads: crate::wire::virtio_net::Negotiated,
     /// The guest's kick eventfd, which a poll thread watches for a parked queue or while it
     /// sleeps (shared with the port's backend: no descriptor of its own).
     pub kick: Option<Arc<File>>,

@@ -32,6 +32,8 @@ mod field {
 
 /// Destination, source and ethertype.
 pub const HEADER_LEN: usize = 14;
+/// The highest VLAN id a frame may carry (4095 is reserved, 0 is a priority tag).
+pub const MAX_VID: u16 = 4094;
 /// Bytes of a VLAN tag (TPID and TCI).
 pub const TAG_LEN: usize = 4;
 /// The most VLAN tags an [`EthernetRepr`] holds.

@@ -9,7 +9,7 @@ use super::ethernet;
 use super::ipv4::{self, Ipv4Packet};
 use super::ipv6::{self, Ipv6Packet};
 use super::tcp::{self, TcpPacket};
-use super::virtio_net::{VirtioNetHdr, flags, gso};
+use super::virtio_net::{Negotiated, VirtioNetHdr, flags, gso};
 use super::{ethertype, set_be16};
 
 /// Most bytes of headers a segmented frame may have: Ethernet with two VLAN tags, IPv4 with
@@ -24,57 +24,6 @@ pub const MIN_MSS: u16 = 88;
 
 /// Largest TSO frame accepted: an IP packet of 64 KiB behind Ethernet and two VLAN tags.
 pub const MAX_FRAME: u32 = 65535 + 14 + 8;
-
-/// The offloads one side of a virtio-net device negotiated, as the data path asks about them:
-/// for a guest's TX queue what it may send (CSUM, HOST_TSO4/6, HOST_ECN), for its RX queue what
-/// it can take (GUEST_CSUM, GUEST_TSO4/6, GUEST_ECN).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Negotiated {
-    pub csum: bool,
-    pub tso4: bool,
-    pub tso6: bool,
-    pub ecn: bool,
-}
-
-impl Negotiated {
-    /// What a driver with `features` may send.
-    pub fn host(features: u64) -> Negotiated {
-        use super::virtio_net::feature as f;
-        Negotiated {
-            csum: features & f::CSUM != 0,
-            tso4: features & f::HOST_TSO4 != 0,
-            tso6: features & f::HOST_TSO6 != 0,
-            ecn: features & f::HOST_ECN != 0,
-        }
-    }
-
-    /// What a driver with `features` can receive.
-    pub fn guest(features: u64) -> Negotiated {
-        use super::virtio_net::feature as f;
-        Negotiated {
-            csum: features & f::GUEST_CSUM != 0,
-            tso4: features & f::GUEST_TSO4 != 0,
-            tso6: features & f::GUEST_TSO6 != 0,
-            ecn: features & f::GUEST_ECN != 0,
-        }
-    }
-
-    /// Whether any offload is negotiated (ECN alone means nothing without TSO). With none, a
-    /// sender's virtio-net header carries nothing: the driver must leave it zero, and the
-    /// device ignores it.
-    #[inline]
-    pub fn any(&self) -> bool {
-        self.csum || self.tso4 || self.tso6
-    }
-
-    /// Whether a receiver with these offloads takes a frame with offload `o` as it is.
-    pub fn takes(&self, o: &Offload) -> bool {
-        match o.tso {
-            Some(t) => self.csum && if t.v6 { self.tso6 } else { self.tso4 } && (!t.ecn || self.ecn),
-            None => o.csum.is_none() || self.csum,
-        }
-    }
-}
 
 /// Why a frame's offload request cannot be honoured (the frame is dropped and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +129,14 @@ impl Offload {
         o.csum = Some((t.l4, tcp::CHECKSUM_OFFSET as u16));
         o.tso = Some(Tso { mss: h.gso_size, v6, ecn: with_ecn, ..t });
         Ok(o)
+    }
+
+    /// Whether a receiver that negotiated `rx` takes a frame with this offload as it is.
+    pub fn taken_by(&self, rx: &Negotiated) -> bool {
+        match self.tso {
+            Some(t) => rx.csum && if t.v6 { rx.tso6 } else { rx.tso4 } && (!t.ecn || rx.ecn),
+            None => self.csum.is_none() || rx.csum,
+        }
     }
 
     /// The offsets moved by `delta` bytes (an Ethernet header rewritten to another length).
@@ -707,7 +664,9 @@ mod tests {
         assert_eq!(Offload::parse(&good, &arp, len, &all), Err(OffloadError::GsoHeaders));
         // What a receiver takes as it is.
         let o = p(good, all).unwrap();
-        assert!(all.takes(&o) && !n(true, false, true, true).takes(&o) && !n(false, true, true, true).takes(&o));
+        assert!(
+            o.taken_by(&all) && !o.taken_by(&n(true, false, true, true)) && !o.taken_by(&n(false, true, true, true))
+        );
         // A plain frame with no offload at all.
         assert_eq!(p(VirtioNetHdr::PLAIN, n(false, false, false, false)), Ok(Offload::NONE));
     }

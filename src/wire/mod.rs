@@ -8,7 +8,6 @@
 //! - [`ipv4`], [`ipv6`], [`tcp`], [`udp`], [`arp`]: what flows match on and offloads rewrite.
 //! - [`checksum`]: the Internet checksum, in pieces.
 //! - [`virtio_net`]: the virtio-net header, its length by features, and feature bit names.
-//! - [`vlan`]: 802.1Q port membership: which VLANs a port carries, tagged or not.
 //! - [`gso`]: offloads in software: a partial checksum completed, a TSO frame segmented.
 //! - [`vxlan`]: VXLAN over IPv4: a tunnel's outer headers, filled per frame, and checked.
 #![forbid(unsafe_code)]
@@ -23,7 +22,6 @@ pub mod mac;
 pub mod tcp;
 pub mod udp;
 pub mod virtio_net;
-pub mod vlan;
 pub mod vxlan;
 
 pub use ethernet::{EthernetFrame, EthernetRepr, VlanTag, ethertype};

@@ -190,6 +190,50 @@ impl VirtioNetHdr {
     }
 }
 
+/// The offloads a set of virtio-net feature bits allows in one direction, as the spec defines
+/// them (what a frame's header may ask for, what a receiver takes), as the data path asks:
+/// for a guest's TX queue what it may send (CSUM, HOST_TSO4/6, HOST_ECN), for its RX queue what
+/// it can take (GUEST_CSUM, GUEST_TSO4/6, GUEST_ECN).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Negotiated {
+    pub csum: bool,
+    pub tso4: bool,
+    pub tso6: bool,
+    pub ecn: bool,
+}
+
+impl Negotiated {
+    /// What a driver with `features` may send.
+    pub fn host(features: u64) -> Negotiated {
+        use feature as f;
+        Negotiated {
+            csum: features & f::CSUM != 0,
+            tso4: features & f::HOST_TSO4 != 0,
+            tso6: features & f::HOST_TSO6 != 0,
+            ecn: features & f::HOST_ECN != 0,
+        }
+    }
+
+    /// What a driver with `features` can receive.
+    pub fn guest(features: u64) -> Negotiated {
+        use feature as f;
+        Negotiated {
+            csum: features & f::GUEST_CSUM != 0,
+            tso4: features & f::GUEST_TSO4 != 0,
+            tso6: features & f::GUEST_TSO6 != 0,
+            ecn: features & f::GUEST_ECN != 0,
+        }
+    }
+
+    /// Whether any offload is negotiated (ECN alone means nothing without TSO). With none, a
+    /// sender's virtio-net header carries nothing: the driver must leave it zero, and the
+    /// device ignores it.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.csum || self.tso4 || self.tso6
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,16 @@
 //! VXLAN (RFC 7348) over IPv4: the outer Ethernet, IPv4 and UDP headers and the VXLAN header
-//! in front of an inner Ethernet frame, 50 bytes in all. `Outer` is one tunnel's headers as a
-//! template, filled in per frame (lengths, the IP identification and checksum, the UDP source
-//! port that spreads flows over the underlay's paths); `parse` checks a received frame's outer
-//! headers and finds its VNI and inner frame.
+//! in front of an inner Ethernet frame, 50 bytes in all. [`VxlanPacket`] is a checked view of
+//! the VXLAN header and [`VxlanRepr`] its parsed form (the VNI), as the rest of `wire/`;
+//! [`Outer`] is one tunnel's headers as a template, filled in per frame (lengths, the IP
+//! identification and checksum, the UDP source port that spreads flows over the underlay's
+//! paths). Whether a received frame is for this host's VTEP is the receiver's question
+//! (`datapath::rx::vxlan`), asked over these views and `ipv4`'s and `udp`'s.
 
 use std::net::Ipv4Addr;
 
 use super::checksum::Sum;
 use super::mac::MacAddr;
-use super::{ethertype, protocol};
+use super::{Error, ethertype, protocol};
 
 /// The IANA port for VXLAN.
 pub const DEFAULT_PORT: u16 = 4789;
@@ -19,69 +21,76 @@ pub const OUTER_LEN: usize = 14 + 20 + 8 + HEADER_LEN;
 /// The largest VNI (24 bits).
 pub const MAX_VNI: u32 = (1 << 24) - 1;
 /// The VXLAN flags byte with its I bit: the VNI is valid.
-const FLAG_VNI: u8 = 0x08;
+pub const FLAG_VNI: u8 = 0x08;
 /// Offsets in the outer headers.
 const IP: usize = 14;
 const UDP: usize = IP + 20;
-const VXLAN: usize = UDP + 8;
+/// Where the VXLAN header starts in an encapsulated frame.
+pub const VXLAN_AT: usize = UDP + 8;
 
-/// Why a frame from the underlay is not a VXLAN frame for this tunnel endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Not IPv4/UDP to our address and port at all: other traffic on the underlay.
-    NotOurs,
-    /// Addressed to us, but its outer headers are short or inconsistent (lengths, IP options,
-    /// a fragment, the VXLAN flags).
-    BadOuter,
-    /// Its inner frame is shorter than an Ethernet header.
-    BadInner,
+/// A checked view of a VXLAN header (8 bytes: flags, reserved, the VNI, reserved) and the
+/// inner frame behind it.
+#[derive(Debug, Clone, Copy)]
+pub struct VxlanPacket<T: AsRef<[u8]>> {
+    buffer: T,
 }
 
-/// What the outer headers of a received VXLAN frame said.
+impl<T: AsRef<[u8]>> VxlanPacket<T> {
+    /// A view of a buffer holding at least the VXLAN header.
+    pub fn new_checked(buffer: T) -> Result<VxlanPacket<T>, Error> {
+        if buffer.as_ref().len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(VxlanPacket { buffer })
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
+    /// The 24-bit VNI (meaningful when the I flag is set).
+    pub fn vni(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        u32::from_be_bytes([0, b[4], b[5], b[6]])
+    }
+
+    /// The inner frame (as much of it as the buffer holds).
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanPacket<T> {
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[0] = v;
+    }
+
+    pub fn set_vni(&mut self, vni: u32) {
+        self.buffer.as_mut()[4..7].copy_from_slice(&vni.to_be_bytes()[1..]);
+    }
+}
+
+/// A VXLAN header as parsed: its VNI. A header without the I flag is malformed (RFC 7348: the
+/// VNI is not valid); the reserved bits are ignored on receipt and written zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
-    /// The sending tunnel endpoint (outer IPv4 source).
-    pub remote: Ipv4Addr,
+pub struct VxlanRepr {
     pub vni: u32,
-    /// The inner frame's length (it starts at `OUTER_LEN`).
-    pub inner_len: usize,
 }
 
-/// Checks a frame from the underlay (`head`: at least its first `OUTER_LEN + 14` bytes, `len`:
-/// its whole length): IPv4 without options or fragmentation, UDP to `local`:`port`, lengths that
-/// agree with the frame, the VXLAN I flag. A frame not addressed to us is `NotOurs`.
-pub fn parse(head: &[u8], len: usize, local: Ipv4Addr, port: u16) -> Result<Received, Refusal> {
-    let be16 = |o: usize| head.get(o..o + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    if be16(12) != Some(ethertype::IPV4) {
-        return Err(Refusal::NotOurs);
+impl VxlanRepr {
+    pub fn parse<T: AsRef<[u8]>>(p: &VxlanPacket<T>) -> Result<VxlanRepr, Error> {
+        if p.flags() & FLAG_VNI == 0 {
+            return Err(Error::Malformed);
+        }
+        Ok(VxlanRepr { vni: p.vni() })
     }
-    let Some(ip) = head.get(IP..UDP) else { return Err(Refusal::NotOurs) };
-    if ip[9] != protocol::UDP || ip[16..20] != local.octets() {
-        return Err(Refusal::NotOurs);
+
+    /// Writes the header (all 8 bytes) into `p`.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut VxlanPacket<T>) {
+        p.buffer.as_mut()[..HEADER_LEN].fill(0);
+        p.set_flags(FLAG_VNI);
+        p.set_vni(self.vni);
     }
-    if head.len() < VXLAN + HEADER_LEN || be16(UDP + 2) != Some(port) {
-        return Err(if head.len() < VXLAN + HEADER_LEN { Refusal::BadOuter } else { Refusal::NotOurs });
-    }
-    // Version 4 without options; neither a fragment nor one to come.
-    let frag = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
-    let ip_len = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    let udp_len = be16(UDP + 4).unwrap_or(0) as usize;
-    if ip[0] != 0x45 || frag != 0 || ip_len + IP > len || ip_len < 20 + udp_len || udp_len < 8 + HEADER_LEN {
-        return Err(Refusal::BadOuter);
-    }
-    let v = &head[VXLAN..VXLAN + HEADER_LEN];
-    if v[0] & FLAG_VNI == 0 {
-        return Err(Refusal::BadOuter);
-    }
-    let inner_len = udp_len - 8 - HEADER_LEN;
-    if inner_len < 14 {
-        return Err(Refusal::BadInner);
-    }
-    Ok(Received {
-        remote: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
-        vni: u32::from_be_bytes([0, v[4], v[5], v[6]]),
-        inner_len,
-    })
 }
 
 /// One tunnel's outer headers, to a remote endpoint in one VNI: everything but what depends on
@@ -120,8 +129,7 @@ impl Outer {
         let mut s = Sum::new();
         s.add_bytes(ip);
         b[UDP + 2..UDP + 4].copy_from_slice(&port.to_be_bytes());
-        b[VXLAN] = FLAG_VNI;
-        b[VXLAN + 4..VXLAN + 7].copy_from_slice(&vni.to_be_bytes()[1..]);
+        VxlanRepr { vni }.emit(&mut VxlanPacket { buffer: &mut b[VXLAN_AT..] });
         Outer { bytes: b, ip_sum: s }
     }
 
@@ -143,7 +151,7 @@ impl Outer {
     }
 
     pub fn vni(&self) -> u32 {
-        u32::from_be_bytes([0, self.bytes[VXLAN + 4], self.bytes[VXLAN + 5], self.bytes[VXLAN + 6]])
+        VxlanPacket { buffer: &self.bytes[VXLAN_AT..] }.vni()
     }
 }
 
@@ -188,36 +196,21 @@ mod tests {
         assert_eq!(u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) as usize, 8 + 8 + 60);
         assert_eq!(u16::from_be_bytes([f[UDP], f[UDP + 1]]), 50000);
         assert_eq!(outer().vni(), 100);
-        // What the other end makes of it, receiving as REMOTE... here as LOCAL's peer: swap.
-        let mut back = f.clone();
-        back[IP + 16..IP + 20].copy_from_slice(&LOCAL.octets());
-        back[IP + 12..IP + 16].copy_from_slice(&REMOTE.octets());
-        let r = parse(&back, back.len(), LOCAL, DEFAULT_PORT).unwrap();
-        assert_eq!(r, Received { remote: REMOTE, vni: 100, inner_len: 60 });
+        let v = VxlanPacket::new_checked(&f[VXLAN_AT..]).unwrap();
+        assert_eq!(VxlanRepr::parse(&v), Ok(VxlanRepr { vni: 100 }));
+        assert_eq!(v.payload().len(), 60);
     }
 
     #[test]
-    fn frames_not_for_us_and_bad_headers_are_told_apart() {
-        let mut f = encapsulated(60);
-        f[IP + 16..IP + 20].copy_from_slice(&LOCAL.octets());
-        let ok = |f: &[u8]| parse(f, f.len(), LOCAL, DEFAULT_PORT);
-        assert!(ok(&f).is_ok());
-        let with = |at: usize, v: u8| {
-            let mut g = f.clone();
-            g[at] = v;
-            g
-        };
-        assert_eq!(ok(&with(12, 0x86)), Err(Refusal::NotOurs), "not IPv4");
-        assert_eq!(ok(&with(IP + 9, 6)), Err(Refusal::NotOurs), "TCP");
-        assert_eq!(ok(&with(IP + 19, 99)), Err(Refusal::NotOurs), "another address");
-        assert_eq!(ok(&with(UDP + 3, 0)), Err(Refusal::NotOurs), "another port");
-        assert_eq!(ok(&with(IP, 0x46)), Err(Refusal::BadOuter), "IP options");
-        assert_eq!(ok(&with(IP + 6, 0x20)), Err(Refusal::BadOuter), "more fragments");
-        assert_eq!(ok(&with(VXLAN, 0)), Err(Refusal::BadOuter), "no I flag");
-        assert_eq!(ok(&with(IP + 2, 0xff)), Err(Refusal::BadOuter), "IP length past the frame");
-        assert_eq!(ok(&with(UDP + 5, 17)), Err(Refusal::BadInner), "an inner frame of 1 byte");
-        assert_eq!(ok(&f[..VXLAN + 4]), Err(Refusal::BadOuter), "cut inside the VXLAN header");
-        assert_eq!(parse(&f, f.len() - 10, LOCAL, DEFAULT_PORT), Err(Refusal::BadOuter), "frame shorter than IP says");
+    fn the_header_view_checks_length_and_the_i_flag_and_emits_what_it_parses() {
+        assert_eq!(VxlanPacket::new_checked(&[0x08u8; 7][..]).err(), Some(Error::Truncated));
+        let mut b = [0xffu8; 8];
+        let r = VxlanRepr { vni: MAX_VNI };
+        r.emit(&mut VxlanPacket::new_checked(&mut b[..]).unwrap());
+        assert_eq!(b, [0x08, 0, 0, 0, 0xff, 0xff, 0xff, 0], "reserved bits written zero");
+        assert_eq!(VxlanRepr::parse(&VxlanPacket::new_checked(&b[..]).unwrap()), Ok(r));
+        b[0] = 0;
+        assert_eq!(VxlanRepr::parse(&VxlanPacket::new_checked(&b[..]).unwrap()), Err(Error::Malformed), "no I flag");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! bad value refused at its own line and column.
 
 use super::super::*;
-use crate::wire::vlan::{PortVlan, VlanMode};
+use crate::config::vlan::{PortVlan, VlanMode};
 
 fn port(keys: &str) -> String {
     format!("[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"\n{keys}")

@@ -2,7 +2,7 @@
 //! the VLANs whose VNIs list it; each bad value is refused at its own line and column.
 
 use super::super::*;
-use crate::wire::vlan::{PortVlan, VlanMode};
+use crate::config::vlan::{PortVlan, VlanMode};
 
 /// A file with a dpdk port "up" and a vhost-user port "vm", then `vtep`.
 fn file(vtep: &str) -> String {

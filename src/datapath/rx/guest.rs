@@ -7,7 +7,7 @@ use crate::datapath::ring_broke;
 use crate::datapath::tx::delivery::Delivery;
 use crate::port::Port;
 use crate::vring::{Ahead, RingError, RingLoan};
-use crate::wire::gso::Negotiated;
+use crate::wire::virtio_net::Negotiated;
 
 /// A guest's TX virtqueue, locked for the visit.
 pub(in crate::datapath) struct GuestTx<'a> {

@@ -6,7 +6,7 @@
 use crate::datapath::frame::Frame;
 use crate::datapath::tx::delivery::Delivery;
 use crate::vring::RingError;
-use crate::wire::gso::Negotiated;
+use crate::wire::virtio_net::Negotiated;
 
 /// Where a visit's frames come from, borrowed for `'a` (a guest's ring through its lock guard).
 pub(in crate::datapath) trait Source<'a> {

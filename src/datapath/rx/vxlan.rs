@@ -1,6 +1,6 @@
 //! VXLAN decapsulation, on the poll threads, in the same visits as every frame (`VtepRx`): a
 //! VTEP's underlay is a dpdk port whose receive queues are visited as a NIC's are, through this
-//! source. Each received frame is checked once (`wire::vxlan::parse`: IPv4/UDP to the VTEP's
+//! source. Each received frame is checked once (`check_outer`: IPv4/UDP to the VTEP's
 //! address and port, sane lengths, the I flag; a known remote endpoint, believed only from its
 //! next hop's MAC when it is on the underlay's segment; a known VNI; an untagged inner frame)
 //! and rewritten in place: its inner addresses move 4 bytes toward the outer headers and the
@@ -29,7 +29,10 @@ use crate::datapath::tx::vxlan::ask;
 use crate::port::nic::NicPort;
 use crate::vring::RingError;
 use crate::wire::arp::{self, ArpPacket, arp_frame};
-use crate::wire::vxlan::{self, OUTER_LEN, Refusal};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::protocol;
+use crate::wire::udp::UdpPacket;
+use crate::wire::vxlan::{HEADER_LEN, OUTER_LEN, VXLAN_AT, VxlanPacket, VxlanRepr};
 use crate::wire::{MacAddr, ethertype};
 
 /// No tunnel port: the frame is not switched (dropped, or the VTEP's own ARP).
@@ -112,7 +115,7 @@ impl<'a> VtepRx<'a> {
             self.to[i] = NONE;
             let d = self.rx.frame_mut(i);
             bytes += d.len() as u64;
-            match vxlan::parse(d, d.len(), self.under.local, self.under.udp_port) {
+            match check_outer(d, d.len(), self.under.local, self.under.udp_port) {
                 Ok(r) => match from_next_hop(self.env, self.under, d, r.remote)
                     .and_then(|port| decap(self.under, port, d, r))
                 {
@@ -157,6 +160,71 @@ impl<'a> VtepRx<'a> {
     }
 }
 
+/// Why a frame from the underlay is not a VXLAN frame for this tunnel endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not IPv4/UDP to our address and port at all: other traffic on the underlay.
+    NotOurs,
+    /// Addressed to us, but its outer headers are short or inconsistent (lengths, IP options,
+    /// a fragment, the VXLAN flags).
+    BadOuter,
+    /// Its inner frame is shorter than an Ethernet header.
+    BadInner,
+}
+
+/// What the outer headers of a received VXLAN frame said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// The sending tunnel endpoint (outer IPv4 source).
+    pub remote: Ipv4Addr,
+    pub vni: u32,
+    /// The inner frame's length (it starts at `OUTER_LEN`).
+    pub inner_len: usize,
+}
+
+/// Checks a frame from the underlay (`head`: at least its first `OUTER_LEN + 14` bytes, `len`:
+/// its whole length) against this VTEP (`local`:`port`): IPv4 without options or
+/// fragmentation, UDP to us, lengths that agree with the frame, the VXLAN I flag. A frame not
+/// addressed to us is `NotOurs` (ARP, other hosts' traffic); one addressed to us but broken is
+/// `BadOuter` or `BadInner`, counted apart.
+#[inline]
+pub(crate) fn check_outer(head: &[u8], len: usize, local: Ipv4Addr, port: u16) -> Result<Received, Refusal> {
+    const IP: usize = 14;
+    if head.get(12..14) != Some(&ethertype::IPV4.to_be_bytes()[..]) {
+        return Err(Refusal::NotOurs);
+    }
+    let Some(ip) = head.get(IP..IP + 20).map(Ipv4Packet::new_unchecked) else { return Err(Refusal::NotOurs) };
+    if ip.protocol() != protocol::UDP || ip.dst_addr() != local {
+        return Err(Refusal::NotOurs);
+    }
+    let (Some(udp), Some(vx)) = (head.get(IP + 20..VXLAN_AT), head.get(VXLAN_AT..VXLAN_AT + HEADER_LEN)) else {
+        return Err(Refusal::BadOuter);
+    };
+    let (Ok(udp), Ok(vx)) = (UdpPacket::new_checked(udp), VxlanPacket::new_checked(vx)) else {
+        return Err(Refusal::BadOuter);
+    };
+    if udp.dst_port() != port {
+        return Err(Refusal::NotOurs);
+    }
+    // Version 4 without options; neither a fragment nor one to come.
+    let (ip_len, udp_len) = (ip.total_len() as usize, udp.len() as usize);
+    if ip.version() != 4
+        || ip.header_len() != 20
+        || ip.is_fragment()
+        || ip_len + IP > len
+        || ip_len < 20 + udp_len
+        || udp_len < 8 + HEADER_LEN
+    {
+        return Err(Refusal::BadOuter);
+    }
+    let Ok(VxlanRepr { vni }) = VxlanRepr::parse(&vx) else { return Err(Refusal::BadOuter) };
+    let inner_len = udp_len - 8 - HEADER_LEN;
+    if inner_len < 14 {
+        return Err(Refusal::BadInner);
+    }
+    Ok(Received { remote: ip.src_addr(), vni, inner_len })
+}
+
 /// Tells every tunnel of `under` whose next hop is `ip`, and that asked for it lately, that
 /// it is at `mac` (a reply to our request).
 fn learn_neighbour(env: &Env, under: &Underlay, ip: Ipv4Addr, mac: MacAddr) {
@@ -193,12 +261,7 @@ fn from_next_hop(env: &Env, under: &Underlay, d: &[u8], remote: Ipv4Addr) -> Res
 /// inner frame's addresses, then an 802.1Q tag with the VNI's VLAN, then the rest of the inner
 /// frame. Returns the tunnel port and (offset, length) of the tagged inner frame.
 #[inline]
-pub(crate) fn decap(
-    under: &Underlay,
-    port: u16,
-    d: &mut [u8],
-    r: vxlan::Received,
-) -> Result<(u16, (u16, u16)), DropReason> {
+pub(crate) fn decap(under: &Underlay, port: u16, d: &mut [u8], r: Received) -> Result<(u16, (u16, u16)), DropReason> {
     let vlan = under.vlan(r.vni).ok_or(DropReason::VxlanUnknownVni)?;
     let inner = OUTER_LEN..OUTER_LEN + r.inner_len;
     let ty = d.get(inner.start + 12..inner.start + 14).ok_or(DropReason::VxlanBadInner)?;
@@ -259,5 +322,64 @@ impl<'a> Source<'a> for VtepRx<'a> {
     #[inline]
     fn sender(&self) -> Option<u16> {
         Some(self.run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::MacAddr;
+    use crate::wire::vxlan::{DEFAULT_PORT, Outer};
+
+    const LOCAL: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 11);
+    const REMOTE: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 12);
+    const IP: usize = 14;
+    const UDP: usize = IP + 20;
+
+    /// A frame from REMOTE to LOCAL with a 60-byte inner frame, as REMOTE's `Outer` fills it.
+    fn received() -> Vec<u8> {
+        let o =
+            Outer::new(MacAddr([2, 0, 0, 0, 0, 2]), MacAddr([2, 0, 0, 0, 0, 1]), REMOTE, LOCAL, DEFAULT_PORT, 100, 64);
+        let mut f = vec![0u8; OUTER_LEN + 60];
+        o.fill(&mut f, 60, 7, 50000);
+        f[OUTER_LEN..OUTER_LEN + 12].copy_from_slice(&[0xff; 12]);
+        f
+    }
+
+    #[test]
+    fn a_frame_filled_by_the_far_end_is_ours() {
+        let f = received();
+        assert_eq!(
+            check_outer(&f, f.len(), LOCAL, DEFAULT_PORT),
+            Ok(Received { remote: REMOTE, vni: 100, inner_len: 60 })
+        );
+    }
+
+    #[test]
+    fn frames_not_for_us_and_bad_headers_are_told_apart() {
+        let f = received();
+        let ok = |f: &[u8]| check_outer(f, f.len(), LOCAL, DEFAULT_PORT);
+        let with = |at: usize, v: u8| {
+            let mut g = f.clone();
+            g[at] = v;
+            g
+        };
+        assert_eq!(ok(&with(12, 0x86)), Err(Refusal::NotOurs), "not IPv4");
+        assert_eq!(ok(&with(IP + 9, 6)), Err(Refusal::NotOurs), "TCP");
+        assert_eq!(ok(&with(IP + 19, 99)), Err(Refusal::NotOurs), "another address");
+        assert_eq!(ok(&with(UDP + 3, 0)), Err(Refusal::NotOurs), "another port");
+        assert_eq!(ok(&f[..30]), Err(Refusal::NotOurs), "cut inside the IPv4 header");
+        assert_eq!(ok(&with(IP, 0x46)), Err(Refusal::BadOuter), "IP options");
+        assert_eq!(ok(&with(IP, 0x65)), Err(Refusal::BadOuter), "IP version 6 behind the IPv4 ethertype");
+        assert_eq!(ok(&with(IP + 6, 0x20)), Err(Refusal::BadOuter), "more fragments");
+        assert_eq!(ok(&with(VXLAN_AT, 0)), Err(Refusal::BadOuter), "no I flag");
+        assert_eq!(ok(&with(IP + 2, 0xff)), Err(Refusal::BadOuter), "IP length past the frame");
+        assert_eq!(ok(&with(UDP + 5, 17)), Err(Refusal::BadInner), "an inner frame of 1 byte");
+        assert_eq!(ok(&f[..VXLAN_AT + 4]), Err(Refusal::BadOuter), "cut inside the VXLAN header");
+        assert_eq!(
+            check_outer(&f, f.len() - 10, LOCAL, DEFAULT_PORT),
+            Err(Refusal::BadOuter),
+            "frame shorter than IP says"
+        );
     }
 }

@@ -147,7 +147,7 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
     };
     match mode {
         Mode::Access | Mode::Trunk => {
-            use crate::wire::vlan::PortVlan;
+            use crate::config::vlan::PortVlan;
             b.policies[0].vlan = PortVlan::access(10);
             b.policies[1].vlan = if mode == Mode::Trunk { PortVlan::trunk(&[10]) } else { PortVlan::access(10) };
             b.post(0);

@@ -163,7 +163,7 @@ fn a_64k_tso_frame_reaches_a_receiver_with_offloads_whole() {
 /// again, segments for an access port that did not negotiate it.
 #[test]
 fn tso_frames_keep_their_offload_through_a_tag() {
-    use crate::wire::vlan::PortVlan;
+    use crate::config::vlan::PortVlan;
     let mut b = bench(OFFLOADS);
     b.policies[0].vlan = PortVlan::access(10);
     b.policies[1].vlan = PortVlan::trunk(&[10]);

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::config::RateCaps;
+use crate::config::vlan::{PortVlan, VlanMode};
 use crate::datapath::counters::DropReason;
-use crate::wire::vlan::{PortVlan, VlanMode};
 
 fn native(mode: VlanMode, tag: u16, trunks: &[u16]) -> PortVlan {
     PortVlan { mode, tag, ..PortVlan::trunk(trunks) }

@@ -14,6 +14,7 @@ use self::delivery::{Delivery, FLOOD_BACKOFF_MAX, FloodSkip};
 use self::nic::NicDest;
 use self::offload::Segments;
 use self::vxlan::encap;
+use crate::config::vlan::PortVlan;
 use crate::datapath::classify::normal;
 use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
 use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
@@ -24,8 +25,7 @@ use crate::port::rate::Cost;
 use crate::port::tunnel::Tunnel;
 use crate::port::{Port, PortKind};
 use crate::vring::{ActiveRing, Ahead, RingError, RingLoan, Vring, VringGuard};
-use crate::wire::gso::Negotiated;
-use crate::wire::vlan::PortVlan;
+use crate::wire::virtio_net::Negotiated;
 use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
@@ -161,8 +161,8 @@ impl<'a> Open<'a> {
         let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
         let pc = &self.cx.stats.ports[self.port.id as usize];
         match (&self.guard, self.port.nic()) {
-            (Some(g), _) if g.offloads.takes(&off) => return self.write_one(f, e, &off.to_hdr(), dv).map(|_| ()),
-            (None, Some(nic)) if nic.takes().takes(&off) && nic.segments_fit(&off) => {
+            (Some(g), _) if off.taken_by(&g.offloads) => return self.write_one(f, e, &off.to_hdr(), dv).map(|_| ()),
+            (None, Some(nic)) if off.taken_by(&nic.takes()) && nic.segments_fit(&off) => {
                 // A NIC with the offloads: handed whole, for the device to finish.
                 if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
                     dv.nic_tx.write_for_device(

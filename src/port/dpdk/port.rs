@@ -4,6 +4,8 @@
 use super::*;
 use dpdk_sys::offload as off;
 
+use crate::port::nic_info::NicStats;
+
 /// How to set up a port.
 #[derive(Clone, Debug)]
 pub struct PortSetup {
@@ -79,21 +81,6 @@ pub struct DeviceInfo {
     pub driver: String,
 }
 
-/// Port counters (`rte_eth_stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortStats {
-    pub ipackets: u64,
-    pub opackets: u64,
-    pub ibytes: u64,
-    pub obytes: u64,
-    /// Dropped by the NIC for lack of Rx descriptors (the switch is too slow).
-    pub imissed: u64,
-    pub ierrors: u64,
-    pub oerrors: u64,
-    /// Rx failures for lack of mbufs.
-    pub rx_nombuf: u64,
-}
-
 /// Ethdev port ids this process has open (EthPort is the only owner of a port).
 static OPEN_PORTS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
@@ -142,6 +129,11 @@ impl EthPort {
 
     /// As `open`, but the setup and the pool are chosen once the device is probed, from what
     /// it is (its NUMA socket and queue limits): `choose(&info)` returns them.
+    ///
+    /// Long because it is DPDK's bring-up sequence in the order ethdev requires (probe, info,
+    /// configure, descriptors, MTU, queues, start), each step one FFI call with its SAFETY note
+    /// and its error; split, the order and the `Drop` that undoes a half-done port would be
+    /// spread over functions that mean nothing alone.
     pub fn open_with(
         device: &str,
         choose: impl FnOnce(&DeviceInfo) -> Result<(PortSetup, Mempool), String>,
@@ -378,14 +370,14 @@ impl EthPort {
         }
     }
 
-    pub fn stats(&self) -> Result<PortStats, String> {
+    pub fn stats(&self) -> Result<NicStats, String> {
         let mut s = sys::rte_eth_stats::default();
         // SAFETY: port_id is valid; s is a valid out struct.
         let ret = unsafe { sys::rte_eth_stats_get(self.port_id, &mut s) };
         if ret < 0 {
             return Err(format!("dpdk port {}: stats: {}", self.name, ret_text(ret)));
         }
-        Ok(PortStats {
+        Ok(NicStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
             ibytes: s.ibytes,

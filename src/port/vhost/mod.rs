@@ -18,7 +18,7 @@ use crate::vring::call::is_eventfd;
 use crate::vring::log::DirtyLog;
 use crate::vring::{CallFd, MAX_QUEUE_SIZE, ring_addrs};
 use crate::wire::MacAddr;
-use crate::wire::gso::Negotiated;
+use crate::wire::virtio_net::Negotiated;
 use crate::wire::virtio_net::{self, feature};
 use msg::{Header, Request, VringFd};
 

@@ -248,6 +248,7 @@ fn u64_at(p: &[u8], i: usize) -> u64 {
 
 /// Parses a whole message: its header, payload and the number of fds that came with it.
 /// Checks the payload's layout and that exactly the fds the request takes came with it.
+/// Long because it is one arm per vhost-user request (the protocol's table), each a few lines.
 pub fn parse(h: &Header, p: &[u8], nfds: usize) -> Result<Request, Error> {
     use code::*;
     let need =

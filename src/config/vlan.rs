@@ -1,6 +1,8 @@
-//! 802.1Q port membership: which VLANs a port carries, and whether each leaves it tagged, in
-//! Open vSwitch's four `vlan_mode`s. A port's VLAN config is data the data path decides with
-//! ([`PortVlan::ingress`], [`PortVlan::egress`]); the bytes it rewrites are the caller's.
+//! 802.1Q port membership, a port's policy: which VLANs a port carries, and whether each
+//! leaves it tagged, in Open vSwitch's four `vlan_mode`s. Configured here (`[[port]]`'s
+//! `vlan_mode`, `tag`, `trunks`; a tunnel's VNIs); the data path decides with it
+//! ([`PortVlan::ingress`], [`PortVlan::egress`]) and writes the tags itself
+//! (`datapath::vlan`, over `wire::ethernet`'s tag format).
 //!
 //! VLAN 0 stands for "untagged": the one bridge domain of a switch with no VLAN config, and
 //! what a trunk's untagged frames belong to (as in OVS). A frame with a priority tag (VID 0)
@@ -8,8 +10,7 @@
 
 use std::fmt;
 
-/// The highest VLAN id a port may use (4095 is reserved).
-pub const MAX_VID: u16 = 4094;
+pub use crate::wire::ethernet::MAX_VID;
 
 /// How a port takes and sends VLANs (OVS's `vlan_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,6 +2,7 @@
 //! See DESIGN.md for the thread model and how a frame travels.
 
 pub mod config;
+pub mod conntrack;
 pub mod control;
 pub mod counter;
 pub mod ctl;

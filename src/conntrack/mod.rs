@@ -1,0 +1,481 @@
+//! Connection tracking: for each IP frame, which connection it belongs to and in which
+//! direction, and that connection's state, as OVS's `ct` action gives it to its flows
+//! (`ct_state`'s `+trk`, `+new`, `+est`, `+rel`, `+rpl`, `+inv`; `ct_zone`; `ct_mark`).
+//!
+//! - [`packet`]: what a frame is to the tracker (`CtPacket`): its tuple, a TCP segment, the
+//!   connection an ICMP error quotes, or invalid.
+//! - [`tcp`]: TCP's states and the window check (a segment outside the window is `+inv`).
+//! - [`table`]: the table every poll thread shares, without a lock: a hit takes no lock
+//!   another thread holds and an insert never waits for another thread.
+//!
+//! A connection lives in a zone (a tenant's address space: the same addresses in two zones
+//! are two connections). It is stored only when a flow commits it (`ct(commit)`); until then
+//! each of its frames is `+new`. Once a reply has been seen (for TCP: the responder's
+//! SYN+ACK) its frames are `+est`, those from the responder `+rpl` too. An ICMP or ICMPv6
+//! error quoting a stored connection is `+rel`. Connections expire by protocol and state
+//! ([`Timeouts`]); a sweep removes expired ones a bounded number of slots at a time, so no
+//! poll thread ever walks the whole table. Limits: the table's size (every zone together) and
+//! a limit per zone, so one tenant's SYN flood fills its own quota only.
+//!
+//! IP fragments: a first fragment is tracked by the L4 header it carries; a later fragment
+//! (which carries none) is `+inv`, so that no fragment passes a rule its first fragment
+//! would not (reassembly is future work: DESIGN.md, "Connection tracking").
+#![forbid(unsafe_code)]
+
+pub mod packet;
+pub mod table;
+pub mod tcp;
+
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::time::Instant;
+
+pub use packet::{CtPacket, Kind, Segment, Tuple};
+use table::{Found, IN_USE, KEY_WORDS, Table};
+use tcp::{Dir, TcpState};
+
+/// `ct_state` bits, as OVS numbers them (ovs-fields(7)).
+pub mod state {
+    pub const NEW: u8 = 0x01;
+    pub const EST: u8 = 0x02;
+    pub const REL: u8 = 0x04;
+    pub const RPL: u8 = 0x08;
+    pub const INV: u8 = 0x10;
+    pub const TRK: u8 = 0x20;
+    /// Each flag's name in a `ct_state` match, with its bit.
+    pub const NAMES: [(&str, u8); 6] =
+        [("new", NEW), ("est", EST), ("rel", REL), ("rpl", RPL), ("inv", INV), ("trk", TRK)];
+}
+
+/// How long a connection lives without a frame, by protocol and state (seconds). The
+/// defaults are those of OVS's userspace tracker, rounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp_syn: u32,
+    pub tcp_established: u32,
+    pub tcp_closing: u32,
+    pub tcp_closed: u32,
+    /// UDP and other protocols before and after a reply.
+    pub udp_first: u32,
+    pub udp_replied: u32,
+    pub icmp: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            tcp_syn: 30,
+            tcp_established: 24 * 3600,
+            tcp_closing: 120,
+            tcp_closed: 30,
+            udp_first: 30,
+            udp_replied: 120,
+            icmp: 30,
+        }
+    }
+}
+
+/// The most connections: all zones together (the table's size), and each zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub total: u32,
+    pub per_zone: u32,
+}
+
+/// What tracking a frame gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CtResult {
+    /// `ct_state` bits.
+    pub state: u8,
+    pub mark: u32,
+    /// Why a commit stored nothing (the frame is then dropped, as OVS drops past `ct_limit`).
+    pub refused: Option<Refused>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The zone holds its limit of connections.
+    ZoneLimit,
+    /// The table holds its limit, or the connection's bucket is full of live ones.
+    TableFull,
+}
+
+/// What `ct(commit, ...)` asks besides storing: a mark to set (`exec(set_field:V/M->ct_mark)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Commit {
+    pub mark: Option<(u32, u32)>,
+}
+
+/// One stored connection, for `pvswitchctl conntrack`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub zone: u16,
+    /// As its first frame went.
+    pub orig: Tuple,
+    /// TCP's state name, or "FIRST"/"REPLIED" for the others.
+    pub state: &'static str,
+    pub mark: u32,
+    /// Seconds until it expires.
+    pub expires_in: u32,
+}
+
+/// Meta bits (`table::Slot::meta`): the protocol state in the low byte, then flags.
+const ORIG_LOW: u64 = 1 << 8;
+const REPLIED: u64 = 1 << 9;
+const IS_ICMP: u64 = 1 << 10;
+const IS_TCP: u64 = 1 << 11;
+/// Bit 12 + side: that side offered window scaling (its scale is at bits 16 + 4 * side).
+const OFFERED: u32 = 12;
+/// Non-TCP states.
+const FIRST: u8 = 1;
+const SEEN_REPLY: u8 = 2;
+
+pub struct Conntrack {
+    table: Table,
+    limits: Limits,
+    pub timeouts: Timeouts,
+    start: Instant,
+    count: AtomicU32,
+    zone_counts: Box<[AtomicU32]>,
+    /// Frames found with no room to store their connection, by reason.
+    pub refused: [AtomicU64; 2],
+}
+
+impl Conntrack {
+    pub fn new(limits: Limits, timeouts: Timeouts) -> Conntrack {
+        let seed = std::collections::hash_map::RandomState::new();
+        let seed = std::hash::BuildHasher::hash_one(&seed, 0x5eed_u64);
+        Conntrack {
+            table: Table::new(limits.total, seed),
+            limits,
+            timeouts,
+            start: Instant::now(),
+            count: AtomicU32::new(0),
+            zone_counts: (0..=u16::MAX as usize).map(|_| AtomicU32::new(0)).collect(),
+            refused: Default::default(),
+        }
+    }
+
+    /// The table's clock: whole seconds since it was made, from 1.
+    pub fn now(&self) -> u32 {
+        self.start.elapsed().as_secs() as u32 + 1
+    }
+
+    pub fn len(&self) -> u32 {
+        self.count.load(Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn zone_len(&self, zone: u16) -> u32 {
+        self.zone_counts[zone as usize].load(Relaxed)
+    }
+
+    /// The table's slots: what a full sweep visits.
+    pub fn slots(&self) -> usize {
+        self.table.slots()
+    }
+
+    /// Bytes the table holds, per connection it may hold.
+    pub fn bytes_per_connection(&self) -> usize {
+        self.table.slots() * table::SLOT_BYTES / self.limits.total.max(1) as usize
+    }
+
+    /// Tracks packet `p` in `zone` at time `now` (`Conntrack::now`), storing its connection if
+    /// `commit` says so. Never blocks; allocates nothing.
+    pub fn track(&self, p: &CtPacket, zone: u16, commit: Option<Commit>, now: u32) -> CtResult {
+        use state::*;
+        let done = |state: u8| CtResult { state, ..Default::default() };
+        match *p {
+            CtPacket::NotIp => done(TRK),
+            CtPacket::Invalid => done(TRK | INV),
+            CtPacket::Error { quoted, .. } => {
+                let (key, low) = canonical(&quoted, zone);
+                match self.table.find(&key) {
+                    // The error travels against the quoted frame: a reply if that frame went
+                    // the connection's original way.
+                    Some(f) => {
+                        let quoted_orig = (f.meta & ORIG_LOW != 0) == low;
+                        done(TRK | REL | if quoted_orig { RPL } else { 0 })
+                    }
+                    None => done(TRK | INV),
+                }
+            }
+            CtPacket::Conn { tuple, tcp, kind } => {
+                let (key, low) = canonical(&tuple, zone);
+                if let Some(f) = self.table.find(&key) {
+                    match self.hit(f, low, tcp.as_ref(), commit, now) {
+                        Some(r) => return r,
+                        // A closed TCP connection's port reused by a new SYN: start over.
+                        None => {
+                            let i = f.index;
+                            if let Some(k) = self.table.remove_if(i, |k, _| *k == key) {
+                                self.uncount(&k);
+                            }
+                        }
+                    }
+                }
+                if kind == Kind::ReplyOnly {
+                    return done(TRK | INV);
+                }
+                let (meta, sides) = match tcp {
+                    Some(seg) => match tcp::opens(&seg) {
+                        Some((st, d)) => {
+                            let mut sides = [Dir::default(); 2];
+                            sides[if low { 0 } else { 1 }] = d;
+                            (st as u64 | scales(&sides) | IS_TCP, sides)
+                        }
+                        None => return done(TRK | INV),
+                    },
+                    None => {
+                        let icmp = matches!(tuple.proto, crate::wire::protocol::ICMP | crate::wire::protocol::ICMPV6);
+                        (FIRST as u64 | if icmp { IS_ICMP } else { 0 }, [Dir::default(); 2])
+                    }
+                };
+                let mut r = done(TRK | NEW);
+                if let Some(c) = commit {
+                    let mark = c.mark.map_or(0, |(v, m)| v & m);
+                    let meta = meta | if low { ORIG_LOW } else { 0 } | (mark as u64) << 32;
+                    let expires = now + self.timeout(meta);
+                    match self.insert(&key, zone, now, expires, meta, sides) {
+                        Ok(()) => r.mark = mark,
+                        Err(why) => {
+                            self.refused[why as usize].fetch_add(1, Relaxed);
+                            r.refused = Some(why);
+                        }
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// A frame of a stored connection. `None`: a new SYN on a closed connection's tuple.
+    fn hit(&self, f: Found, low: bool, seg: Option<&Segment>, commit: Option<Commit>, now: u32) -> Option<CtResult> {
+        use state::*;
+        let slot = self.table.slot(f.index);
+        let reply = (f.meta & ORIG_LOW != 0) != low;
+        let mut meta = f.meta;
+        let proto = meta as u8;
+        if let Some(seg) = seg {
+            let st = TcpState::from_u8(proto).unwrap_or(TcpState::Closed);
+            let (me, peer) = if low { (0, 1) } else { (1, 0) };
+            let side = |i: usize| Dir {
+                end: slot.tcp[i][0].load(Relaxed),
+                maxend: slot.tcp[i][1].load(Relaxed),
+                maxwin: slot.tcp[i][2].load(Relaxed),
+                scale: (meta >> (16 + 4 * i)) as u8 & 0xf
+                    | if (meta >> (OFFERED as usize + i)) & 1 != 0 { 0x80 } else { 0 },
+            };
+            let fresh_syn =
+                seg.flags & crate::wire::tcp::flags::SYN != 0 && seg.flags & crate::wire::tcp::flags::ACK == 0;
+            if matches!(st, TcpState::TimeWait | TcpState::Closed) && fresh_syn {
+                return None;
+            }
+            let Some((next, s, r)) = tcp::step(st, reply, side(me), side(peer), seg) else {
+                return Some(CtResult { state: TRK | INV, mark: (meta >> 32) as u32, refused: None });
+            };
+            for (i, d) in [(me, s), (peer, r)] {
+                slot.tcp[i][0].store(d.end, Relaxed);
+                slot.tcp[i][1].store(d.maxend, Relaxed);
+                slot.tcp[i][2].store(d.maxwin, Relaxed);
+            }
+            let mut sides = [Dir::default(); 2];
+            (sides[me], sides[peer]) = (s, r);
+            meta = (meta & !0xff & !(0xff << 16) & !(0b11 << OFFERED)) | next as u64 | scales(&sides);
+        } else if reply && proto == FIRST {
+            meta = (meta & !0xff) | SEEN_REPLY as u64;
+        }
+        if reply {
+            meta |= REPLIED;
+        }
+        if let Some(Commit { mark: Some((v, m)) }) = commit {
+            let old = (meta >> 32) as u32;
+            meta = (meta & 0xffff_ffff) | (((old & !m) | (v & m)) as u64) << 32;
+        }
+        // Another thread's update of the same connection meanwhile wins; this frame's verdict
+        // stands either way (as two frames racing in the kernel's tracker).
+        if meta != f.meta {
+            let _ = slot.meta.compare_exchange(f.meta, meta, AcqRel, Relaxed);
+        }
+        slot.expires.store(now + self.timeout(meta), Relaxed);
+        // Established once the responder answered (for TCP, its SYN+ACK), as OVS and Linux say.
+        let est = meta & REPLIED != 0;
+        let state = TRK | if est { EST } else { NEW } | if reply { RPL } else { 0 };
+        Some(CtResult { state, mark: (meta >> 32) as u32, refused: None })
+    }
+
+    fn timeout(&self, meta: u64) -> u32 {
+        let t = &self.timeouts;
+        if meta & IS_ICMP != 0 {
+            return t.icmp;
+        }
+        if meta & IS_TCP != 0 {
+            return match TcpState::from_u8(meta as u8) {
+                Some(TcpState::SynSent | TcpState::SynRecv) => t.tcp_syn,
+                Some(TcpState::Established) => t.tcp_established,
+                Some(TcpState::FinWait | TcpState::TimeWait) => t.tcp_closing,
+                _ => t.tcp_closed,
+            };
+        }
+        if meta & REPLIED != 0 { t.udp_replied } else { t.udp_first }
+    }
+
+    fn insert(
+        &self,
+        key: &[u64; KEY_WORDS],
+        zone: u16,
+        now: u32,
+        expires: u32,
+        meta: u64,
+        sides: [Dir; 2],
+    ) -> Result<(), Refused> {
+        let zc = &self.zone_counts[zone as usize];
+        if zc.fetch_add(1, Relaxed) >= self.limits.per_zone {
+            zc.fetch_sub(1, Relaxed);
+            return Err(Refused::ZoneLimit);
+        }
+        if self.count.fetch_add(1, Relaxed) >= self.limits.total {
+            self.count.fetch_sub(1, Relaxed);
+            zc.fetch_sub(1, Relaxed);
+            return Err(Refused::TableFull);
+        }
+        let words = sides.map(|d| [d.end, d.maxend, d.maxwin]);
+        match self.table.insert(key, now, expires, meta, words) {
+            Some((_, replaced)) => {
+                if let Some(old) = replaced {
+                    self.uncount(&old);
+                }
+                Ok(())
+            }
+            None => {
+                self.count.fetch_sub(1, Relaxed);
+                zc.fetch_sub(1, Relaxed);
+                Err(Refused::TableFull)
+            }
+        }
+    }
+
+    fn uncount(&self, key: &[u64; KEY_WORDS]) {
+        self.count.fetch_sub(1, Relaxed);
+        self.zone_counts[zone_of(key) as usize].fetch_sub(1, Relaxed);
+    }
+
+    /// Removes what expired at `now` among `budget` slots from `*cursor` on (which moves on,
+    /// wrapping): a poll thread calls it with a small budget each loop, so expiry is bounded
+    /// work whatever the table's size. Returns how many it removed.
+    pub fn sweep(&self, cursor: &mut usize, budget: usize, now: u32) -> usize {
+        let n = self.table.slots();
+        let mut removed = 0;
+        for _ in 0..budget.min(n) {
+            let i = *cursor % n;
+            *cursor = (i + 1) % n;
+            let e = self.table.slot(i).expires.load(Relaxed);
+            if e != 0
+                && e <= now
+                && let Some(k) = self.table.remove_if(i, |_, e| e <= now)
+            {
+                self.uncount(&k);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Removes every connection of `zone` (every one: `None`). Returns how many.
+    pub fn flush(&self, zone: Option<u16>) -> usize {
+        let mut removed = 0;
+        for i in 0..self.table.slots() {
+            if let Some(k) = self.table.remove_if(i, |k, _| zone.is_none_or(|z| zone_of(k) == z)) {
+                self.uncount(&k);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// The stored connections of `zone` (all: `None`), at most `max`.
+    pub fn entries(&self, zone: Option<u16>, max: usize) -> Vec<Entry> {
+        let now = self.now();
+        let mut out = Vec::new();
+        for i in 0..self.table.slots() {
+            if out.len() >= max {
+                break;
+            }
+            let Some((k, _)) = self.table.read_key(i) else { continue };
+            let z = zone_of(&k);
+            if zone.is_some_and(|want| want != z) {
+                continue;
+            }
+            let s = self.table.slot(i);
+            let meta = s.meta.load(Relaxed);
+            let expires = s.expires.load(Relaxed);
+            let t = tuple_of(&k, meta & ORIG_LOW != 0);
+            let state = match TcpState::from_u8(meta as u8) {
+                Some(st) if meta & IS_TCP != 0 => st.name(),
+                _ if meta & REPLIED != 0 => "REPLIED",
+                _ => "FIRST",
+            };
+            out.push(Entry {
+                zone: z,
+                orig: t,
+                state,
+                mark: (meta >> 32) as u32,
+                expires_in: expires.saturating_sub(now),
+            });
+        }
+        out
+    }
+}
+
+/// The two sides' window scales into meta (4 bits each at 16 and 20; "offered" at 12, 13).
+fn scales(sides: &[Dir; 2]) -> u64 {
+    let mut m = 0u64;
+    for (i, d) in sides.iter().enumerate() {
+        m |= ((d.scale & 0xf) as u64) << (16 + 4 * i);
+        if d.scale & 0x80 != 0 {
+            m |= 1 << (OFFERED as usize + i);
+        }
+    }
+    m
+}
+
+/// A tuple as a table key in `zone`, the same for both directions, and whether the tuple is
+/// the key's low-to-high direction.
+pub fn canonical(t: &Tuple, zone: u16) -> ([u64; KEY_WORDS], bool) {
+    let low = (t.src, t.sport) <= (t.dst, t.dport);
+    let (a, b, pa, pb) = if low { (t.src, t.dst, t.sport, t.dport) } else { (t.dst, t.src, t.dport, t.sport) };
+    let w = |x: &[u8; 16], i: usize| u64::from_be_bytes(x[i * 8..i * 8 + 8].try_into().unwrap());
+    let last =
+        pa as u64 | (pb as u64) << 16 | (zone as u64) << 32 | (t.proto as u64) << 48 | (t.v6 as u64) << 56 | IN_USE;
+    ([w(&a, 0), w(&a, 1), w(&b, 0), w(&b, 1), last], low)
+}
+
+fn zone_of(k: &[u64; KEY_WORDS]) -> u16 {
+    (k[KEY_WORDS - 1] >> 32) as u16
+}
+
+/// The original direction's tuple of key `k` (`orig_low`: the originator is the low side).
+fn tuple_of(k: &[u64; KEY_WORDS], orig_low: bool) -> Tuple {
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    a[..8].copy_from_slice(&k[0].to_be_bytes());
+    a[8..].copy_from_slice(&k[1].to_be_bytes());
+    b[..8].copy_from_slice(&k[2].to_be_bytes());
+    b[8..].copy_from_slice(&k[3].to_be_bytes());
+    let last = k[KEY_WORDS - 1];
+    let t = Tuple {
+        src: a,
+        dst: b,
+        sport: last as u16,
+        dport: (last >> 16) as u16,
+        proto: (last >> 48) as u8,
+        v6: (last >> 56) & 1 != 0,
+    };
+    if orig_low { t } else { t.reversed() }
+}
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,8 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64, fence};
 
+use crate::counter::prefetch;
+
 /// Slots in a bucket: where a connection may sit (its hash picks the bucket).
 pub const WAYS: usize = 8;
 /// Key words: addresses (4), then ports, zone, protocol, family and the "in use" bit.
@@ -83,7 +85,7 @@ impl Table {
     /// emptier taken at an insert: with one, a bucket of 8 overflows for about 3% of keys at
     /// half load, which would refuse connections far below the limit; with two, practically
     /// never at two thirds (the table's most).
-    fn place(&self, key: &[u64; KEY_WORDS]) -> ([usize; 2], u32) {
+    pub fn place(&self, key: &[u64; KEY_WORDS]) -> ([usize; 2], u32) {
         let mut h = self.seed;
         for w in key {
             h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -92,6 +94,29 @@ impl Table {
         let pick = |x: u64| ((x as u128 * self.buckets as u128) >> 64) as usize * WAYS;
         let h2 = h.rotate_left(32).wrapping_mul(0xff51_afd7_ed55_8ccd);
         ([pick(h), pick(h2)], (h2 >> 32) as u32 | 1)
+    }
+
+    /// Starts loading the tags of a key's two buckets (`place`), ahead of its lookup.
+    #[inline]
+    pub fn prefetch_tags(&self, buckets: [usize; 2]) {
+        for b in buckets {
+            prefetch(self.tags[b..].as_ptr() as *const u8);
+        }
+    }
+
+    /// Starts loading the slots whose tag is `tag` in both buckets (their tags loaded first,
+    /// by `prefetch_tags`): what the lookup will read.
+    #[inline]
+    pub fn prefetch_slots(&self, buckets: [usize; 2], tag: u32) {
+        for b in buckets {
+            for i in b..b + WAYS {
+                if self.tags[i].load(Relaxed) == tag {
+                    let p = self.slots[i..].as_ptr() as *const u8;
+                    prefetch(p);
+                    prefetch(p.wrapping_add(64));
+                }
+            }
+        }
     }
 
     /// The key of slot `i` if it holds one and was not being written (`None` after a few

@@ -392,6 +392,16 @@ const CASES: &[Case] = &[
     ),
     case(
         "port",
+        "allowed_ips",
+        At::PortA,
+        "allowed_ips = [\"10.0.0.5\", \"fd00::/64\"]",
+        Live(|sw, _, s| {
+            assert!(s.contains("allowed_ips"), "{s}");
+            assert_eq!(sw.port("a")["allowed_ips"], serde_json::json!(["10.0.0.5/32", "fd00::/64"]));
+        }),
+    ),
+    case(
+        "port",
         "mac_limit",
         At::PortA,
         "mac_limit = 4",

@@ -33,6 +33,7 @@ pub mod dropin;
 mod endpoint;
 mod error;
 mod flows;
+pub mod ips;
 mod perms;
 mod port;
 mod queue;

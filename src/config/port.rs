@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use super::endpoint::{self, DpdkPortConfig, Endpoint, VhostUserConfig};
 use super::error::{ConfigError, Ctx};
+use super::ips::IpPrefix;
 use super::queue::{self, QueueConfig};
 use super::raw::{self, RawPort};
 use super::switch::PortDefaults;
@@ -25,6 +26,9 @@ pub struct PortConfig {
     pub weight_bytes: u32,
     /// Port security: source MACs this port may send from (empty: any).
     pub allowed_macs: Vec<MacAddr>,
+    /// Port security: source addresses (IPv4, IPv6; ARP senders, neighbour advertisement
+    /// targets) this port may send from (empty: any).
+    pub allowed_ips: Vec<IpPrefix>,
     /// Most source MACs the port may have learned at a time.
     pub mac_limit: u32,
     /// What a vhost-user frontend may map: total bytes and regions of one memory table.
@@ -109,6 +113,7 @@ impl PortConfig {
         note((self.weight_packets, self.weight_bytes) != (other.weight_packets, other.weight_bytes), "weights");
         note(self.queue_cfg != other.queue_cfg, "queues");
         note(self.allowed_macs != other.allowed_macs, "allowed_macs");
+        note(self.allowed_ips != other.allowed_ips, "allowed_ips");
         note(self.mac_limit != other.mac_limit, "mac_limit");
         note(self.mem_limits != other.mem_limits, "memory limits");
         note(self.vlan != other.vlan, "vlan");
@@ -185,6 +190,7 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
     let weight_packets = cx.range(&p.weight_packets, "weight_packets", 1, 1 << 20, d.weight_packets)?;
     let weight_bytes = cx.range(&p.weight_bytes, "weight_bytes", 64, 1 << 30, d.weight_bytes)?;
     let allowed_macs = allowed_macs(&p, cx)?;
+    let allowed_ips = allowed_ips(&p, cx)?;
     let mac_limit = cx.range(&p.mac_limit, "mac_limit", 1, 1 << 20, d.mac_limit)?;
     let mem_mib = cx.range(&p.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, d.max_guest_memory_mib)?;
     let regions = super::MAX_MEMORY_REGIONS;
@@ -206,6 +212,7 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
             weight_packets,
             weight_bytes,
             allowed_macs,
+            allowed_ips,
             mac_limit,
             mem_limits,
             queue_cfg,
@@ -214,6 +221,23 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
             origin: None,
         },
     })
+}
+
+/// Port security: `allowed_ips`, each an address or a prefix.
+fn allowed_ips(p: &RawPort, cx: &Ctx) -> Result<Vec<IpPrefix>, ConfigError> {
+    let ip = |a: &toml::Spanned<String>| {
+        IpPrefix::parse(a.get_ref()).ok_or_else(|| {
+            let found = a.get_ref();
+            cx.err(
+                Some(a.span()),
+                format!(
+                    "allowed_ips: expected an IPv4 or IPv6 address or prefix such as \"10.0.0.5\", \"10.0.0.0/24\" \
+                     or \"fd00::/64\" (host bits zero), found \"{found}\""
+                ),
+            )
+        })
+    };
+    p.allowed_ips.iter().map(ip).collect()
 }
 
 /// Port security: `allowed_macs`, each a MAC address.

@@ -130,6 +130,8 @@ pub(super) struct RawPort {
     pub weight_bytes: Option<Spanned<u32>>,
     #[serde(default)]
     pub allowed_macs: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub allowed_ips: Vec<Spanned<String>>,
     pub mac_limit: Option<Spanned<u32>>,
     pub max_guest_memory_mib: Option<Spanned<u32>>,
     pub max_memory_regions: Option<Spanned<u32>>,

@@ -183,6 +183,14 @@ mod flow_tests {
         )
         .unwrap_err();
         assert_eq!((e.line, e.col), (5, 17), "{e}");
+        let port = "[[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"/s\"\n";
+        let c = Config::parse("t.toml", &format!("{port}allowed_ips = [\"10.0.0.5\", \"fd00::/64\"]\n")).unwrap();
+        let ips: Vec<String> = c.ports[0].allowed_ips.iter().map(|p| p.to_string()).collect();
+        assert_eq!(ips, ["10.0.0.5/32", "fd00::/64"]);
+        let e =
+            Config::parse("t.toml", &format!("{port}allowed_ips = [\"10.0.0.0/8\", \"10.0.0.1/24\"]\n")).unwrap_err();
+        assert_eq!((e.line, e.col), (5, 30), "{e}");
+        assert!(e.message.contains("host bits zero"), "{e}");
     }
 }
 

@@ -103,6 +103,9 @@ fn port(p: &PortInfo) -> String {
     if !p.allowed_macs.is_empty() {
         let _ = writeln!(s, "  allowed_macs: {}", p.allowed_macs.join(" "));
     }
+    if !p.allowed_ips.is_empty() {
+        let _ = writeln!(s, "  allowed_ips: {}", p.allowed_ips.join(" "));
+    }
     if let Some(v) = vlan(&p.vlan) {
         let _ = writeln!(s, "  vlan: {v}");
     }

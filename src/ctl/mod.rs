@@ -143,6 +143,7 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         macs_learned: c.mac.learned(p.id),
         mac_limit: ps.cfg.mac_limit,
         allowed_macs: ps.cfg.allowed_macs.iter().map(|m| m.to_string()).collect(),
+        allowed_ips: ps.cfg.allowed_ips.iter().map(|p| p.to_string()).collect(),
         numa_node: ps.numa_node(),
         queue_pairs: p.rx_queues(),
         mtu: ps.cfg.mtu,

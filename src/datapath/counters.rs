@@ -39,6 +39,9 @@ drop_reasons! {
     Malformed = "malformed",
     /// Port security: the frame's source MAC is not one the port may use.
     PortSecurity = "port_security",
+    /// Port security: the frame's source address (IPv4, IPv6, ARP sender, neighbour
+    /// advertisement target) is not one the port's `allowed_ips` allow.
+    IpSpoofed = "ip_spoofed",
     /// No flow matched the frame (a flow table without a catch-all).
     NoMatch = "no_match",
     /// The matching flow's actions drop the frame.

@@ -27,6 +27,7 @@ pub mod mac_table;
 pub mod plan;
 mod profile;
 pub(crate) mod rx;
+pub mod spoof;
 #[cfg(test)]
 mod tests;
 pub mod thread;

@@ -18,6 +18,7 @@ use crate::datapath::counters::RxqStats;
 use crate::datapath::mac_table::Mac;
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use crate::config::ips::IpPrefix;
 use crate::config::vlan::PortVlan;
 use crate::flow::table::FlowTable;
 use crate::port::Port;
@@ -27,6 +28,9 @@ use crate::port::Port;
 pub struct PortPolicy {
     /// Port security: frames whose source MAC is not listed are dropped. Empty allows any.
     pub allowed_macs: Vec<Mac>,
+    /// Port security: frames whose source address is in none of these are dropped
+    /// (`datapath::spoof`). Empty allows any.
+    pub allowed_ips: Vec<IpPrefix>,
     /// Which VLANs the port carries, tagged or not.
     pub vlan: PortVlan,
     /// What NORMAL learns from the port's frames.
@@ -52,10 +56,10 @@ impl PortPolicy {
         self.allowed_macs.is_empty() || self.allowed_macs.contains(src)
     }
 
-    /// Whether every source MAC is allowed (no port security): the source need not be read.
+    /// Whether every source is allowed (no port security): the frame need not be read.
     #[inline]
     pub fn allows_any(&self) -> bool {
-        self.allowed_macs.is_empty()
+        self.allowed_macs.is_empty() && self.allowed_ips.is_empty()
     }
 }
 

@@ -45,6 +45,9 @@ pub struct PortInfo {
     /// Port security: the only source MACs the port may send (empty: any).
     #[serde(default)]
     pub allowed_macs: Vec<String>,
+    /// Port security: the prefixes its source addresses must be in (empty: any).
+    #[serde(default)]
+    pub allowed_ips: Vec<String>,
     pub numa_node: Option<usize>,
     pub queue_pairs: usize,
     pub mtu: u32,

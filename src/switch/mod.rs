@@ -115,7 +115,12 @@ impl PortState {
             Some(v) if v.learning => Learning::NotOwned,
             Some(_) => Learning::Off,
         };
-        PortPolicy { allowed_macs: self.cfg.allowed_macs.clone(), vlan: self.cfg.vlan.clone(), learning }
+        PortPolicy {
+            allowed_macs: self.cfg.allowed_macs.clone(),
+            allowed_ips: self.cfg.allowed_ips.clone(),
+            vlan: self.cfg.vlan.clone(),
+            learning,
+        }
     }
 }
 

@@ -189,14 +189,16 @@ impl Switch {
 }
 
 /// What makes a port the one an orchestrator asked for (`add-port --may-exist`): its socket,
-/// mode, queue count and allowed MACs; the first of them `b` changes, if any.
+/// mode, queue count and allowed MACs and IPs; the first of them `b` changes, if any.
 fn identity_differs(a: &PortConfig, b: &PortConfig) -> Option<&'static str> {
     match (a.vhost_user(), b.vhost_user()) {
         (Some(x), Some(y)) if x.socket != y.socket => Some("socket"),
         (Some(x), Some(y)) if x.mode != y.mode => Some("mode"),
         (Some(x), Some(y)) if x.queue_pairs != y.queue_pairs => Some("queue count"),
-        (Some(_), Some(_)) => (a.allowed_macs != b.allowed_macs).then_some("allowed_macs"),
-        _ => (a.endpoint != b.endpoint || a.allowed_macs != b.allowed_macs).then_some("endpoint"),
+        (Some(_), Some(_)) if a.allowed_macs != b.allowed_macs => Some("allowed_macs"),
+        (Some(_), Some(_)) => (a.allowed_ips != b.allowed_ips).then_some("allowed_ips"),
+        _ => (a.endpoint != b.endpoint || a.allowed_macs != b.allowed_macs || a.allowed_ips != b.allowed_ips)
+            .then_some("endpoint"),
     }
 }
 

@@ -214,9 +214,8 @@ impl<'m> Frame<'m> {
     /// front alone: no guest memory is read again. A longer one is copied in two pieces, the
     /// rest from the sender first and then the front over the bytes before it: that order
     /// costs about what one copy of the whole frame does, where the front first and then the
-    /// rest cost 466-478 switch cycles a 1518-byte frame against 421-436 (one piece from the
-    /// sender, which would deliver bytes no decision read: 412-433; docs/benchmark-history.md,
-    /// "The front copy: the rest first").
+    /// rest cost 45 switch cycles a 1518-byte frame more (docs/benchmark-history.md, "The
+    /// front copy against the build before it (issue 29's floor)").
     #[inline(always)]
     pub fn copy_to(&self, dst: &Segs<'_>, dst_off: u32, off: u32, n: u32) -> u32 {
         let front = self.front_len;

@@ -13,6 +13,7 @@ mod fuzz;
 pub mod mem;
 pub mod port;
 pub mod proto;
+pub mod secgroup;
 pub mod switch;
 pub mod topology;
 pub mod vring;

@@ -561,7 +561,7 @@ fn nic_thread(sw: &Switch) -> (u64, Value) {
 /// nothing, the NIC's poll thread is awake under 2% of the time, read from its own counters
 /// (cycles polling against time asleep). Before, each 100 us sleep was followed by a whole
 /// `idle_before_sleep_us` of polling: 91% of a core. Then, after the idle period: pings through
-/// the NIC are answered, a flood of 400 frames (less than the NIC's ring of 512) arrives whole,
+/// the NIC are answered, a flood of 200 frames (less than the NIC's ring and the VM's) arrives whole,
 /// and the NIC's queue moved to the other thread while both sleep is still served.
 #[test]
 fn an_idle_host_with_a_nic_sleeps_and_wakes_for_its_frames() {
@@ -611,22 +611,23 @@ fn an_idle_host_with_a_nic_sleeps_and_wakes_for_its_frames() {
 
     // The first frames after the idle period: pings answered.
     assert_eq!(pings(&ns, 5), 5, "pings after an idle period\n{:#}", sw.ctl("ports"));
-    // A flood after an idle period, within the NIC's ring (net_af_packet's: 512 frames):
-    // every frame arrives.
+    // A flood after an idle period, within the NIC's ring (net_af_packet's: 512 frames) and
+    // the VM's (testpmd's: 256; a NIC's frames to a full guest ring drop at once, and testpmd
+    // on a loaded machine may not drain 400 in time): every frame arrives.
     std::thread::sleep(std::time::Duration::from_millis(500));
     let (before, eth_before) = (sw.counter("vm", "tx_packets"), sw.counter("eth", "rx_packets"));
     let flood = r#"import socket
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind(('pvsns0', 0))
 f = bytes.fromhex('ffffffffffff0200000077ee88b5') + bytes(50)
-for i in range(400):
+for i in range(200):
     s.send(f)
 "#;
     ns.net.ex(&["python3", "-c", flood]);
-    let arrived = try_wait_for(|| (sw.counter("vm", "tx_packets") >= before + 400).then_some(()));
+    let arrived = try_wait_for(|| (sw.counter("vm", "tx_packets") >= before + 200).then_some(()));
     assert!(
         arrived.is_some(),
-        "of 400 frames, the NIC took {} and the VM got {}: {:#}",
+        "of 200 frames, the NIC took {} and the VM got {}: {:#}",
         sw.counter("eth", "rx_packets") - eth_before,
         sw.counter("vm", "tx_packets") - before,
         sw.ctl("ports")

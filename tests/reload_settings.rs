@@ -39,6 +39,8 @@ enum At {
     Dpdk,
     /// A `[[vtep]]` on nic0, after everything else.
     Vtep,
+    /// A `[[security_group]]` of its own, after the base's group "web".
+    Group,
 }
 
 struct Case {
@@ -55,7 +57,8 @@ const fn case(section: &'static str, key: &'static str, at: At, lines: &'static 
 }
 
 /// The running switch's configuration with `extra` lines in section `at`: ports a and b
-/// (vhost-user), nic0 (net_ring), one adaptive poll thread.
+/// (vhost-user), nic0 (net_ring), one adaptive poll thread, a security group "web" no port is
+/// in.
 fn config(dir: &Path, at: At, extra: &str) -> String {
     let put = |here: At| if here == at { format!("{extra}\n") } else { String::new() };
     // The base's [switch] lines, less those the case sets itself.
@@ -69,7 +72,8 @@ fn config(dir: &Path, at: At, extra: &str) -> String {
          [[port]]\nname = \"a\"\ntype = \"vhost-user\"\nsocket = \"a.sock\"\n{a}{q}\
          [[port]]\nname = \"b\"\ntype = \"vhost-user\"\nsocket = \"b.sock\"\n\
          [[port]]\nname = \"nic0\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\n{nic}\
-         [dpdk]\n{dpdk}{vtep}",
+         [dpdk]\n{dpdk}{vtep}\
+         [[security_group]]\nname = \"web\"\n{group}",
         top = put(At::Top),
         sw = put(At::Switch),
         a = put(At::PortA),
@@ -77,6 +81,7 @@ fn config(dir: &Path, at: At, extra: &str) -> String {
         nic = put(At::Nic),
         dpdk = put(At::Dpdk),
         vtep = put(At::Vtep),
+        group = put(At::Group),
     )
 }
 
@@ -89,6 +94,21 @@ macro_rules! vtep {
     ($extra:literal, $vni:literal) => {
         concat!("[[vtep]]\nname = \"vt\"\nunderlay = \"nic0\"\nlocal_ip = \"10.9.0.1/24\"\n", $extra, $vni)
     };
+}
+
+/// A `[[security_group]]` "g" with one ingress rule of `$extra` lines.
+macro_rules! group {
+    ($extra:literal) => {
+        concat!("[[security_group]]\nname = \"g\"\n[[security_group.rule]]\ndirection = \"ingress\"\n", $extra)
+    };
+}
+
+/// What a group's own key changes: the plans' rules, which datapath::tests::secgroups and
+/// tests/secgroups.rs (QEMU guests, a rule removed live) check in the data path.
+const GROUP_DATA_PATH: &str = "secgroups.rs";
+
+fn groups_changed(_: &Switch, _: &Path, summary: &str) {
+    assert!(summary.contains("security groups changed"), "{summary}");
 }
 
 /// The tunnel port of a `vtep!` case's remote, and its `vxlan` object.
@@ -319,6 +339,20 @@ const CASES: &[Case] = &[
         AtUse("the next memory table"),
     ),
     case(
+        "switch",
+        "ct_max_connections",
+        At::Switch,
+        "ct_max_connections = 4096",
+        Restart("ct_max_connections and ct_max_per_port"),
+    ),
+    case(
+        "switch",
+        "ct_max_per_port",
+        At::Switch,
+        "ct_max_per_port = 16",
+        Restart("ct_max_connections and ct_max_per_port"),
+    ),
+    case(
         "port",
         "name",
         At::PortA,
@@ -399,6 +433,46 @@ const CASES: &[Case] = &[
             assert!(s.contains("allowed_ips"), "{s}");
             assert_eq!(sw.port("a")["allowed_ips"], serde_json::json!(["10.0.0.5/32", "fd00::/64"]));
         }),
+    ),
+    case(
+        "port",
+        "security_groups",
+        At::PortA,
+        "security_groups = [\"web\"]",
+        Live(|sw, _, s| {
+            assert!(s.contains("security_groups"), "{s}");
+            let a = sw.port("a");
+            assert_eq!(
+                (&a["security_groups"], &a["connections"]),
+                (&serde_json::json!(["web"]), &serde_json::json!(0))
+            );
+        }),
+    ),
+    case("security_group", "name", At::Group, "[[security_group]]\nname = \"g\"\n", Live(groups_changed)),
+    case(
+        "security_group",
+        "allow_all_egress",
+        At::Group,
+        "[[security_group]]\nname = \"g\"\nallow_all_egress = false\n",
+        Live(groups_changed),
+    ),
+    case("security_group.rule", "direction", At::Group, group!(""), Live(groups_changed)),
+    case("security_group.rule", "ethertype", At::Group, group!("ethertype = \"ipv6\"\n"), Elsewhere(GROUP_DATA_PATH)),
+    case("security_group.rule", "protocol", At::Group, group!("protocol = \"udp\"\n"), Elsewhere(GROUP_DATA_PATH)),
+    case(
+        "security_group.rule",
+        "ports",
+        At::Group,
+        group!("protocol = \"tcp\"\nports = \"80-443\"\n"),
+        Elsewhere(GROUP_DATA_PATH),
+    ),
+    case("security_group.rule", "remote", At::Group, group!("remote = \"10.0.0.0/8\"\n"), Elsewhere(GROUP_DATA_PATH)),
+    case(
+        "security_group.rule",
+        "remote_group",
+        At::Group,
+        group!("remote_group = \"web\"\n"),
+        Elsewhere(GROUP_DATA_PATH),
     ),
     case(
         "port",

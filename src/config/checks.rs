@@ -22,6 +22,8 @@ pub enum PortClash {
     Affinity { port: String, core: usize, poll_cores: Vec<usize> },
     /// The configuration has `max_ports` ports already (the limit).
     Full(usize),
+    /// The port names a security group the configuration does not have.
+    SecurityGroup { port: String, group: String },
 }
 
 impl std::fmt::Display for PortClash {
@@ -34,6 +36,9 @@ impl std::fmt::Display for PortClash {
                 write!(f, "port {port}: affinity {core} is not one of poll_cores {poll_cores:?}")
             }
             PortClash::Full(n) => write!(f, "at most {n} ports (max_ports)"),
+            PortClash::SecurityGroup { port, group } => {
+                write!(f, "port {port}: security_groups: no [[security_group]] named \"{group}\"")
+            }
         }
     }
 }
@@ -63,6 +68,9 @@ impl Config {
         if let Some(core) = port.queue_cfg.iter().filter_map(|q| q.affinity).find(|a| !self.poll_cores.contains(a)) {
             let poll_cores = self.poll_cores.clone();
             return Err(PortClash::Affinity { port: port.name.clone(), core, poll_cores });
+        }
+        if let Some(g) = port.security_groups.iter().find(|g| !self.security_groups.iter().any(|s| &s.name == *g)) {
+            return Err(PortClash::SecurityGroup { port: port.name.clone(), group: g.clone() });
         }
         Ok(())
     }
@@ -119,7 +127,7 @@ impl Config {
 /// affinity, which may come from the port or one of its queues; the text's start when full).
 pub(super) fn clash_error(clash: &PortClash, port: &Located, cx: &Ctx) -> ConfigError {
     let span = match clash {
-        PortClash::Name(_) | PortClash::Affinity { .. } => Some(port.name.clone()),
+        PortClash::Name(_) | PortClash::Affinity { .. } | PortClash::SecurityGroup { .. } => Some(port.name.clone()),
         PortClash::Socket(_) => port.socket.clone(),
         PortClash::Device(_) => port.device.clone(),
         PortClash::Full(_) => None,

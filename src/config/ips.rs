@@ -60,6 +60,19 @@ impl IpPrefix {
     }
 }
 
+impl IpPrefix {
+    /// Whether address `a` (IPv4 in its first 4 bytes if not `v6`, the rest zero) is in the
+    /// prefix.
+    #[inline]
+    pub fn contains(&self, a: &[u8; 16], v6: bool) -> bool {
+        self.v6 == v6 && self.masked(a) == self.addr
+    }
+
+    pub fn is_v6(&self) -> bool {
+        self.v6
+    }
+}
+
 impl fmt::Display for IpPrefix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.v6 {

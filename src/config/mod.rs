@@ -38,6 +38,7 @@ mod perms;
 mod port;
 mod queue;
 mod raw;
+pub mod secgroup;
 mod switch;
 mod tenant;
 pub mod vlan;
@@ -56,6 +57,7 @@ pub use perms::SocketPerms;
 pub use port::PortConfig;
 pub use queue::QueueConfig;
 use raw::RawConfig;
+pub use secgroup::SecurityGroup;
 pub use switch::{
     DEFAULT_CONTROL_SOCKET, DEFAULT_IDLE_BEFORE_SLEEP_US, DEFAULT_MAC_LIMIT, DEFAULT_MAX_GUEST_MEMORY_MIB,
     DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB, DEFAULT_PARK_AFTER_US, DEFAULT_PARK_CHECK_US, DEFAULT_RX_RETRY_US,
@@ -118,6 +120,11 @@ pub struct Config {
     pub dpdk: DpdkConfig,
     /// VXLAN tunnel endpoints (`[[vtep]]`); their tunnel ports are among `ports`.
     pub vteps: Vec<VtepConfig>,
+    /// `[[security_group]]`s, by name; ports attach them (`PortConfig::security_groups`).
+    pub security_groups: Vec<SecurityGroup>,
+    /// Connection tracking's limits: every port's connections, and each port's.
+    pub ct_max_connections: u32,
+    pub ct_max_per_port: u32,
 }
 
 impl Config {
@@ -158,6 +165,8 @@ impl Config {
         let mut config = switch::validate(raw.switch.unwrap_or_default(), &cx)?;
         // Before the ports: which devices the port directory's may use is the main file's say.
         config.dpdk = dpdk::validate(raw.dpdk, &cx)?;
+        // Before the ports too: each names the groups it is in.
+        config.security_groups = secgroup::validate(raw.security_group, &cx)?;
         if raw.port.len() > config.max_ports {
             return Err(cx.err(None, format!("{} ports: at most {} (max_ports)", raw.port.len(), config.max_ports)));
         }

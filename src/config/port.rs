@@ -29,6 +29,8 @@ pub struct PortConfig {
     /// Port security: source addresses (IPv4, IPv6; ARP senders, neighbour advertisement
     /// targets) this port may send from (empty: any).
     pub allowed_ips: Vec<IpPrefix>,
+    /// The `[[security_group]]`s that filter its connections (empty: none, every frame passes).
+    pub security_groups: Vec<String>,
     /// Most source MACs the port may have learned at a time.
     pub mac_limit: u32,
     /// What a vhost-user frontend may map: total bytes and regions of one memory table.
@@ -114,6 +116,7 @@ impl PortConfig {
         note(self.queue_cfg != other.queue_cfg, "queues");
         note(self.allowed_macs != other.allowed_macs, "allowed_macs");
         note(self.allowed_ips != other.allowed_ips, "allowed_ips");
+        note(self.security_groups != other.security_groups, "security_groups");
         note(self.mac_limit != other.mac_limit, "mac_limit");
         note(self.mem_limits != other.mem_limits, "memory limits");
         note(self.vlan != other.vlan, "vlan");
@@ -191,6 +194,13 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
     let weight_bytes = cx.range(&p.weight_bytes, "weight_bytes", 64, 1 << 30, d.weight_bytes)?;
     let allowed_macs = allowed_macs(&p, cx)?;
     let allowed_ips = allowed_ips(&p, cx)?;
+    let mut security_groups: Vec<String> = Vec::new();
+    for g in &p.security_groups {
+        if security_groups.contains(g.get_ref()) {
+            return Err(cx.err(Some(g.span()), format!("security_groups: \"{}\" twice", g.get_ref())));
+        }
+        security_groups.push(g.get_ref().clone());
+    }
     let mac_limit = cx.range(&p.mac_limit, "mac_limit", 1, 1 << 20, d.mac_limit)?;
     let mem_mib = cx.range(&p.max_guest_memory_mib, "max_guest_memory_mib", 1, 1 << 24, d.max_guest_memory_mib)?;
     let regions = super::MAX_MEMORY_REGIONS;
@@ -213,6 +223,7 @@ pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located
             weight_bytes,
             allowed_macs,
             allowed_ips,
+            security_groups,
             mac_limit,
             mem_limits,
             queue_cfg,

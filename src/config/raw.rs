@@ -20,6 +20,30 @@ pub(super) struct RawConfig {
     pub dpdk: Option<RawDpdk>,
     #[serde(default)]
     pub vtep: Vec<RawVtep>,
+    #[serde(default)]
+    pub security_group: Vec<RawSecurityGroup>,
+}
+
+/// A `[[security_group]]` table: named rules a port's `security_groups` attach (`secgroup.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSecurityGroup {
+    pub name: Spanned<String>,
+    pub allow_all_egress: Option<bool>,
+    #[serde(default)]
+    pub rule: Vec<RawSgRule>,
+}
+
+/// A `[[security_group.rule]]`: what a connection may be, in one direction.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSgRule {
+    pub direction: Spanned<String>,
+    pub ethertype: Option<Spanned<String>>,
+    pub protocol: Option<Spanned<String>>,
+    pub ports: Option<Spanned<toml::Value>>,
+    pub remote: Option<Spanned<String>>,
+    pub remote_group: Option<Spanned<String>>,
 }
 
 /// A `[[vtep]]` table: a VXLAN tunnel endpoint (`vtep.rs`).
@@ -108,6 +132,10 @@ pub(super) struct RawSwitch {
     pub max_guest_memory_mib: Option<Spanned<u32>>,
     pub max_memory_regions: Option<Spanned<u32>>,
     pub max_total_guest_memory_mib: Option<Spanned<u32>>,
+    /// Connection tracking's limits (security groups): every port's connections together, and
+    /// each port's.
+    pub ct_max_connections: Option<Spanned<u32>>,
+    pub ct_max_per_port: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,6 +160,9 @@ pub(super) struct RawPort {
     pub allowed_macs: Vec<Spanned<String>>,
     #[serde(default)]
     pub allowed_ips: Vec<Spanned<String>>,
+    /// The `[[security_group]]`s whose rules filter the port's connections.
+    #[serde(default)]
+    pub security_groups: Vec<Spanned<String>>,
     pub mac_limit: Option<Spanned<u32>>,
     pub max_guest_memory_mib: Option<Spanned<u32>>,
     pub max_memory_regions: Option<Spanned<u32>>,

@@ -24,6 +24,12 @@ pub const DEFAULT_MAC_LIMIT: u32 = 1024;
 /// Guest memory one port's frontend may map into pvswitchd (`max_guest_memory_mib`): 64 GiB.
 pub const DEFAULT_MAX_GUEST_MEMORY_MIB: u32 = 64 * 1024;
 /// Guest memory address space all ports' frontends together may map into pvswitchd
+/// Connection tracking's table (security groups): connections of every port together (about
+/// 128 bytes each, allocated when a port first has a security group), and of each port.
+pub const DEFAULT_CT_MAX_CONNECTIONS: u32 = 262_144;
+pub const MAX_CT_CONNECTIONS: u32 = 16 << 20;
+pub const DEFAULT_CT_MAX_PER_PORT: u32 = 65_536;
+
 /// (`max_total_guest_memory_mib`): 64 TiB, half of x86-64's user address space.
 pub const DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB: u32 = (crate::mem::guest::DEFAULT_MAX_TOTAL_BYTES >> 20) as u32;
 pub const DEFAULT_IDLE_BEFORE_SLEEP_US: u32 = 1000;
@@ -132,6 +138,8 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
     let defaults = port_defaults(&sw, socket_perms, cx)?;
     let max_total = DEFAULT_MAX_TOTAL_GUEST_MEMORY_MIB;
     let (poll_mode, core_poll_mode) = poll_modes(&sw, &poll_cores, cx)?;
+    let ct_max_connections =
+        cx.range(&sw.ct_max_connections, "ct_max_connections", 1024, MAX_CT_CONNECTIONS, DEFAULT_CT_MAX_CONNECTIONS)?;
     Ok(Config {
         control_socket: match &sw.control_socket {
             Some(s) => defaults.resolve(s),
@@ -174,6 +182,15 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
         flows: Vec::new(),
         dpdk: DpdkConfig::default(),
         vteps: Vec::new(),
+        security_groups: Vec::new(),
+        ct_max_connections,
+        ct_max_per_port: cx.range(
+            &sw.ct_max_per_port,
+            "ct_max_per_port",
+            1,
+            ct_max_connections,
+            DEFAULT_CT_MAX_PER_PORT.min(ct_max_connections),
+        )?,
     })
 }
 

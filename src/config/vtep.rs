@@ -214,6 +214,7 @@ fn tunnel_port(name: String, cfg: VxlanConfig, mtu: u32, vlans: &[u16], d: &Port
         weight_bytes: d.weight_bytes,
         allowed_macs: Vec::new(),
         allowed_ips: Vec::new(),
+        security_groups: Vec::new(),
         mac_limit: d.mac_limit,
         mem_limits: MemLimits { max_bytes: 0, max_regions: 0 },
         queue_cfg: Vec::new(),

@@ -138,6 +138,8 @@ pub struct Conntrack {
     limits: Limits,
     pub timeouts: Timeouts,
     start: Instant,
+    /// Seconds since `start`, from 1, as last ticked.
+    clock: AtomicU32,
     count: AtomicU32,
     zone_counts: Box<[AtomicU32]>,
     /// Frames found with no room to store their connection, by reason.
@@ -153,6 +155,7 @@ impl Conntrack {
             limits,
             timeouts,
             start: Instant::now(),
+            clock: AtomicU32::new(1),
             count: AtomicU32::new(0),
             zone_counts: (0..=u16::MAX as usize).map(|_| AtomicU32::new(0)).collect(),
             refused: Default::default(),
@@ -196,7 +199,7 @@ impl Conntrack {
             CtPacket::Invalid => done(TRK | INV),
             CtPacket::Error { quoted, .. } => {
                 let (key, low) = canonical(&quoted, zone);
-                match self.table.find(&key) {
+                match self.find_live(&key, now) {
                     // The error travels against the quoted frame: a reply if that frame went
                     // the connection's original way.
                     Some(f) => {
@@ -208,7 +211,7 @@ impl Conntrack {
             }
             CtPacket::Conn { tuple, tcp, kind } => {
                 let (key, low) = canonical(&tuple, zone);
-                if let Some(f) = self.table.find(&key) {
+                if let Some(f) = self.find_live(&key, now) {
                     match self.hit(f, low, tcp.as_ref(), commit, now) {
                         Some(r) => return r,
                         // A closed TCP connection's port reused by a new SYN: start over.
@@ -279,6 +282,20 @@ impl Conntrack {
         for (p, r) in pkts[..n].iter().zip(out.iter_mut()) {
             *r = self.track(p, zone, commit, now);
         }
+    }
+
+    /// The slot of `key`'s connection if it has not expired at `now`; an expired one is
+    /// removed (the sweep may not have come by yet), so it starts over as a new connection.
+    #[inline]
+    fn find_live(&self, key: &[u64; KEY_WORDS], now: u32) -> Option<Found> {
+        let f = self.table.find(key)?;
+        if self.table.slot(f.index).expires.load(Relaxed) > now {
+            return Some(f);
+        }
+        if let Some(k) = self.table.remove_if(f.index, |k, e| k == key && e <= now) {
+            self.uncount(&k);
+        }
+        None
     }
 
     /// A frame of a stored connection. `None`: a new SYN on a closed connection's tuple.
@@ -423,6 +440,56 @@ impl Conntrack {
             }
         }
         removed
+    }
+
+    /// Sets the mark of each connection of `zone` to what `remark` says, given its tuple as its
+    /// first frame went and its mark: what a rule change does to the connections it tracks
+    /// (marks them cut, or no longer cut). Returns how many marks changed. A walk over the
+    /// whole table (the control thread's); a poll thread's hit meanwhile keeps its verdict, and
+    /// the mark is set again over its update (a slot's generation tells a new connection in
+    /// the same slot from the one read).
+    pub fn remark(&self, zone: u16, remark: impl Fn(&Tuple, u32) -> u32) -> usize {
+        let mut changed = 0;
+        for i in 0..self.table.slots() {
+            let Some((k, meta)) = self.table.read_key(i) else { continue };
+            if zone_of(&k) != zone {
+                continue;
+            }
+            let t = tuple_of(&k, meta & ORIG_LOW != 0);
+            let mark = remark(&t, (meta >> 32) as u32);
+            if mark == (meta >> 32) as u32 {
+                continue;
+            }
+            let slot = self.table.slot(i);
+            let mut seen = meta;
+            for _ in 0..8 {
+                let next = (seen & 0xffff_ffff) | (mark as u64) << 32;
+                match slot.meta.compare_exchange(seen, next, AcqRel, Relaxed) {
+                    Ok(_) => {
+                        changed += 1;
+                        break;
+                    }
+                    // A hit updated it: again, if it is still the same connection.
+                    Err(now) if table::generation(now) == table::generation(meta) => seen = now,
+                    Err(_) => break,
+                }
+            }
+        }
+        changed
+    }
+
+    /// The table's clock as the control thread last set it (`tick`): what the poll threads
+    /// track with, a load rather than a clock read a frame.
+    #[inline]
+    pub fn clock(&self) -> u32 {
+        self.clock.load(Relaxed)
+    }
+
+    /// Sets the clock `clock` reads to `now()`; returns it.
+    pub fn tick(&self) -> u32 {
+        let now = self.now();
+        self.clock.store(now, Relaxed);
+        now
     }
 
     /// The stored connections of `zone` (all: `None`), at most `max`.

@@ -106,6 +106,10 @@ fn port(p: &PortInfo) -> String {
     if !p.allowed_ips.is_empty() {
         let _ = writeln!(s, "  allowed_ips: {}", p.allowed_ips.join(" "));
     }
+    if !p.security_groups.is_empty() {
+        let n = p.connections.unwrap_or(0);
+        let _ = writeln!(s, "  security_groups: {} ({n} connections tracked)", p.security_groups.join(" "));
+    }
     if let Some(v) = vlan(&p.vlan) {
         let _ = writeln!(s, "  vlan: {v}");
     }

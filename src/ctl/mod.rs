@@ -144,6 +144,9 @@ fn port(c: &Switch, ps: &PortState) -> PortInfo {
         mac_limit: ps.cfg.mac_limit,
         allowed_macs: ps.cfg.allowed_macs.iter().map(|m| m.to_string()).collect(),
         allowed_ips: ps.cfg.allowed_ips.iter().map(|p| p.to_string()).collect(),
+        security_groups: ps.cfg.security_groups.clone(),
+        connections: (!ps.cfg.security_groups.is_empty())
+            .then(|| c.conntrack.get().map_or(0, |ct| ct.zone_len(crate::switch::secgroups::zone_of(p.id)))),
         numa_node: ps.numa_node(),
         queue_pairs: p.rx_queues(),
         mtu: ps.cfg.mtu,

@@ -42,6 +42,16 @@ drop_reasons! {
     /// Port security: the frame's source address (IPv4, IPv6, ARP sender, neighbour
     /// advertisement target) is not one the port's `allowed_ips` allow.
     IpSpoofed = "ip_spoofed",
+    /// Security groups: a new connection no rule of the port's groups allows (counted on the
+    /// port whose rules refused it), or DHCP served or routers advertised by a guest.
+    SecurityGroup = "security_group",
+    /// Security groups: connection tracking found the frame invalid (a TCP segment outside the
+    /// window or with no connection it could open, a later IP fragment, an echo reply or ICMP
+    /// error belonging to no connection, truncated headers).
+    CtInvalid = "ct_invalid",
+    /// Security groups: a new connection found its port's or the switch's connection limit
+    /// reached (`ct_max_per_port`, `ct_max_connections`).
+    CtLimit = "ct_limit",
     /// No flow matched the frame (a flow table without a catch-all).
     NoMatch = "no_match",
     /// The matching flow's actions drop the frame.

@@ -7,7 +7,8 @@
 //! The data path reads in one direction, one room per stage:
 //! `rx/` (port rx: a visit takes bursts of `Frame`s from its `Source`, a guest's ring, a NIC
 //! queue, an announcement or a VTEP's underlay, within its budget, `rx::sched`) -> `classify`
-//! (where each frame goes: port security, VLANs, NORMAL, flows) -> `tx/` (actions, then port
+//! (where each frame goes: port security, VLANs, NORMAL, flows) -> `firewall` (security
+//! groups, with connection tracking; only where a port has them) -> `tx/` (actions, then port
 //! tx: `deliver`, `write_frame`, a destination's offloads done in software, VXLAN
 //! encapsulation, the NIC transmit batches; `tx::delivery` is what delivery keeps between
 //! frames and bursts). A destination's ring is completed in `tx`, the source's back in `rx`.
@@ -22,6 +23,7 @@
 
 mod classify;
 pub mod counters;
+pub mod firewall;
 mod frame;
 pub mod mac_table;
 pub mod plan;

@@ -31,6 +31,8 @@ pub struct PortPolicy {
     /// Port security: frames whose source address is in none of these are dropped
     /// (`datapath::spoof`). Empty allows any.
     pub allowed_ips: Vec<IpPrefix>,
+    /// Security groups: the rules its connections meet (`datapath::firewall`). None: none.
+    pub rules: Option<Arc<crate::secgroup::PortRules>>,
     /// Which VLANs the port carries, tagged or not.
     pub vlan: PortVlan,
     /// What NORMAL learns from the port's frames.
@@ -95,6 +97,9 @@ pub struct PortTable {
     /// With tunnels: the MACs local ports own (their `allowed_macs`), sorted; a tunnel never
     /// learns them.
     owned: Vec<Mac>,
+    /// Connection tracking, if some port has security groups (`with_conntrack`): the data
+    /// path's firewall stage runs only then.
+    pub conntrack: Option<Arc<crate::conntrack::Conntrack>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -209,6 +214,12 @@ impl PortTable {
             });
         }
         t
+    }
+
+    /// The table with connection tracking `ct`, kept only if some port has security groups.
+    pub fn with_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
+        self.conntrack = ct.filter(|_| self.policy.iter().any(|p| p.rules.is_some()));
+        self
     }
 
     /// Whether a local port owns `mac` (lists it in `allowed_macs`): a tunnel may not learn it.

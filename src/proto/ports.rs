@@ -48,6 +48,12 @@ pub struct PortInfo {
     /// Port security: the prefixes its source addresses must be in (empty: any).
     #[serde(default)]
     pub allowed_ips: Vec<String>,
+    /// Security groups: the `[[security_group]]`s filtering its connections (empty: none).
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    /// Connections tracked for its security groups now (null: it has none).
+    #[serde(default)]
+    pub connections: Option<u32>,
     pub numa_node: Option<usize>,
     pub queue_pairs: usize,
     pub mtu: u32,

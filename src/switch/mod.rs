@@ -17,6 +17,7 @@ pub mod portcmd;
 pub mod rebalance;
 pub mod reload;
 pub mod samples;
+pub mod secgroups;
 pub mod vtep;
 
 use std::collections::HashMap;
@@ -118,6 +119,8 @@ impl PortState {
         PortPolicy {
             allowed_macs: self.cfg.allowed_macs.clone(),
             allowed_ips: self.cfg.allowed_ips.clone(),
+            // Compiled against the other ports (`secgroups.rs`) as plans are made.
+            rules: None,
             vlan: self.cfg.vlan.clone(),
             learning,
         }
@@ -172,6 +175,12 @@ pub struct Switch {
     pub spawner: Option<Spawner>,
     /// What VTEPs learned at run time from their control plane (`vtep-sync`).
     pub learned: vtep::Learned,
+    /// Connection tracking for security groups (`secgroups.rs`), made at its first use.
+    pub conntrack: std::sync::OnceLock<Arc<crate::conntrack::Conntrack>>,
+    /// Each port's rules as the threads last took them (by port id).
+    published_rules: std::sync::Mutex<Vec<Option<Arc<crate::secgroup::PortRules>>>>,
+    /// Where the expiry sweep goes on.
+    ct_cursor: usize,
 }
 
 impl Switch {
@@ -197,6 +206,9 @@ impl Switch {
             started: Instant::now(),
             spawner: None,
             learned: Default::default(),
+            conntrack: Default::default(),
+            published_rules: Default::default(),
+            ct_cursor: 0,
         };
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {
             sw.add_port(id as u16, p);
@@ -369,9 +381,18 @@ impl Switch {
 
     /// Each poll thread's plan as things stand.
     pub fn plans(&self) -> Vec<Plan> {
-        let entries: Vec<(Arc<Port>, PortPolicy)> =
-            self.ports.iter().flatten().map(|ps| (ps.port.clone(), ps.policy())).collect();
-        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps));
+        let entries: Vec<(Arc<Port>, PortPolicy)> = self
+            .ports
+            .iter()
+            .flatten()
+            .map(|ps| {
+                let mut policy = ps.policy();
+                self.compile_rules(ps.port.id, &mut policy);
+                (ps.port.clone(), policy)
+            })
+            .collect();
+        let ct = entries.iter().any(|(_, p)| p.rules.is_some()).then(|| self.conntrack());
+        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps).with_conntrack(ct));
         self.threads
             .iter()
             .map(|t| Plan {
@@ -399,17 +420,22 @@ impl Switch {
 
     /// Hands every poll thread its current plan and waits until all have adopted it.
     pub fn publish(&self) {
-        let generations: Vec<u64> = self.threads.iter().zip(self.plans()).map(|(t, p)| t.mailbox.post(p)).collect();
+        let plans = self.plans();
+        let rules = rules_of(&plans);
+        let generations: Vec<u64> = self.threads.iter().zip(plans).map(|(t, p)| t.mailbox.post(p)).collect();
         for (i, (t, generation)) in self.threads.iter().zip(generations).enumerate() {
             if t.live && !t.mailbox.wait(generation, ADOPT_TIMEOUT) {
                 warn!("poll thread {i} has not adopted a new plan after {ADOPT_TIMEOUT:?}");
             }
         }
+        self.rules_published(rules);
     }
 
     /// Starts every configured poll thread with its plan.
     pub fn start_threads(&mut self) -> std::io::Result<()> {
-        for (i, plan) in self.plans().into_iter().enumerate() {
+        let plans = self.plans();
+        self.rules_published(rules_of(&plans));
+        for (i, plan) in plans.into_iter().enumerate() {
             self.spawn(i, plan)?;
         }
         Ok(())
@@ -472,4 +498,9 @@ impl Switch {
             self.stop_thread(i);
         }
     }
+}
+
+/// Each port's security-group rules in `plans` (the same table in every plan), by port id.
+fn rules_of(plans: &[Plan]) -> Vec<Option<Arc<crate::secgroup::PortRules>>> {
+    plans.first().map(|p| p.ports.policy.iter().map(|p| p.rules.clone()).collect()).unwrap_or_default()
 }

@@ -135,6 +135,11 @@ impl Switch {
             }
         }
         self.flows = Arc::new(flows);
+        // The groups the plans are compiled against (`secgroups.rs`): the new ones.
+        if self.cfg.security_groups != new.security_groups {
+            self.cfg.security_groups = new.security_groups.clone();
+            notes.push("security groups changed".into());
+        }
         self.publish();
         // What a port learned on the VLANs it had is not where its stations are now (OVS
         // flushes a port's entries the same way when its VLAN config changes).
@@ -210,6 +215,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if (&new.dpdk.eal_args, new.dpdk.mbufs) != (&old.dpdk.eal_args, old.dpdk.mbufs) {
         later.push("[dpdk] eal_args and mbufs");
+    }
+    // The table is sized once, at its first use.
+    if (new.ct_max_connections, new.ct_max_per_port) != (old.ct_max_connections, old.ct_max_per_port) {
+        later.push("ct_max_connections and ct_max_per_port");
     }
     later
 }

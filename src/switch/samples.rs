@@ -133,6 +133,7 @@ impl Switch {
         s.prev = s.last.take();
         s.last = Some(snap);
         s.next = Some(Instant::now() + SAMPLE_EVERY);
+        self.conntrack_tick();
     }
 
     /// `stats --clear`: what `stats` shows starts again from zero. Totals elsewhere (`ports`,

@@ -158,6 +158,8 @@ pub struct Bench {
     pub mac: Arc<MacTable>,
     /// Each VM's port policy (port security), as the plans give it.
     pub policies: Vec<PortPolicy>,
+    /// Connection tracking, for policies with security-group rules.
+    pub conntrack: Option<Arc<crate::conntrack::Conntrack>>,
 }
 
 /// How to build a bench.
@@ -220,6 +222,7 @@ impl Bench {
             flows: Arc::new(FlowTable::default()),
             mac,
             policies: vec![PortPolicy::default(); cfg.vms],
+            conntrack: None,
         };
         for t in 0..cfg.threads {
             let cx = Ctx {
@@ -255,7 +258,7 @@ impl Bench {
             .map(|((v, _), pol)| (v.port.clone(), pol.clone()))
             .collect();
         Plan {
-            ports: Arc::new(PortTable::new(&entries, &[])),
+            ports: Arc::new(PortTable::new(&entries, &[]).with_conntrack(self.conntrack.clone())),
             flows: self.flows.clone(),
             tuning: None,
             rxqs: self.queues[t]

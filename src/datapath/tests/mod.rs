@@ -12,6 +12,7 @@ mod migration;
 mod offloads;
 mod park;
 mod rewrites;
+mod secgroups;
 mod switching;
 mod vlans;
 

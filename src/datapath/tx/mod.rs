@@ -17,6 +17,7 @@ use self::vxlan::encap;
 use crate::config::vlan::PortVlan;
 use crate::datapath::classify::normal;
 use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
+use crate::datapath::firewall;
 use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
 use crate::datapath::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
 use crate::datapath::{Ctx, Env, ring_broke};
@@ -497,7 +498,12 @@ fn flood_to(env: &Env, id: u16, run: &[Frame], dv: &mut Delivery) {
     match Open::new(env, id) {
         None => skip = FloodSkip { until, full: false, missed: 0, backoff: again },
         Some(mut o) => {
+            // Security groups: a port with rules takes the copies they admit.
+            let checked = env.ports.conntrack.is_some() && env.ports.policy[id as usize].rules.is_some();
             for (k, f) in run.iter().enumerate() {
+                if checked && !firewall::admits(env, id, f) {
+                    continue;
+                }
                 match o.write_switched(f, dv) {
                     Ok(()) => {}
                     Err(DropReason::RxRingFull) => {
@@ -619,6 +625,9 @@ fn wire_cost(f: &Frame, e: Shape) -> Cost {
 /// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an
 /// explicit output, not a flood, which reaches whoever is up).
 fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery, named: bool) {
+    if !firewall::admits(env, p, f) {
+        return;
+    }
     let pc = &env.cx.stats.ports[p as usize];
     match Open::new(env, p) {
         Some(mut o) => {

@@ -1,0 +1,262 @@
+//! Security groups in the data path, between classify and tx: a frame from a port with rules
+//! (`PortPolicy::rules`, compiled by `secgroup`) is checked as that port's egress, and a frame
+//! to one as its ingress, each in the port's own connection-tracking zone. A frame of a tracked
+//! connection (either way: replies need no rule) or related to one (an ICMP error quoting it)
+//! passes; a new connection passes if a rule of its direction allows it, and is then committed
+//! (its mark says which way it opened, for a rule change to re-check: `OPENED_*`); an invalid
+//! frame (a TCP segment outside the window, a later fragment, an echo reply nobody asked for) is
+//! dropped. Frames that are not IP (ARP: its addresses are port security's, `spoof.rs`) pass,
+//! and so does the traffic a port needs before any rule: DHCP as a client, neighbour discovery
+//! and MLD; a guest acting as a DHCP server or sending router advertisements is dropped.
+//!
+//! A unicast frame is checked here for both ports; a flood or an action list's copies are
+//! checked per destination as they are delivered (`admits`), from the front made deep enough
+//! here. Costs nothing to a switch whose ports have no rules (`PortTable::conntrack` is None:
+//! the stage is not entered), and one lookup in the shared table per port with rules a frame
+//! of an established connection; no lock (the table's hits take none, `conntrack::table`).
+#![forbid(unsafe_code)]
+
+use super::Env;
+use super::counters::DropReason;
+use super::frame::{FRONT_MAX, Frame, Out};
+use crate::config::secgroup::Direction;
+use crate::conntrack::{Commit, Conntrack, CtPacket, state};
+use crate::secgroup::PortRules;
+use crate::wire::{ethertype, protocol};
+
+/// A committed connection's `ct_mark`: it opened toward the port.
+pub const OPENED_INGRESS: u32 = 1;
+/// It opened from the port.
+pub const OPENED_EGRESS: u32 = 2;
+/// Added to the mark when a rule change no longer allows the connection: its frames, either
+/// way, are dropped until it expires (as OpenStack's firewall marks them; removing it would
+/// let the next frame the other way open it again).
+pub const CUT: u32 = 4;
+
+/// What port rules `rules` (None: the port has none any more, or is gone) make of the tracked
+/// connections of `zone`: those they no longer allow are cut, those they allow again are
+/// not; a port without rules loses its connections. Returns how many changed.
+pub fn rules_changed(ct: &Conntrack, zone: u16, rules: Option<&PortRules>) -> usize {
+    let Some(rules) = rules else { return ct.flush(Some(zone)) };
+    ct.remark(zone, |t, mark| {
+        let allowed = match mark & !CUT {
+            OPENED_INGRESS => rules.allows(Direction::Ingress, t),
+            OPENED_EGRESS => rules.allows(Direction::Egress, t),
+            _ => true,
+        };
+        if allowed { mark & !CUT } else { mark | CUT }
+    })
+}
+
+/// The stage: checks each frame of a classified burst from `in_port` against the rules of its
+/// sender and of its (unicast) destination. A frame one denies is dropped: counted on the
+/// sender for its egress, on the destination for its ingress.
+pub(super) fn filter_burst(env: &Env, ct: &Conntrack, in_port: u16, frames: &mut [Frame]) {
+    let now = ct.clock();
+    let egress = env.ports.policy[in_port as usize].rules.as_deref();
+    for f in frames.iter_mut() {
+        let ingress = match f.out {
+            Out::Drop(_) | Out::Nowhere => continue,
+            Out::Port(p) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
+            // Checked per destination as delivered (`admits`), from this front.
+            Out::Flood | Out::Actions(_) => {
+                f.deepen_front(FRONT_MAX);
+                None
+            }
+        };
+        if egress.is_none() && ingress.is_none() {
+            continue;
+        }
+        f.deepen_front(FRONT_MAX);
+        if let Some(rules) = egress
+            && let Err(why) = check(ct, rules, Direction::Egress, f, now)
+        {
+            f.out = Out::Drop(why);
+            continue;
+        }
+        if let Some((p, rules)) = ingress
+            && let Err(why) = check(ct, rules, Direction::Ingress, f, now)
+        {
+            env.cx.stats.ports[p as usize].drop(why, 1);
+            f.out = Out::Nowhere;
+        }
+    }
+}
+
+/// Whether port `p` takes a copy of `f` (flooded, or an action list's): its ingress rules, if
+/// it has any. A copy it refuses is counted on it.
+#[inline]
+pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
+    let (Some(ct), Some(rules)) = (env.ports.conntrack.as_deref(), env.ports.policy[p as usize].rules.as_deref())
+    else {
+        return true;
+    };
+    match check(ct, rules, Direction::Ingress, f, ct.clock()) {
+        Ok(()) => true,
+        Err(why) => {
+            env.cx.stats.ports[p as usize].drop(why, 1);
+            false
+        }
+    }
+}
+
+/// The verdict of `rules` on frame `f` crossing their port in direction `dir`.
+fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32) -> Result<(), DropReason> {
+    let front = f.front();
+    let Some((ty, l3)) = ip_of(front) else { return Ok(()) };
+    match before_rules(ty, &front[l3..], dir) {
+        Some(true) => return Ok(()),
+        Some(false) => return Err(DropReason::SecurityGroup),
+        None => {}
+    }
+    let pkt = CtPacket::parse(ty, &front[l3..], (f.len as usize).saturating_sub(l3));
+    let tuple = match pkt {
+        CtPacket::NotIp => return Ok(()),
+        CtPacket::Invalid => return Err(DropReason::CtInvalid),
+        CtPacket::Conn { tuple, .. } => Some(tuple),
+        CtPacket::Error { .. } => None,
+    };
+    let seen = ct.track(&pkt, rules.zone, None, now);
+    if seen.state & state::INV != 0 {
+        return Err(DropReason::CtInvalid);
+    }
+    if seen.mark & CUT != 0 {
+        return Err(DropReason::SecurityGroup);
+    }
+    // Established, related, or committed already (its first frames before any reply).
+    if seen.state & (state::EST | state::REL) != 0 || seen.mark != 0 {
+        return Ok(());
+    }
+    let Some(tuple) = tuple else { return Err(DropReason::CtInvalid) };
+    if !rules.allows(dir, &tuple) {
+        return Err(DropReason::SecurityGroup);
+    }
+    let mark = match dir {
+        Direction::Ingress => OPENED_INGRESS,
+        Direction::Egress => OPENED_EGRESS,
+    };
+    match ct.track(&pkt, rules.zone, Some(Commit { mark: Some((mark, u32::MAX)) }), now).refused {
+        None => Ok(()),
+        Some(_) => Err(DropReason::CtLimit),
+    }
+}
+
+/// The IP ethertype of a frame and where its IP header starts (past up to two VLAN tags);
+/// None for what is not IP.
+fn ip_of(front: &[u8]) -> Option<(u16, usize)> {
+    let mut at = 12;
+    for _ in 0..3 {
+        let ty = u16::from_be_bytes(front.get(at..at + 2)?.try_into().ok()?);
+        match ty {
+            ethertype::VLAN | ethertype::QINQ => at += 4,
+            ethertype::IPV4 | ethertype::IPV6 => return Some((ty, at + 2)),
+            _ => return None,
+        }
+    }
+    None
+}
+
+const DHCP_SERVER: u16 = 67;
+const DHCP_CLIENT: u16 = 68;
+const DHCP6_CLIENT: u16 = 546;
+const DHCP6_SERVER: u16 = 547;
+
+/// What a port needs before any rule, as OpenStack's firewall allows it: DHCP as a client
+/// (Some(true)), and as a server, which a guest may not be (Some(false)); ICMPv6's neighbour
+/// discovery and MLD, but router advertisements only toward the port. None: the rules decide.
+fn before_rules(ty: u16, l3: &[u8], dir: Direction) -> Option<bool> {
+    let egress = dir == Direction::Egress;
+    let (proto, l4) = match ty {
+        ethertype::IPV4 => {
+            let ihl = (*l3.first()? & 0xf) as usize * 4;
+            // A later fragment carries no ports: conntrack's (invalid).
+            let frag = u16::from_be_bytes([*l3.get(6)?, *l3.get(7)?]) & 0x1fff;
+            if frag != 0 {
+                return None;
+            }
+            (*l3.get(9)?, l3.get(ihl..)?)
+        }
+        _ => {
+            let (mut nh, mut at) = (*l3.get(6)?, 40);
+            // Hop-by-hop (MLD's router alert), routing and destination options.
+            for _ in 0..4 {
+                if !matches!(nh, 0 | 43 | 60) {
+                    break;
+                }
+                nh = *l3.get(at)?;
+                at += (*l3.get(at + 1)? as usize + 1) * 8;
+            }
+            (nh, l3.get(at..)?)
+        }
+    };
+    let ports =
+        || Some((u16::from_be_bytes([*l4.first()?, *l4.get(1)?]), u16::from_be_bytes([*l4.get(2)?, *l4.get(3)?])));
+    match proto {
+        protocol::UDP => match ports()? {
+            (DHCP_CLIENT, DHCP_SERVER) | (DHCP6_CLIENT, DHCP6_SERVER) => Some(egress),
+            (DHCP_SERVER, DHCP_CLIENT) | (DHCP6_SERVER, DHCP6_CLIENT) => Some(!egress),
+            _ => None,
+        },
+        protocol::ICMPV6 if ty == ethertype::IPV6 => match *l4.first()? {
+            // MLD queries, reports, done; MLDv2 reports; neighbour solicitations, advertisements.
+            130..=132 | 143 | 135 | 136 => Some(true),
+            // Router solicitation from the port, advertisement toward it.
+            133 => Some(egress),
+            134 => Some(!egress),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eth(ty: u16, l3: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ty.to_be_bytes());
+        f.extend_from_slice(l3);
+        f
+    }
+
+    #[test]
+    fn what_passes_before_the_rules() {
+        use Direction::*;
+        let udp4 = |sport: u16, dport: u16| {
+            let mut p = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, protocol::UDP, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255];
+            p.extend_from_slice(&sport.to_be_bytes());
+            p.extend_from_slice(&dport.to_be_bytes());
+            p.extend_from_slice(&[0, 8, 0, 0]);
+            p
+        };
+        let f = eth(ethertype::IPV4, &udp4(68, 67));
+        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), Some(true), "a DHCP request");
+        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Ingress), Some(false));
+        let f = eth(ethertype::IPV4, &udp4(67, 68));
+        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Ingress), Some(true), "a DHCP offer to the port");
+        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), Some(false), "a guest's DHCP server");
+        let f = eth(ethertype::IPV4, &udp4(5000, 53));
+        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), None);
+        let icmp6 = |ty: u8, hop_by_hop: bool| {
+            let mut p = vec![0x60, 0, 0, 0, 0, 8, if hop_by_hop { 0 } else { 58 }, 255];
+            p.extend_from_slice(&[0; 32]);
+            if hop_by_hop {
+                p.extend_from_slice(&[58, 0, 5, 2, 0, 0, 1, 0]);
+            }
+            p.extend_from_slice(&[ty, 0, 0, 0, 0, 0, 0, 0]);
+            p
+        };
+        for (ty, egress, ingress) in [(135, true, true), (136, true, true), (133, true, false), (134, false, true)] {
+            let p = icmp6(ty, false);
+            assert_eq!(before_rules(ethertype::IPV6, &p, Egress), Some(egress), "type {ty} out");
+            assert_eq!(before_rules(ethertype::IPV6, &p, Ingress), Some(ingress), "type {ty} in");
+        }
+        assert_eq!(before_rules(ethertype::IPV6, &icmp6(143, true), Egress), Some(true), "MLDv2 behind hop-by-hop");
+        assert_eq!(before_rules(ethertype::IPV6, &icmp6(128, false), Egress), None, "an echo: the rules'");
+        assert_eq!(ip_of(&eth(ethertype::ARP, &[0; 28])), None);
+        let mut tagged = eth(ethertype::IPV4, &udp4(1, 2));
+        tagged.splice(12..12, [0x81, 0, 0, 10]);
+        assert_eq!(ip_of(&tagged), Some((ethertype::IPV4, 18)));
+    }
+}

@@ -1,0 +1,105 @@
+//! Security groups with real Linux guests (QEMU, TCG here): vm2 is in a group that lets TCP
+//! 5201 in and nothing else. From vm1: iperf3 to 5201 runs, iperf3 to 5202 (a server listens
+//! there too) never connects, ping gets nothing back; vm2's own connections out (ping, iperf3
+//! to vm1) and their replies pass. Then the 5201 rule is removed by a live reload while a
+//! stream to 5201 runs: the stream is cut at once (nothing more reaches vm2), counted
+//! `security_group` on vm2.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+const WEB: &str = r#"
+[[security_group]]
+name = "web"
+[[security_group.rule]]
+direction = "ingress"
+protocol = "tcp"
+ports = 5201
+"#;
+
+const EMPTY: &str = r#"
+[[security_group]]
+name = "web"
+"#;
+
+fn config(dir: &Path, group: &str) -> String {
+    let mut text = Switch::config_text(dir, &[1], &[], "");
+    text += "[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n";
+    text += "[[port]]\nname = \"vm2\"\ntype = \"vhost-user\"\nsocket = \"vm2.sock\"\n\
+             allowed_macs = [\"52:54:00:5e:00:02\"]\nallowed_ips = [\"10.40.0.2\"]\nsecurity_groups = [\"web\"]\n";
+    text + group
+}
+
+#[test]
+fn a_group_allowing_tcp_5201_in_lets_iperf3_through_and_nothing_else_and_a_live_change_cuts() {
+    let Some(_g) = run_alone(QEMU) else { return };
+    let dir = test_dir("secgroups-qemu");
+    let sw = Switch::start_config(dir.clone(), &config(&dir, WEB));
+    // vm1 (no groups): waits until 5201 answers, then the checks, then a long stream.
+    let job1 = r#"iperf3 -s -D
+i=0
+until timeout 5 iperf3 -c 10.40.0.2 -t 1 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; sleep 0.5; done
+timeout 30 iperf3 -c 10.40.0.2 -t 3 -f m 2>&1 | grep receiver | sed "s/^/PVS-IPERF-5201 /"
+timeout 6 iperf3 -c 10.40.0.2 -p 5202 -t 1 >/dev/null 2>&1 || echo PVS-5202-REFUSED
+ping -c 3 -i 0.3 -W 1 10.40.0.2 2>&1 | grep -q ' 100% packet loss' && echo PVS-PING-IN-REFUSED
+echo PVS-LONG-START
+timeout 40 iperf3 -c 10.40.0.2 -t 25 -i 1 -f m > /tmp/long 2>&1
+echo PVS-LONG-END
+"#;
+    // vm2 (in "web"): servers on 5201 and 5202; its own ping and iperf3 to vm1.
+    let job2 = r#"iperf3 -s -D
+iperf3 -s -p 5202 -D
+i=0
+until ping -c 1 -W 1 10.40.0.1 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
+ping -c 3 -i 0.3 -W 2 10.40.0.1 2>&1 | grep -q ' 0% packet loss' && echo PVS-PING-OUT-OK
+n=0
+until out=$(timeout 30 iperf3 -c 10.40.0.1 -t 2 -f m 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+echo "$out" | grep receiver | sed "s/^/PVS-IPERF-OUT /"
+while true; do sleep 1000; done
+"#;
+    let _vms = Qemus(vec![
+        guest(&sw, &dir, "vm2", "10.40.0.2/24", "52:54:00:5e:00:02", job2),
+        guest(&sw, &dir, "vm1", "10.40.0.1/24", "52:54:00:5e:00:01", job1),
+    ]);
+    let log = |name: &str| guest_log(&dir, name);
+    let all = || format!("vm1:\n{}\nvm2:\n{}\npvswitchd:\n{}", log("vm1"), log("vm2"), sw.log());
+    wait_long("vm1's checks", || log("vm1").contains("PVS-LONG-START"), &all);
+    let (l1, l2) = (log("vm1"), log("vm2"));
+    assert!(l1.contains("PVS-IPERF-5201 ") && l1.contains("receiver"), "iperf3 to 5201 did not run\n{}", all());
+    assert!(l1.contains("PVS-5202-REFUSED"), "iperf3 reached 5202\n{}", all());
+    assert!(l1.contains("PVS-PING-IN-REFUSED"), "vm1's ping reached vm2\n{}", all());
+    wait_long("vm2's own connections", || log("vm2").contains("PVS-IPERF-OUT "), &all);
+    assert!(l2.contains("PVS-PING-OUT-OK") || log("vm2").contains("PVS-PING-OUT-OK"), "{}", all());
+    let vm2 = sw.port("vm2");
+    assert_eq!(vm2["security_groups"], serde_json::json!(["web"]), "{vm2}");
+    let refused = vm2["drops"]["security_group"].as_u64().unwrap();
+    assert!(refused >= 2, "5202's SYNs and the pings, counted on vm2: {vm2}");
+
+    // The long stream to 5201 flows; the rule goes, live.
+    let tx = || sw.counter("vm2", "tx_packets");
+    let before = tx();
+    wait_for("the long stream to reach vm2", || (tx() > before + 500).then_some(()));
+    sw.write_config(&config(&dir, EMPTY));
+    let summary = sw.ctl("reload");
+    eprintln!("{summary}");
+    let cut_at = tx();
+    let drops = || sw.port("vm2")["drops"]["security_group"].as_u64().unwrap();
+    let d0 = drops();
+    wait_for("the cut stream's frames to be refused", || (drops() > d0 + 5).then_some(()));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let after = tx() - cut_at;
+    assert!(after < 20, "{after} frames reached vm2 after its rule was removed\n{}", all());
+    assert!(sw.log().contains("connections cut"), "{}", sw.log());
+}
+
+/// Waits up to 10 minutes (guests boot slowly under TCG) for `done`.
+fn wait_long(what: &str, done: impl Fn() -> bool, all: &dyn Fn() -> String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}\n{}", all());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -47,6 +47,10 @@ enum Mode {
     /// NORMAL learned unicast with both VMs logging (a migration under way): what marking the
     /// dirty log costs.
     Logged,
+    /// NORMAL learned unicast to vm1 in a security group that lets UDP in: every frame one
+    /// lookup in vm1's zone of the connection table, the 500 connections committed in the
+    /// warm-up (what a tracked, allowed connection costs).
+    Secured,
 }
 
 /// How the sender lays a frame out in its TX ring.
@@ -94,7 +98,14 @@ fn ipv4_frame(dst: [u8; 6], src: [u8; 6], len: usize, i: usize) -> Vec<u8> {
 /// The cell's flow table (empty for NORMAL).
 fn flows(mode: Mode) -> Vec<String> {
     match mode {
-        Mode::Normal | Mode::Flood | Mode::FloodFull | Mode::Access | Mode::Trunk | Mode::Capped | Mode::Logged => {
+        Mode::Normal
+        | Mode::Flood
+        | Mode::FloodFull
+        | Mode::Access
+        | Mode::Trunk
+        | Mode::Capped
+        | Mode::Logged
+        | Mode::Secured => {
             vec![]
         }
         Mode::InPort => vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()],
@@ -168,10 +179,22 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
             start_logging(&mut b, 0);
             start_logging(&mut b, 1);
         }
+        Mode::Secured => {
+            let text = "[[security_group]]\nname = \"g\"\n[[security_group.rule]]\ndirection = \"ingress\"\n\
+                        protocol = \"udp\"\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\n\
+                        socket = \"/tmp/x/vm1.sock\"\nsecurity_groups = [\"g\"]\n";
+            let c = crate::config::Config::parse("t.toml", text).unwrap();
+            let all: Vec<_> = c.ports.iter().collect();
+            let rules = crate::secgroup::compile(&c.ports[0], &c.security_groups, &all, 2).unwrap();
+            b.policies[1].rules = Some(std::sync::Arc::new(rules));
+            let limits = crate::conntrack::Limits { total: 4096, per_zone: 4096 };
+            b.conntrack = Some(std::sync::Arc::new(crate::conntrack::Conntrack::new(limits, Default::default())));
+            b.post(0);
+        }
         _ => {}
     }
     match mode {
-        Mode::Normal | Mode::Access | Mode::Capped | Mode::Logged => b.announce(1),
+        Mode::Normal | Mode::Access | Mode::Capped | Mode::Logged | Mode::Secured => b.announce(1),
         Mode::Trunk => {
             // The trunk's own frames are tagged.
             b.vms[1].guest.send(&tagged(&frame([0xff; 6], mac(1), 60, 0), 0x8100, 10));
@@ -268,6 +291,8 @@ cells! {
     flood_full_64: FloodFull, 64, One;
     logged_64: Logged, 64, One;
     logged_1518: Logged, 1518, One;
+    secured_64: Secured, 64, One;
+    secured_1518: Secured, 1518, One;
 }
 
 /// Every cell's traffic arrives whole, in order, under its table (a short run of each).

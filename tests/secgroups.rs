@@ -93,6 +93,18 @@ while true; do sleep 1000; done
     let after = tx() - cut_at;
     assert!(after < 20, "{after} frames reached vm2 after its rule was removed\n{}", all());
     assert!(sw.log().contains("connections cut"), "{}", sw.log());
+
+    // What the table holds: the stream's connections into vm2, cut; vm2's own out, not.
+    let ct = sw.try_ctl_args("conntrack", &["vm2"]).unwrap();
+    let conns = ct["connections"].as_array().unwrap();
+    let cut_in = conns.iter().filter(|c| c["opened"] == "ingress" && c["dport"] == 5201 && c["cut"] == true).count();
+    assert!(cut_in >= 2, "the control and data connections to 5201, cut: {ct:#}");
+    assert!(conns.iter().all(|c| c["port"] == "vm2"), "{ct:#}");
+    assert_eq!(ct["ports"][0]["port"], "vm2", "{ct:#}");
+    let flushed = sw.try_ctl_args("conntrack-flush", &["vm2"]).unwrap();
+    let n: u64 = flushed["summary"].as_str().unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(n >= cut_in as u64, "{flushed} after {ct:#}");
+    assert!(sw.try_ctl_args("conntrack", &["nosuch"]).unwrap_err().contains("no port"));
 }
 
 /// Waits up to 10 minutes (guests boot slowly under TCG) for `done`.

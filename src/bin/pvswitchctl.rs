@@ -35,6 +35,11 @@ commands:
   vteps     each VTEP: its VNIs, the MACs local to this host, what its control plane said
   vtep-sync VTEP STATE
             a VTEP's whole remote state (JSON), from its control plane (pvs-evpn)
+  conntrack [PORT]
+            connections security groups track (every port's, or one's): counts, limits, each
+            connection as its first frame went, which way it opened, whether a rule change cut it
+  conntrack-flush PORT
+            forget a port's tracked connections (their next frames meet the rules as new ones)
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,

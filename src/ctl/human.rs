@@ -6,8 +6,9 @@ use std::fmt::Write;
 use serde::de::DeserializeOwned;
 
 use super::proto::{
-    Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo,
-    RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
+    ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortReply, PortVlanInfo,
+    QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply,
+    VersionReply, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -27,11 +28,37 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
         Request::Version => version(&typed(result)?),
         Request::Port { name } if super::proto::is_glob(name) => ports(&typed::<Vec<PortInfo>>(result)?),
         Request::Port { .. } => ports(&[typed::<PortInfo>(result)?]),
-        Request::AddPort { .. } | Request::DelPort { .. } | Request::SetPort { .. } | Request::VtepSync { .. } => {
+        Request::Conntrack { .. } => conntrack(&typed(result)?),
+        Request::AddPort { .. }
+        | Request::DelPort { .. }
+        | Request::SetPort { .. }
+        | Request::VtepSync { .. }
+        | Request::ConntrackFlush { .. } => {
             format!("{}\n", typed::<PortReply>(result)?.summary)
         }
         Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
     })
+}
+
+/// `conntrack`: the counts, each port with groups, then one line a connection (conntrack -L's
+/// order: protocol, state, addresses and ports as the first frame went).
+fn conntrack(r: &ConntrackReply) -> String {
+    let mut s = format!(
+        "{} connections (limit {}, {} a port); refused: {} at a port's limit, {} table full\n",
+        r.total, r.limit, r.limit_per_port, r.refused_port_limit, r.refused_table_full
+    );
+    for z in &r.ports {
+        let _ = writeln!(s, "  {}: zone {}, {} connections", z.port, z.zone, z.connections);
+    }
+    for c in &r.connections {
+        let cut = if c.cut { " [cut]" } else { "" };
+        let _ = writeln!(
+            s,
+            "{} {} {} src={} sport={} dst={} dport={} opened={} expires_in={}{cut}",
+            c.port, c.protocol, c.state, c.src, c.sport, c.dst, c.dport, c.opened, c.expires_in
+        );
+    }
+    s
 }
 
 /// `vteps`: one block per VTEP: its VNIs, its local MACs, what its control plane said.

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+mod conntrack;
 pub mod flows;
 pub mod human;
 pub mod stats;
@@ -58,6 +59,8 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
         Request::Stats { clear: false } => json(stats::stats(c)),
         Request::Rxq => json(stats::rxq(c)),
         Request::Fdb => json(fdb(c)),
+        Request::Conntrack { port } => json(conntrack::conntrack(c, port.as_deref())?),
+        Request::ConntrackFlush { port } => done(conntrack::flush(c, &port)?),
         Request::Flows => json(flows::flows(c)),
         Request::Trace { fields } => json(flows::trace(c, &fields)?),
         Request::Port { name } if proto::is_glob(&name) => json(

@@ -13,6 +13,7 @@
 //! in `ctl::answer` (and one in `ctl::human` for its human output; without it, pretty JSON).
 
 pub mod client;
+mod conntrack;
 mod flows;
 mod placement;
 mod ports;
@@ -24,6 +25,7 @@ mod vteps;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::conntrack::{ConnInfo, ConntrackReply, MAX_LISTED, ZoneInfo};
 pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
 pub use self::ports::{
     MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens, VxlanInfo,
@@ -79,6 +81,11 @@ pub enum Request {
     Vteps,
     /// A VTEP's remote endpoints and MACs, whole (JSON, `VtepState`).
     VtepSync { vtep: String, state: String },
+    /// The connections security groups track, every port's or `port`'s (reply:
+    /// [`ConntrackReply`]).
+    Conntrack { port: Option<String> },
+    /// Forgets the connections of `port` (reply: [`PortReply`]).
+    ConntrackFlush { port: String },
 }
 
 /// Whether a port name given to `ports` is a glob (`*` any run of characters, `?` one).
@@ -149,7 +156,7 @@ pub struct PortReply {
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync";
+pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -211,6 +218,15 @@ impl Request {
                 [vtep, state] => Request::VtepSync { vtep: vtep.clone(), state: state.clone() },
                 _ => return Err("vtep-sync: expected VTEP STATE (JSON: {\"remotes\": [...], \"macs\": [...]})".into()),
             },
+            "conntrack" => match args {
+                [] => Request::Conntrack { port: None },
+                [port] => Request::Conntrack { port: Some(port.clone()) },
+                _ => return Err("conntrack: expected at most one port name".into()),
+            },
+            "conntrack-flush" => match args {
+                [port] => Request::ConntrackFlush { port: port.clone() },
+                _ => return Err("conntrack-flush: expected PORT".into()),
+            },
             other => return Err(format!("unknown command \"{other}\" (try {COMMANDS})")),
         })
     }
@@ -234,6 +250,8 @@ impl Request {
             Request::SetPort { .. } => "set-port",
             Request::Vteps => "vteps",
             Request::VtepSync { .. } => "vtep-sync",
+            Request::Conntrack { .. } => "conntrack",
+            Request::ConntrackFlush { .. } => "conntrack-flush",
         }
     }
 
@@ -254,6 +272,7 @@ impl Request {
             }
             Request::SetPort { name, settings } => std::iter::once(name.clone()).chain(pairs(settings)).collect(),
             Request::VtepSync { vtep, state } => vec![vtep.clone(), state.clone()],
+            Request::Conntrack { port: Some(p) } | Request::ConntrackFlush { port: p } => vec![p.clone()],
             _ => Vec::new(),
         }
     }

@@ -31,6 +31,9 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         (req("move", &["a:b:3", "2"]), Request::Move { port: "a:b".into(), queue: 3, thread: 2 }),
         (req("reload", &[]), Request::Reload),
         (req("version", &[]), Request::Version),
+        (req("conntrack", &[]), Request::Conntrack { port: None }),
+        (req("conntrack", &["vm1"]), Request::Conntrack { port: Some("vm1".into()) }),
+        (req("conntrack-flush", &["vm1"]), Request::ConntrackFlush { port: "vm1".into() }),
         (req("ports", &["vm1"]), Request::Port { name: "vm1".into() }),
         (
             req("add-port", &["vm7", "type=vhost-user", "socket=/run/a=b.sock", "mac_limit=4"]),
@@ -120,7 +123,7 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
         Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
-             add-port, del-port, set-port, vteps, vtep-sync)"
+             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush)"
             .into())
     );
 }
@@ -400,6 +403,12 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
     check(r, "move", MoveReply::default(), &[]).unwrap();
     check(r, "reload", ReloadReply { summary: String::new() }, &[]).unwrap();
     check(r, "version", VersionReply::current(), &[]).unwrap();
+    let ct = ConntrackReply {
+        ports: vec![ZoneInfo::default()],
+        connections: vec![ConnInfo::default()],
+        ..ConntrackReply::default()
+    };
+    check(r, "conntrack", ct, &[]).unwrap();
     let vtep = VtepInfo {
         vnis: vec![VniInfo::default()],
         local_macs: vec![LocalMac::default()],

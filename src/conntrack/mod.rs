@@ -346,7 +346,12 @@ impl Conntrack {
         if meta != f.meta {
             let _ = slot.meta.compare_exchange(f.meta, meta, AcqRel, Relaxed);
         }
-        slot.expires.store(now + self.timeout(meta), Relaxed);
+        // Written only when it moves (once a second at most): a connection's frames on two
+        // threads then share its slot's line read-only between state changes.
+        let expires = now + self.timeout(meta);
+        if slot.expires.load(Relaxed) != expires {
+            slot.expires.store(expires, Relaxed);
+        }
         // Established once the responder answered (for TCP, its SYN+ACK), as OVS and Linux say.
         let est = meta & REPLIED != 0;
         let state = TRK | if est { EST } else { NEW } | if reply { RPL } else { 0 };
@@ -541,12 +546,13 @@ fn scales(sides: &[Dir; 2]) -> u64 {
 /// A tuple as a table key in `zone`, the same for both directions, and whether the tuple is
 /// the key's low-to-high direction.
 pub fn canonical(t: &Tuple, zone: u16) -> ([u64; KEY_WORDS], bool) {
-    let low = (t.src, t.sport) <= (t.dst, t.dport);
-    let (a, b, pa, pb) = if low { (t.src, t.dst, t.sport, t.dport) } else { (t.dst, t.src, t.dport, t.sport) };
-    let w = |x: &[u8; 16], i: usize| u64::from_be_bytes(x[i * 8..i * 8 + 8].try_into().unwrap());
+    // The addresses as numbers: the same order as their bytes, without a memcmp.
+    let (src, dst) = (u128::from_be_bytes(t.src), u128::from_be_bytes(t.dst));
+    let low = (src, t.sport) <= (dst, t.dport);
+    let (a, b, pa, pb) = if low { (src, dst, t.sport, t.dport) } else { (dst, src, t.dport, t.sport) };
     let last =
         pa as u64 | (pb as u64) << 16 | (zone as u64) << 32 | (t.proto as u64) << 48 | (t.v6 as u64) << 56 | IN_USE;
-    ([w(&a, 0), w(&a, 1), w(&b, 0), w(&b, 1), last], low)
+    ([(a >> 64) as u64, a as u64, (b >> 64) as u64, b as u64, last], low)
 }
 
 fn zone_of(k: &[u64; KEY_WORDS]) -> u16 {

@@ -141,16 +141,18 @@ impl Table {
 
     /// The slot holding `key`, if any.
     pub fn find(&self, key: &[u64; KEY_WORDS]) -> Option<Found> {
-        let ([b1, b2], tag) = self.place(key);
-        for i in (b1..b1 + WAYS).chain(b2..b2 + WAYS) {
-            // Cheap reject before the sequence lock: the tag (a stale tag only costs a read).
-            if self.tags[i].load(Relaxed) != tag {
-                continue;
-            }
-            if let Some((k, meta)) = self.read_key(i)
-                && k == *key
-            {
-                return Some(Found { index: i, meta });
+        let (buckets, tag) = self.place(key);
+        for b in buckets {
+            for (j, t) in self.tags[b..b + WAYS].iter().enumerate() {
+                // Cheap reject before the sequence lock: the tag (a stale tag only costs a read).
+                if t.load(Relaxed) != tag {
+                    continue;
+                }
+                if let Some((k, meta)) = self.read_key(b + j)
+                    && k == *key
+                {
+                    return Some(Found { index: b + j, meta });
+                }
             }
         }
         None

@@ -20,7 +20,7 @@ use super::Env;
 use super::counters::DropReason;
 use super::frame::{FRONT_MAX, Frame, Out};
 use crate::config::secgroup::Direction;
-use crate::conntrack::{Commit, Conntrack, CtPacket, state};
+use crate::conntrack::{Commit, Conntrack, CtPacket, Tuple, state};
 use crate::secgroup::PortRules;
 use crate::wire::{ethertype, protocol};
 
@@ -104,16 +104,23 @@ pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
 fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32) -> Result<(), DropReason> {
     let front = f.front();
     let Some((ty, l3)) = ip_of(front) else { return Ok(()) };
-    match before_rules(ty, &front[l3..], dir) {
-        Some(true) => return Ok(()),
-        Some(false) => return Err(DropReason::SecurityGroup),
-        None => {}
-    }
+    let verdict = |pass: bool| if pass { Ok(()) } else { Err(DropReason::SecurityGroup) };
     let pkt = CtPacket::parse(ty, &front[l3..], (f.len as usize).saturating_sub(l3));
     let tuple = match pkt {
         CtPacket::NotIp => return Ok(()),
-        CtPacket::Invalid => return Err(DropReason::CtInvalid),
-        CtPacket::Conn { tuple, .. } => Some(tuple),
+        // Neighbour discovery and MLD are no connection: the tracker calls them invalid.
+        CtPacket::Invalid => {
+            return match (ty == ethertype::IPV6).then(|| icmpv6_before_rules(&front[l3..], dir)).flatten() {
+                Some(pass) => verdict(pass),
+                None => Err(DropReason::CtInvalid),
+            };
+        }
+        CtPacket::Conn { tuple, .. } => {
+            if let Some(pass) = dhcp_before_rules(&tuple, dir) {
+                return verdict(pass);
+            }
+            Some(tuple)
+        }
         CtPacket::Error { .. } => None,
     };
     let seen = ct.track(&pkt, rules.zone, None, now);
@@ -161,50 +168,42 @@ const DHCP_CLIENT: u16 = 68;
 const DHCP6_CLIENT: u16 = 546;
 const DHCP6_SERVER: u16 = 547;
 
-/// What a port needs before any rule, as OpenStack's firewall allows it: DHCP as a client
-/// (Some(true)), and as a server, which a guest may not be (Some(false)); ICMPv6's neighbour
-/// discovery and MLD, but router advertisements only toward the port. None: the rules decide.
-fn before_rules(ty: u16, l3: &[u8], dir: Direction) -> Option<bool> {
+/// DHCP before any rule, as OpenStack's firewall allows it: a port may be a client (IPv4 and
+/// IPv6: Some(true)), not a server (Some(false)). None: not DHCP, the rules decide.
+fn dhcp_before_rules(t: &Tuple, dir: Direction) -> Option<bool> {
+    if t.proto != protocol::UDP {
+        return None;
+    }
     let egress = dir == Direction::Egress;
-    let (proto, l4) = match ty {
-        ethertype::IPV4 => {
-            let ihl = (*l3.first()? & 0xf) as usize * 4;
-            // A later fragment carries no ports: conntrack's (invalid).
-            let frag = u16::from_be_bytes([*l3.get(6)?, *l3.get(7)?]) & 0x1fff;
-            if frag != 0 {
-                return None;
-            }
-            (*l3.get(9)?, l3.get(ihl..)?)
+    match (t.sport, t.dport) {
+        (DHCP_CLIENT, DHCP_SERVER) | (DHCP6_CLIENT, DHCP6_SERVER) => Some(egress),
+        (DHCP_SERVER, DHCP_CLIENT) | (DHCP6_SERVER, DHCP6_CLIENT) => Some(!egress),
+        _ => None,
+    }
+}
+
+/// ICMPv6 before any rule (the IPv6 packet `l3`): neighbour discovery and MLD (behind
+/// hop-by-hop, routing and destination options) pass, router advertisements only toward the
+/// port. None: another message, or not ICMPv6.
+fn icmpv6_before_rules(l3: &[u8], dir: Direction) -> Option<bool> {
+    let egress = dir == Direction::Egress;
+    let (mut nh, mut at) = (*l3.get(6)?, 40);
+    for _ in 0..4 {
+        if !matches!(nh, 0 | 43 | 60) {
+            break;
         }
-        _ => {
-            let (mut nh, mut at) = (*l3.get(6)?, 40);
-            // Hop-by-hop (MLD's router alert), routing and destination options.
-            for _ in 0..4 {
-                if !matches!(nh, 0 | 43 | 60) {
-                    break;
-                }
-                nh = *l3.get(at)?;
-                at += (*l3.get(at + 1)? as usize + 1) * 8;
-            }
-            (nh, l3.get(at..)?)
-        }
-    };
-    let ports =
-        || Some((u16::from_be_bytes([*l4.first()?, *l4.get(1)?]), u16::from_be_bytes([*l4.get(2)?, *l4.get(3)?])));
-    match proto {
-        protocol::UDP => match ports()? {
-            (DHCP_CLIENT, DHCP_SERVER) | (DHCP6_CLIENT, DHCP6_SERVER) => Some(egress),
-            (DHCP_SERVER, DHCP_CLIENT) | (DHCP6_SERVER, DHCP6_CLIENT) => Some(!egress),
-            _ => None,
-        },
-        protocol::ICMPV6 if ty == ethertype::IPV6 => match *l4.first()? {
-            // MLD queries, reports, done; MLDv2 reports; neighbour solicitations, advertisements.
-            130..=132 | 143 | 135 | 136 => Some(true),
-            // Router solicitation from the port, advertisement toward it.
-            133 => Some(egress),
-            134 => Some(!egress),
-            _ => None,
-        },
+        nh = *l3.get(at)?;
+        at += (*l3.get(at + 1)? as usize + 1) * 8;
+    }
+    if nh != protocol::ICMPV6 {
+        return None;
+    }
+    match *l3.get(at)? {
+        // MLD queries, reports, done; MLDv2 reports; neighbour solicitations, advertisements.
+        130..=132 | 143 | 135 | 136 => Some(true),
+        // Router solicitation from the port, advertisement toward it.
+        133 => Some(egress),
+        134 => Some(!egress),
         _ => None,
     }
 }
@@ -223,21 +222,21 @@ mod tests {
     #[test]
     fn what_passes_before_the_rules() {
         use Direction::*;
-        let udp4 = |sport: u16, dport: u16| {
-            let mut p = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, protocol::UDP, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255];
-            p.extend_from_slice(&sport.to_be_bytes());
-            p.extend_from_slice(&dport.to_be_bytes());
-            p.extend_from_slice(&[0, 8, 0, 0]);
-            p
+        let udp = |sport: u16, dport: u16| Tuple {
+            src: [0; 16],
+            dst: [255; 16],
+            sport,
+            dport,
+            proto: protocol::UDP,
+            v6: false,
         };
-        let f = eth(ethertype::IPV4, &udp4(68, 67));
-        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), Some(true), "a DHCP request");
-        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Ingress), Some(false));
-        let f = eth(ethertype::IPV4, &udp4(67, 68));
-        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Ingress), Some(true), "a DHCP offer to the port");
-        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), Some(false), "a guest's DHCP server");
-        let f = eth(ethertype::IPV4, &udp4(5000, 53));
-        assert_eq!(before_rules(ethertype::IPV4, &f[14..], Egress), None);
+        assert_eq!(dhcp_before_rules(&udp(68, 67), Egress), Some(true), "a DHCP request");
+        assert_eq!(dhcp_before_rules(&udp(68, 67), Ingress), Some(false));
+        assert_eq!(dhcp_before_rules(&udp(67, 68), Ingress), Some(true), "a DHCP offer to the port");
+        assert_eq!(dhcp_before_rules(&udp(67, 68), Egress), Some(false), "a guest's DHCP server");
+        assert_eq!(dhcp_before_rules(&udp(546, 547), Egress), Some(true), "DHCPv6");
+        assert_eq!(dhcp_before_rules(&udp(5000, 53), Egress), None);
+        assert_eq!(dhcp_before_rules(&Tuple { proto: protocol::TCP, ..udp(68, 67) }, Egress), None);
         let icmp6 = |ty: u8, hop_by_hop: bool| {
             let mut p = vec![0x60, 0, 0, 0, 0, 8, if hop_by_hop { 0 } else { 58 }, 255];
             p.extend_from_slice(&[0; 32]);
@@ -249,13 +248,15 @@ mod tests {
         };
         for (ty, egress, ingress) in [(135, true, true), (136, true, true), (133, true, false), (134, false, true)] {
             let p = icmp6(ty, false);
-            assert_eq!(before_rules(ethertype::IPV6, &p, Egress), Some(egress), "type {ty} out");
-            assert_eq!(before_rules(ethertype::IPV6, &p, Ingress), Some(ingress), "type {ty} in");
+            assert_eq!(icmpv6_before_rules(&p, Egress), Some(egress), "type {ty} out");
+            assert_eq!(icmpv6_before_rules(&p, Ingress), Some(ingress), "type {ty} in");
+            // And the tracker indeed calls them invalid, so the stage gets to ask.
+            assert_eq!(CtPacket::parse(ethertype::IPV6, &p, p.len()), CtPacket::Invalid, "type {ty}");
         }
-        assert_eq!(before_rules(ethertype::IPV6, &icmp6(143, true), Egress), Some(true), "MLDv2 behind hop-by-hop");
-        assert_eq!(before_rules(ethertype::IPV6, &icmp6(128, false), Egress), None, "an echo: the rules'");
+        assert_eq!(icmpv6_before_rules(&icmp6(143, true), Egress), Some(true), "MLDv2 behind hop-by-hop");
+        assert_eq!(icmpv6_before_rules(&icmp6(128, false), Egress), None, "an echo: the rules'");
         assert_eq!(ip_of(&eth(ethertype::ARP, &[0; 28])), None);
-        let mut tagged = eth(ethertype::IPV4, &udp4(1, 2));
+        let mut tagged = eth(ethertype::IPV4, &[0x45; 28]);
         tagged.splice(12..12, [0x81, 0, 0, 10]);
         assert_eq!(ip_of(&tagged), Some((ethertype::IPV4, 18)));
     }

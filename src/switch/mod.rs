@@ -381,13 +381,14 @@ impl Switch {
 
     /// Each poll thread's plan as things stand.
     pub fn plans(&self) -> Vec<Plan> {
+        let all: Vec<&PortConfig> = self.ports.iter().flatten().map(|p| &p.cfg).collect();
         let entries: Vec<(Arc<Port>, PortPolicy)> = self
             .ports
             .iter()
             .flatten()
             .map(|ps| {
                 let mut policy = ps.policy();
-                self.compile_rules(ps.port.id, &mut policy);
+                self.compile_rules(ps.port.id, &all, &mut policy);
                 (ps.port.clone(), policy)
             })
             .collect();

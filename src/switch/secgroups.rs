@@ -10,6 +10,7 @@ use std::sync::Arc;
 use log::info;
 
 use super::Switch;
+use crate::config::PortConfig;
 use crate::conntrack::{Conntrack, Limits, Timeouts};
 use crate::datapath::plan::PortPolicy;
 use crate::secgroup::{self, PortRules};
@@ -23,14 +24,14 @@ pub fn zone_of(id: u16) -> u16 {
 }
 
 impl Switch {
-    /// Sets `policy.rules` for port `id`: its security groups compiled, if it has any.
-    pub(super) fn compile_rules(&self, id: u16, policy: &mut PortPolicy) {
+    /// Sets `policy.rules` for port `id`: its security groups compiled, if it has any, against
+    /// `all` ports (the members of remote groups).
+    pub(super) fn compile_rules(&self, id: u16, all: &[&PortConfig], policy: &mut PortPolicy) {
         let Some(ps) = self.port(id as usize) else { return };
         if ps.cfg.security_groups.is_empty() {
             return;
         }
-        let all: Vec<&crate::config::PortConfig> = self.ports.iter().flatten().map(|p| &p.cfg).collect();
-        policy.rules = secgroup::compile(&ps.cfg, &self.cfg.security_groups, &all, zone_of(id)).map(Arc::new);
+        policy.rules = secgroup::compile(&ps.cfg, &self.cfg.security_groups, all, zone_of(id)).map(Arc::new);
     }
 
     /// The connection-tracking table, made at its first use.

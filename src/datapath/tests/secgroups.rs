@@ -38,12 +38,17 @@ ports = 5201
 
 /// vm1's rules under `groups` (the group "web"), in zone 2.
 fn rules(groups: &str) -> Arc<PortRules> {
+    rules_in(groups, 2)
+}
+
+/// A port's rules under `groups` (the group "web"), in `zone`.
+fn rules_in(groups: &str, zone: u16) -> Arc<PortRules> {
     let text = format!(
         "{groups}\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"/tmp/x/vm1.sock\"\nsecurity_groups = [\"web\"]\n"
     );
     let c = Config::parse("t.toml", &text).unwrap();
     let all: Vec<_> = c.ports.iter().collect();
-    Arc::new(compile(&c.ports[0], &c.security_groups, &all, 2).unwrap())
+    Arc::new(compile(&c.ports[0], &c.security_groups, &all, zone).unwrap())
 }
 
 fn ip(i: usize) -> [u8; 4] {
@@ -211,6 +216,41 @@ fn a_port_fills_its_own_connection_limit_only() {
     assert_eq!(b.drops(1, DropReason::CtLimit), 1);
     assert!(passes(&mut b, 1, 0, &tcp(1, 0, 5201, 30000, SYN_ACK, 9, 2)), "an existing one still replies");
     assert!(passes(&mut b, 0, 2, &tcp(0, 2, 31000, 5201, SYN, 1, 0)), "vm2, without groups, unaffected");
+}
+
+/// A hostile guest (vm0, in a group) floods SYNs with made-up tuples: it fills its own port's
+/// quota and no more; vm1, in a group too, still opens connections to vm2 and they carry data,
+/// and the table holds room for every other port.
+#[test]
+fn a_syn_flood_fills_its_own_ports_quota_and_others_still_open_connections() {
+    let mut b = Bench::new(BenchCfg { vms: 4, ..BenchCfg::default() });
+    b.policies[0].rules = Some(rules_in(GROUPS, 1));
+    b.policies[1].rules = Some(rules_in(GROUPS, 2));
+    let ct = Arc::new(Conntrack::new(Limits { total: 4096, per_zone: 64 }, Timeouts::default()));
+    b.conntrack = Some(ct.clone());
+    b.post(0);
+    for i in 0..4 {
+        b.announce(i);
+    }
+    const FLOOD: u32 = 1000;
+    let mut reached = 0;
+    for k in 0..FLOOD {
+        b.vms[0].guest.send(&tcp(0, 3, 1024 + k as u16, 80 + (k % 7) as u16, SYN, k, 0));
+        if k % 32 == 31 || k == FLOOD - 1 {
+            b.settle(10);
+            reached += b.vms[3].recv().len();
+        }
+    }
+    assert_eq!(reached, 64, "the flood's connections that fit vm0's quota");
+    assert_eq!(ct.zone_len(1), 64);
+    assert_eq!(b.drops(0, DropReason::CtLimit), (FLOOD - 64) as u64, "counted on the flooding port");
+    for i in 0..8u16 {
+        assert!(passes(&mut b, 1, 2, &tcp(1, 2, 40000 + i, 22, SYN, 100, 0)), "vm1's connection {i}");
+        assert!(passes(&mut b, 2, 1, &tcp(2, 1, 22, 40000 + i, SYN_ACK, 500, 101)));
+        assert!(passes(&mut b, 1, 2, &tcp(1, 2, 40000 + i, 22, ACK, 101, 501)));
+    }
+    assert_eq!(b.drops(1, DropReason::CtLimit), 0);
+    assert_eq!(ct.len(), 64 + 8);
 }
 
 #[test]

@@ -25,8 +25,22 @@ const EMPTY: &str = r#"
 name = "web"
 "#;
 
+/// Where pvswitchd serves Prometheus's text.
+fn metrics_addr() -> String {
+    format!("127.0.0.1:{}", 20464 + (std::process::id() % 1000) as u16)
+}
+
+fn metrics() -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics_addr()).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 fn config(dir: &Path, group: &str) -> String {
-    let mut text = Switch::config_text(dir, &[1], &[], "");
+    let mut text = Switch::config_text(dir, &[1], &[], &format!("metrics_listen = \"{}\"", metrics_addr()));
     text += "[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n";
     text += "[[port]]\nname = \"vm2\"\ntype = \"vhost-user\"\nsocket = \"vm2.sock\"\n\
              allowed_macs = [\"52:54:00:5e:00:02\"]\nallowed_ips = [\"10.40.0.2\"]\nsecurity_groups = [\"web\"]\n";
@@ -105,6 +119,16 @@ while true; do sleep 1000; done
     let n: u64 = flushed["summary"].as_str().unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(n >= cut_in as u64, "{flushed} after {ct:#}");
     assert!(sw.try_ctl_args("conntrack", &["nosuch"]).unwrap_err().contains("no port"));
+    let m = metrics();
+    for line in [
+        "# TYPE pvswitch_conntrack_connections gauge",
+        "pvswitch_conntrack_connections{port=\"vm2\"} ",
+        "pvswitch_conntrack_limit 262144",
+        "pvswitch_conntrack_refused_total{reason=\"port_limit\"} 0",
+    ] {
+        assert!(m.contains(line), "missing {line} in\n{m}");
+    }
+    assert!(!m.contains("pvswitch_conntrack_connections{port=\"vm1\"}"), "vm1 has no groups:\n{m}");
 }
 
 /// Waits up to 10 minutes (guests boot slowly under TCG) for `done`.

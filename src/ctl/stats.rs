@@ -228,5 +228,31 @@ pub fn metrics(c: &Switch) -> String {
     for (field, help) in RxqStats::FIELDS {
         family(&mut m, &format!("pvswitch_rxq_{field}_total"), help, field, &rxqs);
     }
+    conntrack_metrics(c, &mut m);
     m
+}
+
+/// Security groups' connection tracking: connections per port with groups and in all, the
+/// limits, and the commits refused by reason. Nothing before the table exists.
+fn conntrack_metrics(c: &Switch, m: &mut String) {
+    let Some(ct) = c.conntrack.get() else { return };
+    let gauge = |m: &mut String, name: &str, help: &str| {
+        let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} gauge");
+    };
+    gauge(m, "pvswitch_conntrack_connections", "Connections tracked for a port's security groups.");
+    for ps in c.ports.iter().flatten().filter(|ps| !ps.cfg.security_groups.is_empty()) {
+        let n = ct.zone_len(crate::switch::secgroups::zone_of(ps.id()));
+        let _ = writeln!(m, "pvswitch_conntrack_connections{{port=\"{}\"}} {n}", esc(ps.name()));
+    }
+    gauge(m, "pvswitch_conntrack_connections_all", "Connections tracked, every port's.");
+    let _ = writeln!(m, "pvswitch_conntrack_connections_all {}", ct.len());
+    gauge(m, "pvswitch_conntrack_limit", "ct_max_connections: the most connections, every port's.");
+    let _ = writeln!(m, "pvswitch_conntrack_limit {}", c.cfg.ct_max_connections);
+    let name = "pvswitch_conntrack_refused_total";
+    let _ = writeln!(m, "# HELP {name} New connections not stored: a port's limit, or the table full.");
+    let _ = writeln!(m, "# TYPE {name} counter");
+    for (i, reason) in ["port_limit", "table_full"].iter().enumerate() {
+        let n = ct.refused[i].load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(m, "{name}{{reason=\"{reason}\"}} {n}");
+    }
 }

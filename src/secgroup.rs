@@ -53,12 +53,6 @@ impl PortRules {
             }
         }
     }
-
-    /// How many rules, ingress and egress (every egress rule counts one if all egress is
-    /// allowed).
-    pub fn counts(&self) -> (usize, usize) {
-        (self.ingress.len(), if self.all_egress { 1 } else { self.egress.len() })
-    }
 }
 
 /// `port`'s rules, if it is in any group, with `zone` as its zone; `ports` are every port

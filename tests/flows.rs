@@ -155,3 +155,61 @@ fn trace_shows_the_flow_and_the_outputs() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("n_packets=0, n_bytes=0, priority=300,tcp,in_port=a,tp_dst=80 actions="), "{text}");
 }
+
+#[test]
+fn trace_walks_the_tables_and_the_connection_state_and_flows_show_them() {
+    let _g = serial();
+    let dir = test_dir("trace-ct");
+    let sw = Switch::start_config(
+        dir.clone(),
+        &flows_config(
+            &dir,
+            &[
+                "priority=10,arp,actions=normal",
+                "priority=100,ip,ct_state=-trk,actions=ct(zone=3,table=1)",
+                "table=1,priority=100,tcp,in_port=a,tp_dst=80,ct_state=+trk+new,actions=ct(commit,zone=3),output:b",
+                "table=1,priority=100,ip,ct_state=+trk+est,actions=resubmit(,2),output:c",
+                "table=1,priority=1,actions=drop",
+                "table=2,ip,actions=mod_vlan_vid:9,output:b",
+            ],
+        ),
+    );
+    let steps =
+        |t: &Value| t["steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    // A new connection to 80 from a: tracked in zone 3, committed, to b.
+    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80"]).unwrap();
+    let s = steps(&t);
+    assert!(s.iter().any(|l| l.contains("ct(zone=3): +new+trk")), "{t:#}");
+    assert!(s.iter().any(|l| l.starts_with("  table 1: table=1,priority=100,tcp,in_port=a")), "{t:#}");
+    assert_eq!(t["outputs"], serde_json::json!(["b"]), "{t:#}");
+    // The same from b: no flow of table 1 but the catch-all, dropped.
+    let t = sw.try_ctl_args("trace", &["in_port=b,tcp,tp_dst=80"]).unwrap();
+    assert!(steps(&t).iter().any(|l| l.contains("table 1: table=1,priority=1 actions=drop")), "{t:#}");
+    assert_eq!(t["outputs"], serde_json::json!([]), "{t:#}");
+    // Established (as the description says): table 2's tagged output, then table 1's rest.
+    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80,ct_state=+est"]).unwrap();
+    assert!(steps(&t).iter().any(|l| l.contains("ct(zone=3): +est+trk")), "{t:#}");
+    assert!(
+        steps(&t).iter().any(|l| l.starts_with("    table 2: table=2,priority=32768,ip actions=mod_vlan_vid:9")),
+        "{t:#}"
+    );
+    let outs = t["outputs"].as_array().unwrap();
+    assert_eq!(outs.len(), 2, "{t:#}");
+    assert!(outs[0].as_str().unwrap().starts_with("b (") && outs[0].as_str().unwrap().contains("vid=9"), "{t:#}");
+    assert!(outs[1].as_str().unwrap().starts_with("c (") && outs[1].as_str().unwrap().contains("vid=9"), "{t:#}");
+    // `flows` prints each flow's table as ovs-ofctl does, and a flow refused says where.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .args(["--control", sw.ctl.to_str().unwrap(), "flows"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("table=1,priority=100,ip,ct_state=+est+trk actions=resubmit(,2),output:c"), "{text}");
+    assert!(text.contains("actions=ct(zone=3,table=1)"), "{text}");
+    sw.write_config(&flows_config(&dir, &["ip,actions=ct(commit,nat),normal"]));
+    let e = sw.try_ctl("reload").unwrap_err();
+    assert!(e.contains("ct: nat is not supported"), "{e}");
+    // The flows' table answers `conntrack zone=N` (nothing tracked: trace touches nothing).
+    let ct = sw.try_ctl_args("conntrack", &["zone=3"]).unwrap();
+    assert_eq!((ct["flow_total"].as_u64(), ct["connections"].as_array().map(Vec::len)), (Some(0), Some(0)), "{ct}");
+    assert!(sw.try_ctl_args("conntrack", &["zone=x"]).unwrap_err().contains("zone=0..65535"));
+}

@@ -3,7 +3,9 @@
 //! there too) never connects, ping gets nothing back; vm2's own connections out (ping, iperf3
 //! to vm1) and their replies pass. Then the 5201 rule is removed by a live reload while a
 //! stream to 5201 runs: the stream is cut at once (nothing more reaches vm2), counted
-//! `security_group` on vm2.
+//! `security_group` on vm2. Last, the same policy as OVS's own `ct` flows (vm2 without groups),
+//! written as for OVS-DPDK, by a live reload: 5201 opens again, 5202 and ping in do not, vm2's
+//! pings out and their replies pass, and the flows' zone lists the connections with their mark.
 
 mod common;
 
@@ -40,11 +42,32 @@ fn metrics() -> String {
 }
 
 fn config(dir: &Path, group: &str) -> String {
+    base(dir, "security_groups = [\"web\"]\n") + group
+}
+
+fn base(dir: &Path, vm2_more: &str) -> String {
     let mut text = Switch::config_text(dir, &[1], &[], &format!("metrics_listen = \"{}\"", metrics_addr()));
     text += "[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"vm1.sock\"\n";
     text += "[[port]]\nname = \"vm2\"\ntype = \"vhost-user\"\nsocket = \"vm2.sock\"\n\
-             allowed_macs = [\"52:54:00:5e:00:02\"]\nallowed_ips = [\"10.40.0.2\"]\nsecurity_groups = [\"web\"]\n";
-    text + group
+             allowed_macs = [\"52:54:00:5e:00:02\"]\nallowed_ips = [\"10.40.0.2\"]\n";
+    text + vm2_more
+}
+
+/// The group's policy as OVS flows for vm2: connections out, and TCP 5201 in (marked 1), open;
+/// replies and related ICMP pass; nothing else.
+const FLOWS: [&str; 7] = [
+    "priority=10,arp,actions=normal",
+    "priority=100,ip,ct_state=-trk,actions=ct(zone=1,table=1)",
+    "table=1,priority=100,ip,in_port=vm2,ct_state=+trk+new,actions=ct(commit,zone=1),normal",
+    "table=1,priority=100,tcp,in_port=vm1,tp_dst=5201,ct_state=+trk+new,actions=ct(commit,zone=1,exec(set_field:0x1->ct_mark)),normal",
+    "table=1,priority=90,ip,ct_state=+trk+est,actions=normal",
+    "table=1,priority=90,ip,ct_state=+trk+rel,actions=normal",
+    "table=1,priority=1,actions=drop",
+];
+
+fn flows_config(dir: &Path) -> String {
+    let list: String = FLOWS.iter().map(|f| format!("  \"{f}\",\n")).collect();
+    format!("flows = [\n{list}]\n{}", base(dir, ""))
 }
 
 #[test]
@@ -62,6 +85,11 @@ ping -c 3 -i 0.3 -W 1 10.40.0.2 2>&1 | grep -q ' 100% packet loss' && echo PVS-P
 echo PVS-LONG-START
 timeout 40 iperf3 -c 10.40.0.2 -t 25 -i 1 -f m > /tmp/long 2>&1
 echo PVS-LONG-END
+until timeout 5 iperf3 -c 10.40.0.2 -t 1 >/dev/null 2>&1; do sleep 0.5; done
+echo PVS-FLOWS-5201-OPEN
+timeout 6 iperf3 -c 10.40.0.2 -p 5202 -t 1 >/dev/null 2>&1 || echo PVS-FLOWS-5202-REFUSED
+ping -c 3 -i 0.3 -W 1 10.40.0.2 2>&1 | grep -q ' 100% packet loss' && echo PVS-FLOWS-PING-IN-REFUSED
+echo PVS-FLOWS-DONE
 "#;
     // vm2 (in "web"): servers on 5201 and 5202; its own ping and iperf3 to vm1.
     let job2 = r#"iperf3 -s -D
@@ -72,7 +100,7 @@ ping -c 3 -i 0.3 -W 2 10.40.0.1 2>&1 | grep -q ' 0% packet loss' && echo PVS-PIN
 n=0
 until out=$(timeout 30 iperf3 -c 10.40.0.1 -t 2 -f m 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
 echo "$out" | grep receiver | sed "s/^/PVS-IPERF-OUT /"
-while true; do sleep 1000; done
+while true; do ping -c 1 -W 1 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-OK; sleep 2; done
 "#;
     let _vms = Qemus(vec![
         guest(&sw, &dir, "vm2", "10.40.0.2/24", "52:54:00:5e:00:02", job2),
@@ -129,6 +157,34 @@ while true; do sleep 1000; done
         assert!(m.contains(line), "missing {line} in\n{m}");
     }
     assert!(!m.contains("pvswitch_conntrack_connections{port=\"vm1\"}"), "vm1 has no groups:\n{m}");
+
+    // The same policy as OVS's ct flows, vm2 without groups, live.
+    let outs = || log("vm2").matches("PVS-OUT-OK").count();
+    sw.write_config(&flows_config(&dir));
+    eprintln!("{}", sw.ctl("reload"));
+    let o0 = outs();
+    wait_long("vm1's checks under the flows", || log("vm1").contains("PVS-FLOWS-DONE"), &all);
+    let l1 = log("vm1");
+    assert!(l1.contains("PVS-FLOWS-5201-OPEN"), "{}", all());
+    assert!(l1.contains("PVS-FLOWS-5202-REFUSED"), "iperf3 reached 5202 under the flows\n{}", all());
+    assert!(l1.contains("PVS-FLOWS-PING-IN-REFUSED"), "vm1's ping reached vm2 under the flows\n{}", all());
+    wait_long("vm2's pings out under the flows", || outs() >= o0 + 2, &all);
+    let dump = sw.ctl("flows");
+    let hits = |text: &str| {
+        let f = dump["flows"].as_array().unwrap().iter().find(|f| f["flow"].as_str().unwrap().contains(text));
+        f.unwrap_or_else(|| panic!("no flow {text} in {dump:#}"))["n_packets"].as_u64().unwrap()
+    };
+    assert!(hits("tp_dst=5201,ct_state=+new+trk") >= 1, "{dump:#}");
+    assert!(hits("ip,in_port=vm2,ct_state=+new+trk") >= 2, "vm2's pings out: {dump:#}");
+    assert!(hits("ct_state=+est+trk") >= 100, "{dump:#}");
+    assert!(hits("table=1,priority=1 actions=drop") >= 2, "5202's SYNs and the pings in: {dump:#}");
+    let ct = sw.try_ctl_args("conntrack", &["zone=1"]).unwrap();
+    let conns = ct["connections"].as_array().unwrap();
+    assert!(conns.iter().any(|c| c["dport"] == 5201 && c["mark"] == 1 && c["zone"] == 1), "{ct:#}");
+    assert!(conns.iter().any(|c| c["protocol"] == "icmp" && c["src"] == "10.40.0.2" && c["mark"] == 0), "{ct:#}");
+    assert_eq!(ct["flow_zones"][0]["zone"], 1, "{ct:#}");
+    let m = metrics();
+    assert!(m.contains("pvswitch_flow_conntrack_connections{zone=\"1\"} "), "{m}");
 }
 
 /// Waits up to 10 minutes (guests boot slowly under TCG) for `done`.

@@ -36,7 +36,8 @@ MARKER = "*insn::measured_step*"
 MODES = [("Normal", "NORMAL, learned unicast"), ("Flood", "NORMAL, flood (moving source MAC)"),
          ("InPort", "in_port flows"), ("Flows1k", "1k exact flows"), ("Access", "NORMAL, access VLAN both ends"),
          ("Trunk", "NORMAL, access to trunk (tag pushed)"), ("Capped", "NORMAL, ingress and egress caps"),
-         ("Logged", "NORMAL, both VMs dirty logging"), ("FloodFull", "NORMAL, flood beside 14 full-ring VMs")]
+         ("Logged", "NORMAL, both VMs dirty logging"), ("FloodFull", "NORMAL, flood beside 14 full-ring VMs"),
+         ("Secured", "NORMAL, to a port in a security group"), ("CtFlows", "OVS ct flows, two tables")]
 LAYOUTS = [("64", "One", "64 B, 1 desc"), ("64", "Chain", "64 B, header + frame chained"),
            ("64", "Indirect", "64 B, indirect (header + frame)"), ("1518", "One", "1518 B, 1 desc"),
            ("1518", "Chain", "1518 B, header + frame chained")]

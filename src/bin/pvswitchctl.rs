@@ -35,11 +35,13 @@ commands:
   vteps     each VTEP: its VNIs, the MACs local to this host, what its control plane said
   vtep-sync VTEP STATE
             a VTEP's whole remote state (JSON), from its control plane (pvs-evpn)
-  conntrack [PORT]
+  conntrack [PORT|zone=N]
             connections security groups track (every port's, or one's): counts, limits, each
-            connection as its first frame went, which way it opened, whether a rule change cut it
-  conntrack-flush PORT
-            forget a port's tracked connections (their next frames meet the rules as new ones)
+            connection as its first frame went, which way it opened, whether a rule change cut
+            it; and those flows' ct() actions track (every zone's, or zone N's), with their marks
+  conntrack-flush PORT|zone=N
+            forget a port's tracked connections (their next frames meet the rules as new ones),
+            or a flows' zone's
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,

@@ -34,18 +34,8 @@ pub use packet::{CtPacket, Kind, Segment, Tuple};
 use table::{Found, IN_USE, KEY_WORDS, Table};
 use tcp::{Dir, TcpState};
 
-/// `ct_state` bits, as OVS numbers them (ovs-fields(7)).
-pub mod state {
-    pub const NEW: u8 = 0x01;
-    pub const EST: u8 = 0x02;
-    pub const REL: u8 = 0x04;
-    pub const RPL: u8 = 0x08;
-    pub const INV: u8 = 0x10;
-    pub const TRK: u8 = 0x20;
-    /// Each flag's name in a `ct_state` match, with its bit.
-    pub const NAMES: [(&str, u8); 6] =
-        [("new", NEW), ("est", EST), ("rel", REL), ("rpl", RPL), ("inv", INV), ("trk", TRK)];
-}
+/// `ct_state` bits (the flow language's: `flow::ct_state`).
+pub use crate::flow::ct_state as state;
 
 /// How long a connection lives without a frame, by protocol and state (seconds). The
 /// defaults are those of OVS's userspace tracker, rounded.

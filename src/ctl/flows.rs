@@ -6,7 +6,7 @@ use super::proto::{FlowInfo, FlowsReply, TraceReply};
 use crate::datapath::counters::DROP_REASONS;
 use crate::datapath::vlan::{header_for, header_vlan};
 use crate::flow::table::{NO_MATCH, Verdict};
-use crate::flow::{Emit, Field, FlowKey, Match, execute, parse_flow};
+use crate::flow::{Action, Emit, Field, FlowKey, MAX_PATH, Match, ct_state, ct_state_string, execute_path, parse_flow};
 use crate::switch::Switch;
 use crate::wire::{EthernetRepr, VlanTag, ethertype};
 
@@ -21,6 +21,7 @@ pub fn flows(c: &Switch) -> FlowsReply {
         .map(|(i, e)| {
             let (n_packets, n_bytes) = t.totals(i);
             FlowInfo {
+                table: e.flow.table,
                 priority: e.flow.priority,
                 matches: e.flow.m.to_ovs_string(&name),
                 actions: e.flow.actions.iter().map(|a| a.to_ovs_string(&name)).collect(),
@@ -114,7 +115,59 @@ fn describe_header(h: &EthernetRepr, orig: &EthernetRepr) -> String {
     format!(" ({})", parts.join(", "))
 }
 
-/// `trace in_port=vm1,dl_dst=...,tcp,tp_dst=80`: the fields not given are zero.
+/// A described frame's walk through the tables, as the data path's (`datapath/pipeline.rs`):
+/// the flows it meets (`path`, for `execute_path`) and a step for each table and `ct`.
+struct TraceWalk<'a> {
+    c: &'a Switch,
+    /// What each `ct(table=N)` finds.
+    ct_next: u8,
+    key: FlowKey,
+    path: Vec<u32>,
+    steps: Vec<String>,
+}
+
+impl TraceWalk<'_> {
+    /// Flow `i`'s actions, `depth` tables deep.
+    fn flow(&mut self, i: u32, depth: usize) {
+        let t = &self.c.flows;
+        let name = |id: u16| self.c.port_name(id);
+        let indent = "  ".repeat(depth);
+        for a in t.actions(i) {
+            let Some(next) = a.next_table() else {
+                a.apply_to_key(&mut self.key);
+                continue;
+            };
+            if let Action::Ct(ct) = a {
+                let state = ct_state_string(self.ct_next, self.ct_next);
+                let commit = if ct.commit { ", committed" } else { "" };
+                self.steps.push(format!("{indent}ct(zone={}): {state}{commit}", ct.zone));
+                self.key.set(Field::CtState, self.ct_next as u64);
+                self.key.set(Field::CtZone, ct.zone as u64);
+                self.key.set(Field::CtMark, ct.mark.map_or(0, |(v, m)| v & m) as u64);
+            }
+            if self.path.len() >= MAX_PATH {
+                self.steps.push(format!("{indent}table {next}: more than {MAX_PATH} flows met: drop (resubmit_limit)"));
+                self.path.clear();
+                return;
+            }
+            let j = t.lookup_in(next, &self.key);
+            self.path.push(j);
+            if j == NO_MATCH {
+                self.steps.push(format!("{indent}table {next}: no flow matches"));
+                continue;
+            }
+            let text = t.entries()[j as usize].flow.to_ovs_string(&name);
+            self.steps.push(format!("{indent}table {next}: {text}"));
+            self.flow(j, depth + 1);
+            if self.path.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+/// `trace in_port=vm1,dl_dst=...,tcp,tp_dst=80`: the fields not given are zero; a
+/// `ct_state` in the description is what each `ct(table=N)` finds (default `+trk+new`).
 pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
     let ids = |n: &str| c.port_by_name(n).map(|p| p.id());
     let f = parse_flow(&format!("{spec},actions=drop"), &ids).map_err(|e| format!("trace: {}", e.message))?;
@@ -125,7 +178,9 @@ pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
     let in_port = key.in_port();
     let name = |id: u16| c.port_name(id);
     let mut steps = Vec::new();
-    steps.push(format!("frame: {}", Match::exact(key).to_ovs_string(&name)));
+    // The frame's headers (the tracker's fields are no header).
+    let headers = [Field::CtState, Field::CtZone, Field::CtMark].iter().fold(FlowKey::EXACT, |m, &f| m.with(f, 0));
+    steps.push(format!("frame: {}", Match::new(key, headers).to_ovs_string(&name)));
     let pc = c.port(in_port as usize).ok_or("trace: no such port")?;
     let src = key.dl_src();
     if !pc.cfg.allowed_macs.is_empty() && !pc.cfg.allowed_macs.contains(&src) {
@@ -144,7 +199,14 @@ pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
         steps.push("no flows configured: actions=normal".into());
         push_normal(&mut steps, &mut outputs, &header_of(&key));
     } else {
-        let i = t.lookup(&key);
+        // The frame meets table 0 untracked; each ct(table=N) finds what the description's
+        // ct_state says (as ofproto/trace's --ct-next), by default a new connection.
+        let ct_next = match f.m.mask.ct_state() {
+            0 => ct_state::TRK | ct_state::NEW,
+            _ => key.ct_state() | ct_state::TRK,
+        };
+        let mut walk = TraceWalk { c, ct_next, key: key.with(Field::CtState, 0), path: Vec::new(), steps: Vec::new() };
+        let i = t.lookup_in(0, &walk.key);
         if i == NO_MATCH {
             steps.push("no flow matches: drop (no_match)".into());
         } else {
@@ -152,12 +214,15 @@ pub fn trace(c: &Switch, spec: &str) -> Result<TraceReply, String> {
             let text = e.flow.to_ovs_string(&name);
             steps.push(format!("flow: {text}"));
             flow_text = Some(text);
+            walk.path.push(i);
+            walk.flow(i, 1);
+            steps.append(&mut walk.steps);
             match e.verdict {
                 Verdict::Drop => steps.push("actions drop the frame".into()),
                 _ => {
                     let orig = header_of(&key);
                     let others = |p: u16| c.ports.iter().flatten().map(|x| x.id()).filter(move |&x| x != p);
-                    execute(&e.flow.actions, &orig, |emit, h| {
+                    execute_path(&walk.path, &|fi| t.actions(fi), &orig, |emit, h| {
                         let extra = describe_header(h, &orig);
                         match emit {
                             Emit::Port(p) if p == in_port => {

@@ -50,12 +50,22 @@ fn conntrack(r: &ConntrackReply) -> String {
     for z in &r.ports {
         let _ = writeln!(s, "  {}: zone {}, {} connections", z.port, z.zone, z.connections);
     }
+    if r.flow_total > 0 || !r.flow_zones.is_empty() {
+        let _ = writeln!(s, "flows' ct(): {} connections", r.flow_total);
+        for z in &r.flow_zones {
+            let _ = writeln!(s, "  zone {}: {} connections", z.zone, z.connections);
+        }
+    }
     for c in &r.connections {
         let cut = if c.cut { " [cut]" } else { "" };
+        let (who, how) = match c.port.as_str() {
+            "" => (format!("zone={}", c.zone), format!("mark=0x{:x}", c.mark)),
+            port => (port.to_string(), format!("opened={}", c.opened)),
+        };
         let _ = writeln!(
             s,
-            "{} {} {} src={} sport={} dst={} dport={} opened={} expires_in={}{cut}",
-            c.port, c.protocol, c.state, c.src, c.sport, c.dst, c.dport, c.opened, c.expires_in
+            "{who} {} {} src={} sport={} dst={} dport={} {how} expires_in={}{cut}",
+            c.protocol, c.state, c.src, c.sport, c.dst, c.dport, c.expires_in
         );
     }
     s

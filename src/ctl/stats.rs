@@ -229,7 +229,29 @@ pub fn metrics(c: &Switch) -> String {
         family(&mut m, &format!("pvswitch_rxq_{field}_total"), help, field, &rxqs);
     }
     conntrack_metrics(c, &mut m);
+    flow_conntrack_metrics(c, &mut m);
     m
+}
+
+/// Flows' connection tracking (`ct` actions): connections per zone holding any, in all, and
+/// the commits refused by reason. Nothing before a flow had a `ct`.
+fn flow_conntrack_metrics(c: &Switch, m: &mut String) {
+    let Some(ct) = c.flow_conntrack.get() else { return };
+    let name = "pvswitch_flow_conntrack_connections";
+    let _ = writeln!(m, "# HELP {name} Connections flows' ct(commit) stored, by zone.\n# TYPE {name} gauge");
+    for zone in (0..=u16::MAX).filter(|&z| ct.zone_len(z) > 0) {
+        let _ = writeln!(m, "{name}{{zone=\"{zone}\"}} {}", ct.zone_len(zone));
+    }
+    let name = "pvswitch_flow_conntrack_connections_all";
+    let _ = writeln!(m, "# HELP {name} Connections flows' ct(commit) stored, every zone's.\n# TYPE {name} gauge");
+    let _ = writeln!(m, "{name} {}", ct.len());
+    let name = "pvswitch_flow_conntrack_refused_total";
+    let _ = writeln!(m, "# HELP {name} ct(commit)s not stored: a zone's limit, or the table full.");
+    let _ = writeln!(m, "# TYPE {name} counter");
+    for (i, reason) in ["zone_limit", "table_full"].iter().enumerate() {
+        let n = ct.refused[i].load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(m, "{name}{{reason=\"{reason}\"}} {n}");
+    }
 }
 
 /// Security groups' connection tracking: connections per port with groups and in all, the

@@ -17,7 +17,7 @@ use super::plan::{Learning, PortPolicy};
 use super::spoof::{self, Source};
 use super::vlan::ingress_vlan;
 use crate::flow::table::{NO_MATCH, Verdict};
-use crate::flow::{Depth, Emc, FlowKey, FrameBytes};
+use crate::flow::{Depth, Emc, FlowKey, FrameBytes, PacketKey};
 use crate::port::Port;
 use crate::wire::gso::{self, Offload, OffloadError};
 use crate::wire::virtio_net::Negotiated;
@@ -211,7 +211,7 @@ fn source_ip_ok(policy: &PortPolicy, f: &mut Frame) -> bool {
 /// NORMAL for one frame whose two addresses are `addrs`: by VLAN if the switch has VLANs
 /// (the frame's VLAN is set, or it is dropped for a VLAN its port may not use).
 #[inline(always)]
-fn normal_frame(
+pub(super) fn normal_frame(
     env: &Env,
     recent: &mut Recent,
     in_port: u16,
@@ -274,7 +274,7 @@ fn classify_port_flow(env: &Env, recent: &mut Recent, in_port: u16, policy: &Por
 /// Any other table: the frame's key, extracted to the table's depth and under its scope, and
 /// its cache set prefetched, for [`lookup_flows`].
 #[inline(always)]
-fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, scope: &FlowKey, depth: Depth) {
+fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, scope: &PacketKey, depth: Depth) {
     let (in_port, policy) = (sender.in_port.id, sender.policy);
     // A table that reads L4 fields reads them wherever they are: IPv4 options can put them
     // past the front's usual 64 bytes, which then grows to hold them (a rule on a port must
@@ -298,7 +298,7 @@ fn extract_key(emc: &Emc, recent: &mut Recent, sender: &Sender, f: &mut Frame, s
         f.out = Out::Drop(DropReason::PortSecurity);
         return;
     }
-    let key = FlowKey::extract_under(in_port, head, scope, depth);
+    let key = PacketKey::extract_under(in_port, head, scope, depth);
     // A repeat of the previous pending frame's key (under the table's scope, the common case
     // in a burst) takes that frame's flow (`Repeat`); any other key's cache entry starts
     // loading now, while the rest of the burst is read, for `lookup_flows`.
@@ -359,6 +359,7 @@ fn verdict(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f:
         Verdict::Flood => Out::Flood,
         Verdict::Drop => Out::Drop(DropReason::FlowDrop),
         Verdict::Actions => Out::Actions(i),
+        Verdict::Pipeline => Out::Pipeline(i),
     }
 }
 
@@ -402,7 +403,7 @@ pub(super) struct Recent {
     normal: Option<([u8; 12], u16, Out)>,
     /// The last pending frame's key (classify's first pass): the next frame with the same key
     /// is a repeat.
-    key: Option<FlowKey>,
+    key: Option<PacketKey>,
     /// With flows on in_port alone: where this burst's frames go (the flow's verdict does not
     /// depend on the frame, unless it is NORMAL).
     port_out: Option<Out>,

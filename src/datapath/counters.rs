@@ -49,13 +49,16 @@ drop_reasons! {
     /// window or with no connection it could open, a later IP fragment, an echo reply or ICMP
     /// error belonging to no connection, truncated headers).
     CtInvalid = "ct_invalid",
-    /// Security groups: a new connection found its port's or the switch's connection limit
-    /// reached (`ct_max_per_port`, `ct_max_connections`).
+    /// Security groups, or a flow's `ct(commit)`: a new connection found its zone's or the
+    /// switch's connection limit reached (`ct_max_per_port`, `ct_max_connections`).
     CtLimit = "ct_limit",
     /// No flow matched the frame (a flow table without a catch-all).
     NoMatch = "no_match",
-    /// The matching flow's actions drop the frame.
+    /// The matching flow's actions drop the frame (or a walk through the tables met no output).
     FlowDrop = "flow_drop",
+    /// A frame's walk through the tables met more flows than the switch follows (16: a
+    /// resubmit loop).
+    ResubmitLimit = "resubmit_limit",
     /// A NIC's transmit ring was full (or its mbuf pool empty): the frame was freed.
     NicTxFull = "nic_tx_full",
     /// A NIC's driver refused a frame's offload request (`rte_eth_tx_prepare`): the frame was freed.
@@ -114,13 +117,24 @@ impl From<crate::wire::gso::OffloadError> for DropReason {
 pub const NDROPS: usize = DROP_REASONS.len();
 
 /// Frames dropped, by reason.
-#[derive(Default)]
 pub struct DropCounters([AtomicU64; NDROPS]);
+
+impl Default for DropCounters {
+    fn default() -> DropCounters {
+        DropCounters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 /// Frames dropped, by reason, as read; serialized as `{"reason": count, ...}` (read back
 /// leniently: a reason missing is 0, one this build does not know is ignored).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DropTotals(pub [u64; NDROPS]);
+
+impl Default for DropTotals {
+    fn default() -> DropTotals {
+        DropTotals([0; NDROPS])
+    }
+}
 
 impl DropCounters {
     #[inline]

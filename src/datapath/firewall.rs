@@ -56,10 +56,10 @@ pub(super) fn filter_burst(env: &Env, ct: &Conntrack, in_port: u16, frames: &mut
     let egress = env.ports.policy[in_port as usize].rules.as_deref();
     for f in frames.iter_mut() {
         let ingress = match f.out {
-            Out::Drop(_) | Out::Nowhere => continue,
+            Out::Drop(_) | Out::Nowhere | Out::Pipeline(_) => continue,
             Out::Port(p) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
             // Checked per destination as delivered (`admits`), from this front.
-            Out::Flood | Out::Actions(_) => {
+            Out::Flood | Out::Actions(_) | Out::Path(_) => {
                 f.deepen_front(FRONT_MAX);
                 None
             }
@@ -150,7 +150,7 @@ fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32)
 
 /// The IP ethertype of a frame and where its IP header starts (past up to two VLAN tags);
 /// None for what is not IP.
-fn ip_of(front: &[u8]) -> Option<(u16, usize)> {
+pub(super) fn ip_of(front: &[u8]) -> Option<(u16, usize)> {
     let mut at = 12;
     for _ in 0..3 {
         let ty = u16::from_be_bytes(front.get(at..at + 2)?.try_into().ok()?);

@@ -13,7 +13,7 @@
 //! [`Frame::sum`], which take the front from the copy.
 
 use super::counters::DropReason;
-use crate::flow::FlowKey;
+use crate::flow::{MAX_PATH, PacketKey};
 use crate::mem::Segs;
 use crate::mem::segs::copy_slice;
 use crate::wire::checksum::Sum;
@@ -58,8 +58,10 @@ pub(super) struct Frame<'m> {
     pub flow: FlowState,
     /// From classify's first pass for its second: the frame's flow key under the table's
     /// scope, and the key's hash (set only for a `Pending` frame).
-    pub key: FlowKey,
+    pub key: PacketKey,
     pub hash: u64,
+    /// For `Out::Path`: the flows its walk through the tables met (`pipeline.rs`).
+    pub path: Path,
     /// The switch's copy of the frame's first `front_len` bytes.
     front: Front,
 }
@@ -82,8 +84,9 @@ impl Default for Frame<'_> {
             vlan: NO_VLAN,
             tag: None,
             flow: FlowState::Unmatched,
-            key: FlowKey::default(),
+            key: PacketKey::default(),
             hash: 0,
+            path: Path::default(),
             front: Front([0; FRONT_MAX]),
         }
     }
@@ -302,6 +305,11 @@ pub enum Out {
     Flood,
     /// Run flow `.0`'s action list.
     Actions(u32),
+    /// Between classify and the pipeline stage: flow `.0` (table 0's) goes on to other tables
+    /// or the tracker (`pipeline.rs`), which replaces this with where the frame goes.
+    Pipeline(u32),
+    /// Run the action lists of the flows the frame met (`Frame::path`; `.0` is the first).
+    Path(u32),
 }
 
 /// Where a frame stands with the flow table, from classify's first pass to its counting.
@@ -317,4 +325,27 @@ pub enum FlowState {
     Repeat,
     /// It hit the table's flow `.0`, or none (`NO_MATCH`, counted as a miss).
     Hit(u32),
+}
+
+/// The flows a frame's walk met, in the order it met them (`NO_MATCH` where a table had none),
+/// for tx to run (`Out::Path`; `pipeline.rs` records them).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Path {
+    n: u8,
+    flows: [u32; MAX_PATH],
+}
+
+impl Path {
+    /// The flows, in the order met.
+    pub fn flows(&self) -> &[u32] {
+        &self.flows[..self.n as usize]
+    }
+
+    /// Adds flow `i` (or `NO_MATCH`); false if the path holds `MAX_PATH` already.
+    pub fn push(&mut self, i: u32) -> bool {
+        let Some(slot) = self.flows.get_mut(self.n as usize) else { return false };
+        *slot = i;
+        self.n += 1;
+        true
+    }
 }

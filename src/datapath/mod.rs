@@ -7,7 +7,8 @@
 //! The data path reads in one direction, one room per stage:
 //! `rx/` (port rx: a visit takes bursts of `Frame`s from its `Source`, a guest's ring, a NIC
 //! queue, an announcement or a VTEP's underlay, within its budget, `rx::sched`) -> `classify`
-//! (where each frame goes: port security, VLANs, NORMAL, flows) -> `firewall` (security
+//! (where each frame goes: port security, VLANs, NORMAL, flows) -> `pipeline` (the tables after
+//! the first and flows' connection tracking; only for flows that go on) -> `firewall` (security
 //! groups, with connection tracking; only where a port has them) -> `tx/` (actions, then port
 //! tx: `deliver`, `write_frame`, a destination's offloads done in software, VXLAN
 //! encapsulation, the NIC transmit batches; `tx::delivery` is what delivery keeps between
@@ -26,6 +27,7 @@ pub mod counters;
 pub mod firewall;
 mod frame;
 pub mod mac_table;
+mod pipeline;
 pub mod plan;
 mod profile;
 pub(crate) mod rx;

@@ -100,6 +100,9 @@ pub struct PortTable {
     /// Connection tracking, if some port has security groups (`with_conntrack`): the data
     /// path's firewall stage runs only then.
     pub conntrack: Option<Arc<crate::conntrack::Conntrack>>,
+    /// The flows' connection tracking (`ct` actions, `pipeline.rs`), if some flow has one: a
+    /// table of its own, so a flow's zones never meet security groups'.
+    pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -219,6 +222,12 @@ impl PortTable {
     /// The table with connection tracking `ct`, kept only if some port has security groups.
     pub fn with_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
         self.conntrack = ct.filter(|_| self.policy.iter().any(|p| p.rules.is_some()));
+        self
+    }
+
+    /// The table with the flows' connection tracking `ct`.
+    pub fn with_flow_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
+        self.flow_conntrack = ct;
         self
     }
 

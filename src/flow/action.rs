@@ -6,6 +6,7 @@
 //! callback writes the header with [`EthernetRepr::emit`] and appends the original frame from the
 //! offset [`EthernetRepr::parse`] returned (which starts with the innermost ethertype).
 
+use super::key::{Field, FlowKey, VLAN_PRESENT};
 use crate::wire::{EthernetRepr, MacAddr, VlanTag, ethertype};
 
 /// One action of a flow, in ovs-ofctl terms.
@@ -37,6 +38,73 @@ pub enum Action {
     SetDlSrc(MacAddr),
     /// `mod_dl_dst:MAC`.
     SetDlDst(MacAddr),
+    /// `resubmit(,N)`: the flows of table N, then the rest of this list.
+    Resubmit(u8),
+    /// `goto_table:N` (always last, N later than the flow's own table).
+    GotoTable(u8),
+    /// `ct(...)`: the frame tracked in a zone, its connection stored (`commit`), and with its
+    /// connection state on to a table.
+    Ct(Ct),
+    /// `ct_clear`: the connection state forgotten (`ct_state`, `ct_zone`, `ct_mark` 0).
+    CtClear,
+}
+
+impl Action {
+    /// Whether the action moves the frame between tables or to the tracker: a flow that has
+    /// one runs through `datapath/pipeline.rs` before delivery, whose [`execute`] skips them.
+    pub fn is_pipeline(&self) -> bool {
+        matches!(self, Action::Resubmit(_) | Action::GotoTable(_) | Action::Ct(_) | Action::CtClear)
+    }
+
+    /// What the action does to a frame's flow key, for the tables a walk meets after it
+    /// (header rewrites change the fields they rewrite; the key holds one VLAN tag, so a pop
+    /// shows the frame untagged and a push keeps the TCI; `ct_clear` zeroes the tracker's
+    /// fields). True if it rewrites the frame's header.
+    pub fn apply_to_key(&self, k: &mut FlowKey) -> bool {
+        match *self {
+            Action::SetDlSrc(m) => k.set(Field::DlSrc, m.to_u64()),
+            Action::SetDlDst(m) => k.set(Field::DlDst, m.to_u64()),
+            Action::SetVlanVid(vid) => {
+                let tci = k.vlan_tci() & !VlanTag::VID_MASK;
+                k.set(Field::VlanTci, (tci | VLAN_PRESENT | (vid & VlanTag::VID_MASK)) as u64)
+            }
+            Action::SetVlanPcp(pcp) => {
+                let tci = k.vlan_tci() & !VlanTag::PCP_MASK;
+                k.set(Field::VlanTci, (tci | VLAN_PRESENT | ((pcp as u16 & 7) << VlanTag::PCP_SHIFT)) as u64)
+            }
+            Action::StripVlan => k.set(Field::VlanTci, 0),
+            Action::PushVlan(_) => k.set(Field::VlanTci, (k.vlan_tci() | VLAN_PRESENT) as u64),
+            Action::CtClear => {
+                for f in [Field::CtState, Field::CtZone, Field::CtMark] {
+                    k.set(f, 0);
+                }
+                return false;
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The table the action continues in, after which the list goes on (`resubmit`,
+    /// `goto_table`, `ct(table=N)`).
+    pub fn next_table(&self) -> Option<u8> {
+        match *self {
+            Action::Resubmit(t) | Action::GotoTable(t) => Some(t),
+            Action::Ct(ct) => ct.table,
+            _ => None,
+        }
+    }
+}
+
+/// What `ct(...)` asks, as OVS's ct action: track in `zone`, store the connection
+/// (`commit`, with `exec(set_field:V/M->ct_mark)`: `mark`), and continue in `table` with the
+/// connection's state (without a table the frame's state stays as it was, as in OVS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ct {
+    pub commit: bool,
+    pub zone: u16,
+    pub table: Option<u8>,
+    pub mark: Option<(u32, u32)>,
 }
 
 /// Where [`execute`] sends a copy of the frame.
@@ -56,42 +124,97 @@ pub enum Emit {
 /// A push (by `push_vlan`, or `mod_vlan_vid`/`mod_vlan_pcp` on an untagged header) when two
 /// tags are already present is ignored: the header would not fit the 20 bytes
 /// [`EthernetRepr::emit`] produces, and stacking a third tag is not a use case. [`Action::Drop`]
-/// stops execution. Does not allocate.
+/// stops execution. Actions between tables are skipped (see [`execute_path`]). Does not
+/// allocate.
 pub fn execute(actions: &[Action], hdr: &EthernetRepr, mut emit: impl FnMut(Emit, &EthernetRepr)) {
     let mut h = *hdr;
     for a in actions {
-        match *a {
-            Action::Output(p) => emit(Emit::Port(p), &h),
-            Action::InPort => emit(Emit::InPort, &h),
-            Action::Flood => emit(Emit::Flood, &h),
-            Action::All => emit(Emit::All, &h),
-            Action::Normal => emit(Emit::Normal, &h),
-            Action::Drop => return,
-            Action::SetVlanVid(vid) => {
-                let vid = vid & VlanTag::VID_MASK;
-                if h.ntags == 0 {
-                    h.push_tag(VlanTag::new(ethertype::VLAN, vid));
-                } else {
-                    h.tags[0].tci = (h.tags[0].tci & !VlanTag::VID_MASK) | vid;
-                }
-            }
-            Action::SetVlanPcp(pcp) => {
-                let pcp = ((pcp & 7) as u16) << VlanTag::PCP_SHIFT;
-                if h.ntags == 0 {
-                    h.push_tag(VlanTag::new(ethertype::VLAN, pcp));
-                } else {
-                    h.tags[0].tci = (h.tags[0].tci & !VlanTag::PCP_MASK) | pcp;
-                }
-            }
-            Action::StripVlan => h.pop_tag(),
-            Action::PushVlan(tpid) => {
-                let tci = h.outer().map_or(0, |t| t.tci);
-                h.push_tag(VlanTag::new(tpid, tci));
-            }
-            Action::SetDlSrc(mac) => h.src = mac,
-            Action::SetDlDst(mac) => h.dst = mac,
+        if !step(a, &mut h, &mut emit) {
+            return;
         }
     }
+}
+
+/// Runs the action lists of a frame's path through the tables, as [`execute`] runs one:
+/// `path` holds the flows it met in the order the pipeline stage met them (`NO_MATCH` where a
+/// table had none), `actions_of` gives a flow's actions. Each action that went on to a table
+/// (`resubmit`, `goto_table`, `ct(table=N)`) runs the next flow of the path there, then the
+/// rest of its own list, with the header as that flow left it (OVS's semantics).
+pub fn execute_path<'a>(
+    path: &[u32],
+    actions_of: &dyn Fn(u32) -> &'a [Action],
+    hdr: &EthernetRepr,
+    mut emit: impl FnMut(Emit, &EthernetRepr),
+) {
+    let Some((&first, _)) = path.split_first() else { return };
+    let mut h = *hdr;
+    let mut next = 1;
+    run(first, path, &mut next, actions_of, &mut h, &mut emit);
+}
+
+/// One flow of [`execute_path`]; false once an action stopped everything.
+fn run<'a>(
+    flow: u32,
+    path: &[u32],
+    next: &mut usize,
+    actions_of: &dyn Fn(u32) -> &'a [Action],
+    h: &mut EthernetRepr,
+    emit: &mut impl FnMut(Emit, &EthernetRepr),
+) -> bool {
+    if flow == u32::MAX {
+        return true;
+    }
+    for a in actions_of(flow) {
+        if a.next_table().is_some() {
+            let Some(&f) = path.get(*next) else { return false };
+            *next += 1;
+            if !run(f, path, next, actions_of, h, emit) {
+                return false;
+            }
+        } else if !step(a, h, emit) {
+            return false;
+        }
+    }
+    true
+}
+
+/// One action on the working header `h`; false if it stops the list (`drop`).
+#[inline(always)]
+fn step(a: &Action, h: &mut EthernetRepr, emit: &mut impl FnMut(Emit, &EthernetRepr)) -> bool {
+    match *a {
+        Action::Output(p) => emit(Emit::Port(p), h),
+        Action::InPort => emit(Emit::InPort, h),
+        Action::Flood => emit(Emit::Flood, h),
+        Action::All => emit(Emit::All, h),
+        Action::Normal => emit(Emit::Normal, h),
+        Action::Drop => return false,
+        Action::SetVlanVid(vid) => {
+            let vid = vid & VlanTag::VID_MASK;
+            if h.ntags == 0 {
+                h.push_tag(VlanTag::new(ethertype::VLAN, vid));
+            } else {
+                h.tags[0].tci = (h.tags[0].tci & !VlanTag::VID_MASK) | vid;
+            }
+        }
+        Action::SetVlanPcp(pcp) => {
+            let pcp = ((pcp & 7) as u16) << VlanTag::PCP_SHIFT;
+            if h.ntags == 0 {
+                h.push_tag(VlanTag::new(ethertype::VLAN, pcp));
+            } else {
+                h.tags[0].tci = (h.tags[0].tci & !VlanTag::PCP_MASK) | pcp;
+            }
+        }
+        Action::StripVlan => h.pop_tag(),
+        Action::PushVlan(tpid) => {
+            let tci = h.outer().map_or(0, |t| t.tci);
+            h.push_tag(VlanTag::new(tpid, tci));
+        }
+        Action::SetDlSrc(mac) => h.src = mac,
+        Action::SetDlDst(mac) => h.dst = mac,
+        // The pipeline stage followed them before delivery (`execute_path`).
+        Action::Resubmit(_) | Action::GotoTable(_) | Action::Ct(_) | Action::CtClear => {}
+    }
+    true
 }
 
 #[cfg(test)]

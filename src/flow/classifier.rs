@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use super::Flow;
-use super::key::FlowKey;
+use super::key::{FlowKey, Key};
 
 /// `priority` in bits 32..48, `u32::MAX - index` below: a higher rank wins, and among equal
 /// priorities the lower index has the higher rank. Never 0 for `index < u32::MAX`, so 0 can
@@ -38,26 +38,26 @@ fn rank_index(rank: u64) -> u32 {
 }
 
 #[derive(Clone, Copy, Default)]
-struct Slot {
+struct Slot<const N: usize> {
     /// The masked key.
-    key: FlowKey,
+    key: Key<N>,
     /// Rank of the best flow with this masked key; 0 if the slot is empty.
     rank: u64,
 }
 
 /// All flows that share one mask.
-struct Subtable {
-    mask: FlowKey,
+struct Subtable<const N: usize> {
+    mask: Key<N>,
     /// Highest rank in this subtable.
     max_rank: u64,
     /// Open addressing, linear probing, at most half full (so a probe always ends).
-    slots: Box<[Slot]>,
+    slots: Box<[Slot<N>]>,
     /// `slots.len() - 1`.
     slot_mask: usize,
 }
 
-impl Subtable {
-    fn new(mask: FlowKey, entries: &[(FlowKey, u64)]) -> Subtable {
+impl<const N: usize> Subtable<N> {
+    fn new(mask: Key<N>, entries: &[(Key<N>, u64)]) -> Subtable<N> {
         let n = (entries.len() * 2).next_power_of_two().max(4);
         let mut st =
             Subtable { mask, max_rank: 0, slots: vec![Slot::default(); n].into_boxed_slice(), slot_mask: n - 1 };
@@ -82,7 +82,7 @@ impl Subtable {
 
     /// Rank of the best flow in this subtable that matches `key`, or 0.
     #[inline]
-    fn find(&self, key: &FlowKey) -> u64 {
+    fn find(&self, key: &Key<N>) -> u64 {
         let masked = key.and(&self.mask);
         let mut i = masked.hash() as usize & self.slot_mask;
         loop {
@@ -95,9 +95,10 @@ impl Subtable {
     }
 }
 
-/// The flow table, built once; see the module docs.
-pub struct Classifier {
-    subtables: Vec<Subtable>,
+/// The flow table, built once; see the module docs. Over [`FlowKey`]s (`N` = 5), or over
+/// [`PacketKey`](super::PacketKey)s (`N` = 4: table 0 as a frame first meets it).
+pub struct Classifier<const N: usize = { super::key::WORDS }> {
+    subtables: Vec<Subtable<N>>,
     flows: usize,
 }
 
@@ -106,25 +107,37 @@ impl Classifier {
     ///
     /// Panics if there are `u32::MAX` or more flows.
     pub fn new(flows: &[Flow]) -> Classifier {
-        assert!(flows.len() < u32::MAX as usize, "too many flows");
-        let mut groups: HashMap<FlowKey, Vec<(FlowKey, u64)>> = HashMap::new();
-        for (i, f) in flows.iter().enumerate() {
-            groups.entry(f.m.mask).or_default().push((f.m.key.and(&f.m.mask), rank(f.priority, i)));
+        Classifier::build(flows.iter().enumerate().map(|(i, f)| (i, f.priority, f.m.key, f.m.mask)))
+    }
+}
+
+impl<const N: usize> Classifier<N> {
+    /// Builds a classifier of `(index, priority, key, mask)` flows: a lookup answers the
+    /// index of the winner (highest priority, then lowest index).
+    ///
+    /// Panics if an index is `u32::MAX` or more.
+    pub fn build(flows: impl Iterator<Item = (usize, u16, Key<N>, Key<N>)>) -> Classifier<N> {
+        let mut groups: HashMap<Key<N>, Vec<(Key<N>, u64)>> = HashMap::new();
+        let mut n = 0;
+        for (i, priority, key, mask) in flows {
+            assert!(i < u32::MAX as usize, "too many flows");
+            groups.entry(mask).or_default().push((key.and(&mask), rank(priority, i)));
+            n += 1;
         }
-        let mut subtables: Vec<Subtable> = groups.iter().map(|(mask, e)| Subtable::new(*mask, e)).collect();
+        let mut subtables: Vec<Subtable<N>> = groups.iter().map(|(mask, e)| Subtable::new(*mask, e)).collect();
         subtables.sort_unstable_by_key(|st| std::cmp::Reverse(st.max_rank));
-        Classifier { subtables, flows: flows.len() }
+        Classifier { subtables, flows: n }
     }
 
     /// Index of the winning flow for `key`: highest priority, then first in the list.
     #[inline]
-    pub fn lookup(&self, key: &FlowKey) -> Option<u32> {
+    pub fn lookup(&self, key: &Key<N>) -> Option<u32> {
         self.lookup_counted(key).0
     }
 
     /// [`Classifier::lookup`], plus the number of subtables it visited.
     #[inline]
-    pub fn lookup_counted(&self, key: &FlowKey) -> (Option<u32>, usize) {
+    pub fn lookup_counted(&self, key: &Key<N>) -> (Option<u32>, usize) {
         let mut best = 0;
         let mut visited = 0;
         for st in &self.subtables {
@@ -276,7 +289,7 @@ mod tests {
             let n = 1 + rng.below(300) as usize;
             let prios: &[u16] = if table % 2 == 0 { &[0, 1, 2, 3, 100, 32768, 65535] } else { &[7] };
             let t: Vec<Flow> = (0..n)
-                .map(|_| Flow { priority: rng.pick(prios), m: random_match(&mut rng), actions: vec![] })
+                .map(|_| Flow { table: 0, priority: rng.pick(prios), m: random_match(&mut rng), actions: vec![] })
                 .collect();
             let c = Classifier::new(&t);
             let l = Linear::new(&t);

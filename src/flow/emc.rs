@@ -1,4 +1,5 @@
-//! The exact match cache: a small per-thread table from a full [`FlowKey`] to a flow index.
+//! The exact match cache: a small per-thread table from a full [`PacketKey`] (table 0's key of a
+//! frame) to a flow index.
 //!
 //! A poll thread looks up every frame here before the classifier. Entries are 2-way
 //! set-associative: the low hash bits pick a set of two, so a lookup touches at most two
@@ -7,7 +8,7 @@
 //! is allocated by [`Emc::new`]; nothing allocates afterwards. The cache knows nothing about
 //! the flow table: the caller must [`Emc::clear`] it when the table changes.
 
-use super::key::FlowKey;
+use super::key::PacketKey;
 use crate::counter::prefetch;
 
 const WAYS: usize = 2;
@@ -19,7 +20,7 @@ pub const DEFAULT_ENTRIES: usize = 8192;
 
 #[derive(Clone, Copy, Default)]
 struct Entry {
-    key: FlowKey,
+    key: PacketKey,
     /// Low 32 bits of the key's hash with bit 0 forced to 1; 0 marks an empty entry.
     tag: u32,
     flow: u32,
@@ -64,9 +65,9 @@ impl Emc {
     }
 
     /// The flow cached for `key`. `hash` must be the same function of the key that
-    /// [`Emc::insert`] was given (normally [`FlowKey::hash`]).
+    /// [`Emc::insert`] was given (normally [`PacketKey::hash`](super::key::Key::hash)).
     #[inline]
-    pub fn lookup(&self, key: &FlowKey, hash: u64) -> Option<u32> {
+    pub fn lookup(&self, key: &PacketKey, hash: u64) -> Option<u32> {
         let s = self.set(hash);
         let t = tag(hash);
         // Both ways compared without a branch between them: which way holds a frame's key (in
@@ -88,7 +89,7 @@ impl Emc {
 
     /// Caches `flow` for `key`, replacing an older value for the same key, else filling a free
     /// way, else evicting one.
-    pub fn insert(&mut self, key: &FlowKey, hash: u64, flow: u32) {
+    pub fn insert(&mut self, key: &PacketKey, hash: u64, flow: u32) {
         let s = self.set(hash);
         let t = tag(hash);
         let set = &mut self.entries[s..s + WAYS];
@@ -118,8 +119,8 @@ mod tests {
     use super::super::key::{Field, testutil::Rng};
     use super::*;
 
-    fn key(i: u64) -> FlowKey {
-        FlowKey::default().with(Field::NwDst, i).with(Field::TpDst, i * 7)
+    fn key(i: u64) -> PacketKey {
+        PacketKey::default().with(Field::NwDst, i).with(Field::TpDst, i * 7)
     }
 
     #[test]

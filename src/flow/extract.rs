@@ -9,9 +9,9 @@ use crate::wire::arp::ArpPacket;
 use crate::wire::tcp::TcpPacket;
 use crate::wire::{MacAddr, ethernet, ethertype, protocol};
 
-use super::key::{Depth, ETH_TYPE_NONE, Field, FlowKey, VLAN_PRESENT};
+use super::key::{Depth, ETH_TYPE_NONE, Field, Key, VLAN_PRESENT};
 
-impl FlowKey {
+impl<const N: usize> Key<N> {
     /// Extracts the key of a frame received on `in_port` from its first bytes (any length;
     /// never panics). Fields the frame does not have, or that are cut off, stay 0.
     ///
@@ -25,30 +25,30 @@ impl FlowKey {
     /// - TCP/UDP/SCTP ports need only the 4 port bytes to be present; ICMP type/code the first 2.
     /// - ARP (Ethernet/IPv4 only) sets `nw_src`/`nw_dst` to SPA/TPA and `nw_proto` to the opcode
     ///   if it is <= 0xff (as OVS).
-    pub fn extract(in_port: u16, frame: &[u8]) -> FlowKey {
-        FlowKey::extract_to(in_port, frame, Depth::L4)
+    pub fn extract(in_port: u16, frame: &[u8]) -> Key<N> {
+        Self::extract_to(in_port, frame, Depth::L4)
     }
 
     /// As [`FlowKey::extract`], but reading no header deeper than `depth`: the fields of
     /// deeper headers stay 0. For a mask `m`, `extract_to(p, f, m.depth()).and(&m)` equals
     /// `extract(p, f).and(&m)`. Reads each field once, where it lies ([`FrameBytes`]).
     #[inline]
-    pub fn extract_to<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth) -> FlowKey {
-        FlowKey::extract_fields(in_port, frame, depth, true)
+    pub fn extract_to<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth) -> Key<N> {
+        Self::extract_fields(in_port, frame, depth, true)
     }
 
     /// The key of a frame under `scope` (a mask, such as a flow table's union of masks), whose
     /// [`FlowKey::depth`] is `depth`: `extract(p, f).and(scope)`, reading no header deeper than
     /// `depth`, and not the two MAC addresses when `scope` has none of their bits.
     #[inline]
-    pub fn extract_under<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, scope: &FlowKey, depth: Depth) -> FlowKey {
+    pub fn extract_under<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, scope: &Key<N>, depth: Depth) -> Key<N> {
         let macs = scope.get(Field::DlDst) != 0 || scope.get(Field::DlSrc) != 0;
-        FlowKey::extract_fields(in_port, frame, depth, macs).and(scope)
+        Self::extract_fields(in_port, frame, depth, macs).and(scope)
     }
 
     #[inline]
-    fn extract_fields<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth, macs: bool) -> FlowKey {
-        let mut k = FlowKey::default();
+    fn extract_fields<B: FrameBytes + ?Sized>(in_port: u16, frame: &B, depth: Depth, macs: bool) -> Key<N> {
+        let mut k = Key::<N>::default();
         k.set(Field::InPort, in_port as u64);
         if depth == Depth::Port {
             return k;
@@ -213,8 +213,8 @@ impl FrameBytes for [u8] {
 
 /// The slice-view parser `extract_to` replaced, kept as its reference in tests.
 #[cfg(test)]
-pub(crate) fn extract_reference(in_port: u16, frame: &[u8]) -> FlowKey {
-    let mut k = FlowKey::default();
+pub(crate) fn extract_reference(in_port: u16, frame: &[u8]) -> super::FlowKey {
+    let mut k = super::FlowKey::default();
     k.set(Field::InPort, in_port as u64);
     if let Some(d) = frame.get(0..6) {
         k.set(Field::DlDst, MacAddr::from_bytes(d).to_u64());
@@ -272,6 +272,7 @@ pub(crate) fn extract_reference(in_port: u16, frame: &[u8]) -> FlowKey {
 
 #[cfg(test)]
 mod tests {
+    use super::super::FlowKey;
     use super::super::key::testutil::*;
     use super::*;
 

@@ -12,7 +12,10 @@
 //! | 1    | dl_src (48)         | dl_type (16)                                         |
 //! | 2    | nw_src (32)         | nw_dst (32)                                          |
 //! | 3    | vlan_tci (16)       | nw_proto (8), nw_tos (8), tp_src (16), tp_dst (16)   |
+//! | 4    | ct_state (8)        | ct_zone (16), ct_mark (32), 8 bits unused            |
 //!
+//! Word 4 is the connection tracker's metadata, not a header: 0 in every key extracted from a
+//! frame, set by a `ct` action for the tables after it (`datapath/pipeline.rs`).
 //! MAC addresses are stored as 48-bit big-endian numbers (first octet most significant).
 
 use std::fmt;
@@ -20,7 +23,7 @@ use std::fmt;
 use crate::wire::{MacAddr, VlanTag};
 
 /// Number of `u64` words in a [`FlowKey`].
-pub const WORDS: usize = 4;
+pub const WORDS: usize = 5;
 
 /// What OVS puts in `dl_type` for 802.3 frames whose type/length field is a length (< 0x600).
 pub const ETH_TYPE_NONE: u16 = 0x05ff;
@@ -41,11 +44,14 @@ pub enum Field {
     NwTos,
     TpSrc,
     TpDst,
+    CtState,
+    CtZone,
+    CtMark,
 }
 
 impl Field {
     /// All fields, in declaration order (`Field::X as usize` indexes this array).
-    pub const ALL: [Field; 11] = [
+    pub const ALL: [Field; 14] = [
         Field::InPort,
         Field::DlDst,
         Field::DlSrc,
@@ -57,6 +63,9 @@ impl Field {
         Field::NwTos,
         Field::TpSrc,
         Field::TpDst,
+        Field::CtState,
+        Field::CtZone,
+        Field::CtMark,
     ];
 
     /// (word, shift, width in bits).
@@ -73,6 +82,9 @@ impl Field {
             Field::NwTos => (3, 24, 8),
             Field::TpSrc => (3, 32, 16),
             Field::TpDst => (3, 48, 16),
+            Field::CtState => (4, 0, 8),
+            Field::CtZone => (4, 8, 16),
+            Field::CtMark => (4, 24, 32),
         }
     }
 
@@ -100,6 +112,9 @@ impl Field {
             Field::NwTos => "nw_tos",
             Field::TpSrc => "tp_src",
             Field::TpDst => "tp_dst",
+            Field::CtState => "ct_state",
+            Field::CtZone => "ct_zone",
+            Field::CtMark => "ct_mark",
         }
     }
 }
@@ -108,7 +123,7 @@ impl Field {
 /// Fields of deeper headers stay 0 in a key extracted to a shallower depth.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Depth {
-    /// Only `in_port`: the frame's bytes are not read.
+    /// Only `in_port` (and the tracker's metadata): the frame's bytes are not read.
     #[default]
     Port,
     /// The Ethernet header and VLAN tag: `dl_dst`, `dl_src`, `dl_type`, `vlan_tci`.
@@ -123,7 +138,7 @@ impl Field {
     /// The header this field is read from.
     pub const fn depth(self) -> Depth {
         match self {
-            Field::InPort => Depth::Port,
+            Field::InPort | Field::CtState | Field::CtZone | Field::CtMark => Depth::Port,
             Field::DlDst | Field::DlSrc | Field::DlType | Field::VlanTci => Depth::L2,
             Field::NwSrc | Field::NwDst | Field::NwProto | Field::NwTos => Depth::L3,
             Field::TpSrc | Field::TpDst => Depth::L4,
@@ -131,10 +146,46 @@ impl Field {
     }
 }
 
-/// Packet header fields, or a mask over them. See the module docs for the layout.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    w: [u64; WORDS],
+/// Packet header fields and the tracker's metadata, or a mask over them: the key flows match
+/// on. See the module docs for the layout.
+pub type FlowKey = Key<WORDS>;
+
+/// The first four words alone: a frame's header fields as table 0 sees them (the tracker's word
+/// is 0 there, for every frame). The exact-match cache, classify's keys and table 0's classifier
+/// work on these, so a table without `ct` pays nothing for the fifth word.
+pub type PacketKey = Key<PACKET_WORDS>;
+
+/// Words of a [`PacketKey`].
+pub const PACKET_WORDS: usize = 4;
+
+/// `N` words of a key (see [`FlowKey`], [`PacketKey`]): a field in a word past `N` reads 0
+/// and is not stored.
+#[derive(Clone, Copy, Eq)]
+pub struct Key<const N: usize> {
+    w: [u64; N],
+}
+
+impl<const N: usize> Default for Key<N> {
+    fn default() -> Key<N> {
+        Key { w: [0; N] }
+    }
+}
+
+impl<const N: usize> std::hash::Hash for Key<N> {
+    /// The words, as `eq` compares them (for the classifier's grouping by mask; the data
+    /// path hashes with [`Key::hash`]).
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.w.hash(state)
+    }
+}
+
+impl<const N: usize> PartialEq for Key<N> {
+    /// Every word XORed and the differences ORed: no branch, and no call to `bcmp` for an
+    /// odd number of words (a derived comparison of five words made one).
+    #[inline(always)]
+    fn eq(&self, other: &Key<N>) -> bool {
+        (0..N).fold(0, |d, i| d | (self.w[i] ^ other.w[i])) == 0
+    }
 }
 
 const K1: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -150,17 +201,17 @@ fn fold(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-impl FlowKey {
+impl<const N: usize> Key<N> {
     /// The mask that matches every bit of every field.
-    pub const EXACT: FlowKey = FlowKey { w: [u64::MAX; WORDS] };
+    pub const EXACT: Key<N> = Key { w: [u64::MAX; N] };
 
     /// A key from its raw words (see the module docs for the layout).
-    pub const fn from_words(w: [u64; WORDS]) -> FlowKey {
-        FlowKey { w }
+    pub const fn from_words(w: [u64; N]) -> Key<N> {
+        Key { w }
     }
 
     /// The raw words.
-    pub const fn words(&self) -> &[u64; WORDS] {
+    pub const fn words(&self) -> &[u64; N] {
         &self.w
     }
 
@@ -168,6 +219,9 @@ impl FlowKey {
     #[inline]
     pub const fn get(&self, f: Field) -> u64 {
         let (w, s, _) = f.layout();
+        if w >= N {
+            return 0;
+        }
         (self.w[w] >> s) & f.max()
     }
 
@@ -175,26 +229,29 @@ impl FlowKey {
     #[inline]
     pub fn set(&mut self, f: Field, v: u64) {
         let (w, s, _) = f.layout();
+        if w >= N {
+            return;
+        }
         self.w[w] = (self.w[w] & !(f.max() << s)) | ((v & f.max()) << s);
     }
 
     /// Builder form of [`FlowKey::set`].
     #[inline]
-    pub fn with(mut self, f: Field, v: u64) -> FlowKey {
+    pub fn with(mut self, f: Field, v: u64) -> Key<N> {
         self.set(f, v);
         self
     }
 
     /// Word-wise AND: this key with `mask` applied.
     #[inline]
-    pub fn and(&self, mask: &FlowKey) -> FlowKey {
-        FlowKey { w: std::array::from_fn(|i| self.w[i] & mask.w[i]) }
+    pub fn and(&self, mask: &Key<N>) -> Key<N> {
+        Key { w: std::array::from_fn(|i| self.w[i] & mask.w[i]) }
     }
 
     /// Word-wise OR: as masks, the fields either one matches.
     #[inline]
-    pub fn or(&self, other: &FlowKey) -> FlowKey {
-        FlowKey { w: std::array::from_fn(|i| self.w[i] | other.w[i]) }
+    pub fn or(&self, other: &Key<N>) -> Key<N> {
+        Key { w: std::array::from_fn(|i| self.w[i] | other.w[i]) }
     }
 
     /// True if every bit is 0 (as a mask: matches everything).
@@ -205,21 +262,47 @@ impl FlowKey {
 
     /// Hash of the key with `mask` applied; equal to `self.and(mask).hash()`. The words are
     /// folded in pairs by two independent 64x64->128 multiplies, then once more: three
-    /// multiplies deep where a word-by-word chain was four, so a burst's hashes overlap.
+    /// multiplies deep where a word-by-word chain was four, so a burst's hashes overlap. The
+    /// tracker's word, if the key has it, joins the last fold rotated, which costs no
+    /// multiply (a [`PacketKey`]'s hash is a [`FlowKey`]'s whose tracker word is 0).
     #[inline(always)]
-    pub fn hash_masked(&self, mask: &FlowKey) -> u64 {
-        let w = |i: usize| self.w[i] & mask.w[i];
+    pub fn hash_masked(&self, mask: &Key<N>) -> u64 {
+        let w = |i: usize| if i < N { self.w[i] & mask.w[i] } else { 0 };
         let a = fold(w(0) ^ K1, w(1) ^ K2);
         let b = fold(w(2) ^ K3, w(3) ^ K4);
-        fold(a ^ K2, b ^ K1)
+        fold(a ^ K2, b ^ K1 ^ w(4).rotate_left(29))
     }
 
     /// Hash of the whole key.
     #[inline(always)]
     pub fn hash(&self) -> u64 {
-        self.hash_masked(&FlowKey::EXACT)
+        self.hash_masked(&Key::EXACT)
+    }
+}
+
+impl FlowKey {
+    /// The tracker's word alone.
+    #[inline]
+    pub fn full_only(&self) -> u64 {
+        self.w[4]
     }
 
+    /// The header fields alone (the tracker's word dropped).
+    #[inline]
+    pub fn packet(&self) -> PacketKey {
+        Key { w: [self.w[0], self.w[1], self.w[2], self.w[3]] }
+    }
+}
+
+impl PacketKey {
+    /// The key with the tracker's word 0, as a frame meets table 0.
+    #[inline]
+    pub fn full(&self) -> FlowKey {
+        Key { w: [self.w[0], self.w[1], self.w[2], self.w[3], 0] }
+    }
+}
+
+impl<const N: usize> Key<N> {
     pub fn in_port(&self) -> u16 {
         self.get(Field::InPort) as u16
     }
@@ -268,6 +351,15 @@ impl FlowKey {
         self.get(Field::TpSrc) as u16
     }
     /// TCP/UDP/SCTP destination port, or the ICMP code.
+    pub fn ct_state(&self) -> u8 {
+        self.get(Field::CtState) as u8
+    }
+    pub fn ct_zone(&self) -> u16 {
+        self.get(Field::CtZone) as u16
+    }
+    pub fn ct_mark(&self) -> u32 {
+        self.get(Field::CtMark) as u32
+    }
     pub fn tp_dst(&self) -> u16 {
         self.get(Field::TpDst) as u16
     }
@@ -278,14 +370,14 @@ impl FlowKey {
     }
 }
 
-impl fmt::Debug for FlowKey {
+impl<const N: usize> fmt::Debug for Key<N> {
     /// All fields, e.g. `FlowKey { in_port=1, dl_dst=.., .., tp_dst=80 }`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ip = |a: u32| std::net::Ipv4Addr::from(a).to_string();
         write!(
             f,
             "FlowKey {{ in_port={}, dl_dst={}, dl_src={}, dl_type=0x{:04x}, vlan_tci=0x{:04x}, nw_src={}, nw_dst={}, \
-             nw_proto={}, nw_tos={}, tp_src={}, tp_dst={} }}",
+             nw_proto={}, nw_tos={}, tp_src={}, tp_dst={}, ct_state=0x{:02x}, ct_zone={}, ct_mark=0x{:x} }}",
             self.in_port(),
             self.dl_dst(),
             self.dl_src(),
@@ -296,7 +388,10 @@ impl fmt::Debug for FlowKey {
             self.nw_proto(),
             self.nw_tos(),
             self.tp_src(),
-            self.tp_dst()
+            self.tp_dst(),
+            self.ct_state(),
+            self.ct_zone(),
+            self.ct_mark()
         )
     }
 }
@@ -379,7 +474,8 @@ mod tests {
             assert_eq!(m.get(f), f.max());
             assert_eq!(Field::ALL[f as usize], f);
         }
-        assert_eq!(seen, [u64::MAX; WORDS]);
+        // Every bit but the tracker word's top byte (unused).
+        assert_eq!(seen, [u64::MAX, u64::MAX, u64::MAX, u64::MAX, u64::MAX >> 8]);
     }
 
     #[test]

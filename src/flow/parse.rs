@@ -5,22 +5,27 @@
 //! may also follow a `:` (`in_port:vm1`), as OVS accepts. Field names are case-sensitive;
 //! action keywords and reserved ports (`NORMAL`, `FLOOD`, `ALL`, `IN_PORT`, `drop`) are not.
 //!
-//! Match fields: `priority`, `in_port`, `dl_src`, `dl_dst`, `dl_type`, `dl_vlan`,
-//! `dl_vlan_pcp`, `vlan_tci`, `nw_src`, `nw_dst`, `nw_proto`, `nw_tos`, `tp_src`, `tp_dst`
-//! and the shorthands `ip`, `arp`, `icmp`, `tcp`, `udp`, `sctp`. A field may be given twice
-//! only with agreeing values. OVS's prerequisites are enforced once the whole match is read,
-//! so their order does not matter (`tp_dst=80,tcp` is fine).
+//! Match fields: `table`, `priority`, `in_port`, `dl_src`, `dl_dst`, `dl_type`, `dl_vlan`,
+//! `dl_vlan_pcp`, `vlan_tci`, `nw_src`, `nw_dst`, `nw_proto`, `nw_tos`, `tp_src`, `tp_dst`,
+//! the connection tracker's `ct_state` (`+trk+est-new`, or `VALUE/MASK`), `ct_zone`,
+//! `ct_mark` and the shorthands `ip`, `ipv6`, `arp`, `icmp`, `tcp`, `udp`, `sctp`. A field may
+//! be given twice only with agreeing values. OVS's prerequisites are enforced once the whole
+//! match is read, so their order does not matter (`tp_dst=80,tcp` is fine).
 //!
 //! Actions: `output:PORT`, `PORT`, `in_port`, `flood`, `all`, `normal`, `drop` (alone),
 //! `mod_vlan_vid:VID`, `mod_vlan_pcp:PCP`, `strip_vlan`, `push_vlan:TPID`, `mod_dl_src:MAC`,
-//! `mod_dl_dst:MAC`. An empty list, like `drop`, parses to no actions. A keyword wins over a
-//! port of the same name.
+//! `mod_dl_dst:MAC`, and for tables and connection tracking `resubmit(,TABLE)`,
+//! `goto_table:TABLE` (last, to a later table), `ct(commit,zone=N,table=N,
+//! exec(set_field:V[/M]->ct_mark))` (any of its arguments; the match must say `ip` or `ipv6`)
+//! and `ct_clear`. Commas inside parentheses belong to the action. An empty list, like
+//! `drop`, parses to no actions. A keyword wins over a port of the same name.
 
 use std::fmt;
 
-use super::action::Action;
+use super::action::{Action, Ct};
+use super::ct_state;
 use super::key::{Field, VLAN_PRESENT};
-use super::{DEFAULT_PRIORITY, Flow, Match};
+use super::{DEFAULT_PRIORITY, Flow, MAX_TABLE, Match};
 use crate::wire::{MacAddr, ethertype, protocol};
 
 /// Why a flow string did not parse, and where.
@@ -67,6 +72,31 @@ fn tokens(s: &str, base: usize) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// Like [`tokens`], but a separator inside parentheses belongs to its token
+/// (`ct(commit,table=1)` is one action). An unclosed parenthesis runs to the end.
+fn action_tokens(s: &str, base: usize) -> impl Iterator<Item = (usize, &str)> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < b.len() && is_sep(b[i]) {
+            i += 1;
+        }
+        if i == b.len() {
+            return None;
+        }
+        let (start, mut depth) = (i, 0u32);
+        while i < b.len() && (depth > 0 || !is_sep(b[i])) {
+            match b[i] {
+                b'(' => depth += 1,
+                b')' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            i += 1;
+        }
+        Some((base + start, &s[start..i]))
+    })
+}
+
 /// A decimal or `0x` hexadecimal number no larger than `max`.
 pub(crate) fn parse_uint(v: &str, max: u64) -> Option<u64> {
     let (digits, radix) = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
@@ -101,12 +131,47 @@ fn masked<T>(v: &str, all: T, one: impl Fn(&str) -> Option<T>) -> Option<(T, T)>
     }
 }
 
+/// `ct_state`'s value: `+flag-flag...` (OVS's names, `trk`, `new`, `est`, `rel`, `rpl`,
+/// `inv`) or `VALUE[/MASK]`; (value, mask), or what is wrong.
+fn parse_ct_state(v: &str) -> Result<(u64, u64), String> {
+    if !v.starts_with(['+', '-']) {
+        return masked(v, 0xff, |x| parse_uint(x, 0xff))
+            .ok_or_else(|| "+FLAG-FLAG... (trk, new, est, rel, rpl, inv) or VALUE/MASK".to_string());
+    }
+    let (mut value, mut mask) = (0u64, 0u64);
+    let mut rest = v;
+    while let Some(sign) = rest.chars().next() {
+        let body = &rest[1..];
+        let end = body.find(['+', '-']).unwrap_or(body.len());
+        let name = &body[..end];
+        let Some(&(_, bit)) = ct_state::NAMES.iter().find(|(n, _)| *n == name) else {
+            return Err(match name {
+                "snat" | "dnat" => format!("\"{name}\": NAT is not supported"),
+                _ => format!("unknown flag \"{name}\" (flags: trk, new, est, rel, rpl, inv)"),
+            });
+        };
+        if sign != '+' && sign != '-' {
+            return Err(format!("expected + or - before \"{name}\""));
+        }
+        if mask & bit as u64 != 0 && (value & bit as u64 != 0) != (sign == '+') {
+            return Err(format!("\"{name}\" given both + and -"));
+        }
+        mask |= bit as u64;
+        if sign == '+' {
+            value |= bit as u64;
+        }
+        rest = &body[end..];
+    }
+    Ok((value, mask))
+}
+
 /// The match under construction, and where each field was set.
 struct Builder<'a> {
     m: Match,
     priority: Option<u16>,
+    table: Option<u8>,
     /// For each field, the first token that constrained it: (offset, text).
-    src: [Option<(usize, &'a str)>; 11],
+    src: [Option<(usize, &'a str)>; Field::ALL.len()],
 }
 
 impl<'a> Builder<'a> {
@@ -136,6 +201,7 @@ impl<'a> Builder<'a> {
         };
         let proto = |name| match name {
             "ip" => Some((ethertype::IPV4, None)),
+            "ipv6" => Some((ethertype::IPV6, None)),
             "arp" => Some((ethertype::ARP, None)),
             "icmp" => Some((ethertype::IPV4, Some(protocol::ICMP))),
             "tcp" => Some((ethertype::IPV4, Some(protocol::TCP))),
@@ -153,8 +219,9 @@ impl<'a> Builder<'a> {
             }
             return Ok(());
         }
-        const FIELDS: &str = "priority, in_port, dl_src, dl_dst, dl_type, dl_vlan, dl_vlan_pcp, vlan_tci, nw_src, \
-                              nw_dst, nw_proto, nw_tos, tp_src, tp_dst, ip, arp, icmp, tcp, udp, sctp";
+        const FIELDS: &str = "table, priority, in_port, dl_src, dl_dst, dl_type, dl_vlan, dl_vlan_pcp, vlan_tci, \
+                              nw_src, nw_dst, nw_proto, nw_tos, tp_src, tp_dst, ct_state, ct_zone, ct_mark, ip, \
+                              ipv6, arp, icmp, tcp, udp, sctp";
         if name == "actions" {
             return err(at, "expected actions=... (no space before the =)");
         }
@@ -167,6 +234,29 @@ impl<'a> Builder<'a> {
         };
         let bad = |what: &str| err(vat, format!("{name}: expected {what}, found \"{v}\""));
         match name {
+            "table" => {
+                let Some(t) = parse_uint(v, MAX_TABLE as u64) else {
+                    return bad(&format!("a table number 0..{MAX_TABLE}"));
+                };
+                if let Some(old) = self.table.filter(|&old| old != t as u8) {
+                    return err(at, format!("table: given twice ({old} and {t})"));
+                }
+                self.table = Some(t as u8);
+            }
+            "ct_state" => match parse_ct_state(v) {
+                Ok((value, mask)) => self.set(Field::CtState, value, mask, at, tok)?,
+                Err(what) => return err(vat, format!("ct_state: expected {what}, found \"{v}\"")),
+            },
+            "ct_zone" => {
+                let Some(z) = parse_uint(v, 0xffff) else { return bad("a zone 0..65535") };
+                self.set(Field::CtZone, z, 0xffff, at, tok)?;
+            }
+            "ct_mark" => {
+                let Some((m, mask)) = masked(v, 0xffff_ffff, |x| parse_uint(x, 0xffff_ffff)) else {
+                    return bad("a 32-bit mark, optionally with /mask (e.g. 0x1/0x1)");
+                };
+                self.set(Field::CtMark, m, mask, at, tok)?;
+            }
             "priority" => {
                 let Some(p) = parse_uint(v, 0xffff) else { return bad("a number 0..65535") };
                 if let Some(old) = self.priority.filter(|&old| old != p as u16) {
@@ -297,16 +387,93 @@ fn reserved_port(name: &str) -> Option<Action> {
 }
 
 const ACTIONS: &str = "output:PORT, PORT, in_port, flood, all, normal, drop, mod_vlan_vid:VID, mod_vlan_pcp:PCP, \
-                       strip_vlan, push_vlan:TPID, mod_dl_src:MAC, mod_dl_dst:MAC";
+                       strip_vlan, push_vlan:TPID, mod_dl_src:MAC, mod_dl_dst:MAC, resubmit(,TABLE), \
+                       goto_table:TABLE, ct(...), ct_clear";
+
+/// A table number in an action (`resubmit`, `goto_table`, `ct(table=)`).
+fn table_arg(v: &str) -> Option<u8> {
+    parse_uint(v, MAX_TABLE as u64).map(|t| t as u8)
+}
+
+/// `resubmit(,TABLE)`'s or `ct(...)`'s argument list `args`, at byte `at`.
+fn parse_call(at: usize, name: &str, args: &str) -> Result<Action, FlowError> {
+    let aat = at + name.len() + 1;
+    match name {
+        "resubmit" => match args.split_once(',') {
+            Some(("", t)) => match table_arg(t) {
+                Some(t) => Ok(Action::Resubmit(t)),
+                None => err(aat + 1, format!("resubmit: expected a table 0..{MAX_TABLE}, found \"{t}\"")),
+            },
+            _ => err(aat, "resubmit: only resubmit(,TABLE) is supported (resubmitting as another in_port is not)"),
+        },
+        "ct" => {
+            let mut ct = Ct::default();
+            for (a, arg) in action_tokens(args, aat) {
+                let (key, v) = arg.split_once('=').unwrap_or((arg, ""));
+                let bad = |what: &str| err(a, format!("ct: {key}: expected {what}, found \"{v}\""));
+                match key {
+                    "commit" if v.is_empty() => ct.commit = true,
+                    "zone" => match parse_uint(v, 0xffff) {
+                        Some(z) => ct.zone = z as u16,
+                        None => return bad("a zone 0..65535 (a field as the zone is not supported)"),
+                    },
+                    "table" => match table_arg(v) {
+                        Some(t) => ct.table = Some(t),
+                        None => return bad(&format!("a table 0..{MAX_TABLE}")),
+                    },
+                    _ if arg.starts_with("exec(") && arg.ends_with(')') => {
+                        let inner = &arg[5..arg.len() - 1];
+                        for (e, x) in action_tokens(inner, a + 5) {
+                            let mark = x.strip_prefix("set_field:").and_then(|x| x.strip_suffix("->ct_mark"));
+                            let Some(m) = mark.and_then(|m| masked(m, 0xffff_ffff, |y| parse_uint(y, 0xffff_ffff)))
+                            else {
+                                return err(
+                                    e,
+                                    format!(
+                                        "ct: exec: only set_field:VALUE[/MASK]->ct_mark is supported, found \"{x}\""
+                                    ),
+                                );
+                            };
+                            ct.mark = Some((m.0 as u32, m.1 as u32));
+                        }
+                    }
+                    "nat" | "alg" | "force" => return err(a, format!("ct: {key} is not supported")),
+                    _ => {
+                        return err(
+                            a,
+                            format!(
+                                "ct: unknown argument \"{arg}\" (commit, zone=N, table=N, exec(set_field:V->ct_mark))"
+                            ),
+                        );
+                    }
+                }
+            }
+            if ct.mark.is_some() && !ct.commit {
+                return err(at, "ct: exec(...) sets the connection's mark and needs commit, as in OVS");
+            }
+            Ok(Action::Ct(ct))
+        }
+        _ => err(at, format!("unknown action \"{name}(...)\" (actions: {ACTIONS})")),
+    }
+}
 
 /// One action token `tok` at byte `at`; `None` for `drop`.
 fn parse_action(at: usize, tok: &str, port: &dyn Fn(&str) -> Option<u16>) -> Result<Option<Action>, FlowError> {
+    if let Some(open) = tok.find('(').filter(|&o| !tok[..o].contains(':')) {
+        let name = tok[..open].to_ascii_lowercase();
+        let Some(args) = tok[open + 1..].strip_suffix(')') else {
+            return err(at, format!("{}: missing the closing parenthesis", &tok[..open]));
+        };
+        return parse_call(at, &name, args).map(Some);
+    }
     let Some((name, v)) = tok.split_once(':') else {
         let lower = tok.to_ascii_lowercase();
         return match lower.as_str() {
             "drop" => Ok(None),
             "strip_vlan" => Ok(Some(Action::StripVlan)),
-            "output" | "mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst" => {
+            "ct_clear" => Ok(Some(Action::CtClear)),
+            "ct" => Ok(Some(Action::Ct(Ct::default()))),
+            "output" | "goto_table" | "mod_vlan_vid" | "mod_vlan_pcp" | "push_vlan" | "mod_dl_src" | "mod_dl_dst" => {
                 err(at, format!("{tok}: expected {tok}:VALUE"))
             }
             _ => match reserved_port(tok).or_else(|| port(tok).map(Action::Output)) {
@@ -334,12 +501,16 @@ fn parse_action(at: usize, tok: &str, port: &dyn Fn(&str) -> Option<u16>) -> Res
             Some(t @ (ethertype::VLAN | ethertype::QINQ)) => Action::PushVlan(t),
             _ => return bad("a VLAN TPID, 0x8100 or 0x88a8"),
         },
+        "goto_table" => match table_arg(v) {
+            Some(t) => Action::GotoTable(t),
+            None => return bad(&format!("a table 0..{MAX_TABLE}")),
+        },
         "mod_dl_src" | "mod_dl_dst" => match v.parse::<MacAddr>().ok() {
             Some(mac) if name.eq_ignore_ascii_case("mod_dl_src") => Action::SetDlSrc(mac),
             Some(mac) => Action::SetDlDst(mac),
             None => return bad("an Ethernet address (aa:bb:cc:dd:ee:ff)"),
         },
-        "drop" | "strip_vlan" | "in_port" | "flood" | "all" | "normal" => {
+        "drop" | "strip_vlan" | "ct_clear" | "in_port" | "flood" | "all" | "normal" => {
             return err(at, format!("{name}: takes no argument"));
         }
         _ => return err(at, format!("unknown action \"{name}\" (actions: {ACTIONS})")),
@@ -347,13 +518,35 @@ fn parse_action(at: usize, tok: &str, port: &dyn Fn(&str) -> Option<u16>) -> Res
     Ok(Some(a))
 }
 
-/// The action list `s`, which starts at byte `base` of the flow string.
-fn parse_actions(s: &str, base: usize, port: &dyn Fn(&str) -> Option<u16>) -> Result<Vec<Action>, FlowError> {
+/// The action list `s`, which starts at byte `base` of the flow string, of a flow in `table`
+/// whose match is `m`.
+fn parse_actions(
+    s: &str,
+    base: usize,
+    table: u8,
+    m: &Match,
+    port: &dyn Fn(&str) -> Option<u16>,
+) -> Result<Vec<Action>, FlowError> {
     let mut actions = Vec::new();
     let mut drop_at = None;
-    for (at, tok) in tokens(s, base) {
+    let mut goto_at = None;
+    for (at, tok) in action_tokens(s, base) {
+        if let Some(g) = goto_at {
+            return err(g, "goto_table: must be the last action");
+        }
         match parse_action(at, tok, port)? {
-            Some(a) => actions.push(a),
+            Some(Action::GotoTable(t)) if t <= table => {
+                return err(at, format!("goto_table:{t}: a flow in table {table} may only go to a later table"));
+            }
+            Some(Action::Ct(_)) if !matches!(m.mask.get(Field::DlType), 0xffff) || !is_ip(m.key.dl_type()) => {
+                return err(at, "ct: the match must say ip or ipv6 (dl_type=0x0800 or 0x86dd), as in OVS");
+            }
+            Some(a) => {
+                if matches!(a, Action::GotoTable(_)) {
+                    goto_at = Some(at);
+                }
+                actions.push(a)
+            }
             None => drop_at = drop_at.or(Some(at)),
         }
     }
@@ -363,17 +556,22 @@ fn parse_actions(s: &str, base: usize, port: &dyn Fn(&str) -> Option<u16>) -> Re
     }
 }
 
+fn is_ip(dl_type: u16) -> bool {
+    matches!(dl_type, ethertype::IPV4 | ethertype::IPV6)
+}
+
 /// Parses one flow in ovs-ofctl syntax. `port` resolves port names (for `in_port=` and
 /// outputs); an unknown name is an error naming it. See the module docs for the syntax.
 pub fn parse_flow(s: &str, port: &dyn Fn(&str) -> Option<u16>) -> Result<Flow, FlowError> {
-    let mut b = Builder { m: Match::default(), priority: None, src: [None; 11] };
+    let mut b = Builder { m: Match::default(), priority: None, table: None, src: [None; Field::ALL.len()] };
     for (at, tok) in tokens(s, 0) {
         if let Some(rest) = tok.strip_prefix("actions=") {
             b.check_prerequisites()?;
             let base = at + "actions=".len();
             debug_assert!(s[base..].starts_with(rest));
-            let actions = parse_actions(&s[base..], base, port)?;
-            return Ok(Flow { priority: b.priority.unwrap_or(DEFAULT_PRIORITY), m: b.m, actions });
+            let table = b.table.unwrap_or(0);
+            let actions = parse_actions(&s[base..], base, table, &b.m, port)?;
+            return Ok(Flow { table, priority: b.priority.unwrap_or(DEFAULT_PRIORITY), m: b.m, actions });
         }
         b.field(at, tok, port)?;
     }
@@ -507,7 +705,7 @@ mod tests {
             ("tcp,tp_src= actions=drop", " actions", "tp_src: expected a port number"),
             ("tcp=1 actions=drop", "tcp", "tcp: takes no value"),
             ("nw_dst actions=drop", "nw_dst", "nw_dst: expected nw_dst=VALUE"),
-            ("nw_dest=1.2.3.4 actions=drop", "nw_dest", r#"unknown field "nw_dest" (valid: priority, in_port,"#),
+            ("nw_dest=1.2.3.4 actions=drop", "nw_dest", r#"unknown field "nw_dest" (valid: table, priority, in_port,"#),
             ("priority=1,priority=2 actions=drop", "priority=2", "priority: given twice (1 and 2)"),
             ("in_port=vm1", "", "missing actions="),
             ("in_port=vm1 actions = drop", "actions", "expected actions=... (no space"),
@@ -576,6 +774,77 @@ mod tests {
             ("actions=Mod_Dl_Dst:1:2:3:4:5:6:7", "1:2", "Mod_Dl_Dst: expected an Ethernet address"),
             ("actions=strip_vlan:1", "strip_vlan", "strip_vlan: takes no argument"),
             ("actions=mod_dl_dst", "mod_dl_dst", "mod_dl_dst: expected mod_dl_dst:VALUE"),
+        ] {
+            let m = error(s, at);
+            assert!(m.starts_with(frag), "{s}: {m}");
+        }
+    }
+
+    #[test]
+    fn tables_and_connection_tracking() {
+        let f = parse("table=1,priority=5,ip,ct_state=+trk+est-new,ct_zone=7,ct_mark=0x3/0xf,actions=normal").unwrap();
+        assert_eq!((f.table, f.priority), (1, 5));
+        let (k, m) = (f.m.key, f.m.mask);
+        use super::super::ct_state::*;
+        assert_eq!((k.ct_state(), m.ct_state()), (TRK | EST, TRK | EST | NEW));
+        assert_eq!((k.ct_zone(), m.ct_zone(), k.ct_mark(), m.ct_mark()), (7, 0xffff, 3, 0xf));
+        assert_eq!(parse("ct_state=0x21/0x21,actions=drop").unwrap().m.key.ct_state(), TRK | NEW);
+        assert_eq!(parse("ct_state=-trk,actions=drop").unwrap().m.mask.ct_state(), TRK);
+        let f = parse(
+            "ip,actions=ct(commit,zone=5,table=2,exec(set_field:0x1/0x3->ct_mark)),ct_clear,resubmit(,4),\
+             ct(),ct,goto_table:9",
+        )
+        .unwrap();
+        let ct = |commit, zone, table, mark| Action::Ct(Ct { commit, zone, table, mark });
+        assert_eq!(
+            f.actions,
+            vec![
+                ct(true, 5, Some(2), Some((1, 3))),
+                Action::CtClear,
+                Action::Resubmit(4),
+                ct(false, 0, None, None),
+                ct(false, 0, None, None),
+                Action::GotoTable(9),
+            ]
+        );
+        assert_eq!(parse("ipv6,actions=ct(table=1)").unwrap().m.key.dl_type(), ethertype::IPV6);
+        assert_eq!(parse("table=254,actions=resubmit(,0)").unwrap().table, 254);
+        for (s, at, frag) in [
+            ("table=255,actions=drop", "255", "table: expected a table number 0..254"),
+            ("table=1,table=2,actions=drop", "table=2", "table: given twice (1 and 2)"),
+            ("ct_state=+trk+bogus,actions=drop", "+trk", r#"ct_state: expected unknown flag "bogus""#),
+            ("ct_state=+snat,actions=drop", "+snat", r#"ct_state: expected "snat": NAT is not supported"#),
+            ("ct_state=+trk-trk,actions=drop", "+trk", r#"ct_state: expected "trk" given both + and -"#),
+            ("ct_state=+est,ct_state=-est,actions=drop", "ct_state=-est", "\"ct_state=-est\" conflicts"),
+            ("ct_zone=65536,actions=drop", "65536", "ct_zone: expected a zone 0..65535"),
+            ("ct_mark=0x100000000,actions=drop", "0x1", "ct_mark: expected a 32-bit mark"),
+            ("actions=ct(table=1)", "ct(", "ct: the match must say ip or ipv6"),
+            ("arp,actions=ct(commit)", "ct(", "ct: the match must say ip or ipv6"),
+            ("ip,actions=ct(nat)", "nat", "ct: nat is not supported"),
+            ("ip,actions=ct(zone=NXM_NX_REG0[0..15])", "zone=", "ct: zone: expected a zone 0..65535"),
+            ("ip,actions=ct(table=300)", "table=", "ct: table: expected a table 0..254"),
+            (
+                "ip,actions=ct(exec(set_field:1->ct_mark))",
+                "ct(",
+                "ct: exec(...) sets the connection's mark and needs commit",
+            ),
+            (
+                "ip,actions=ct(commit,exec(set_field:1->reg0))",
+                "set_field",
+                "ct: exec: only set_field:VALUE[/MASK]->ct_mark",
+            ),
+            ("ip,actions=ct(commit,force)", "force", "ct: force is not supported"),
+            ("ip,actions=ct(commit", "ct(", "ct: missing the closing parenthesis"),
+            ("actions=resubmit(vm1,2)", "vm1", "resubmit: only resubmit(,TABLE) is supported"),
+            ("actions=resubmit(,x)", "x)", "resubmit: expected a table 0..254"),
+            (
+                "table=3,actions=goto_table:3",
+                "goto_table",
+                "goto_table:3: a flow in table 3 may only go to a later table",
+            ),
+            ("actions=goto_table:2,output:vm1", "goto_table", "goto_table: must be the last action"),
+            ("actions=goto_table", "goto_table", "goto_table: expected goto_table:VALUE"),
+            ("actions=learn(x)", "learn", r#"unknown action "learn(...)""#),
         ] {
             let m = error(s, at);
             assert!(m.starts_with(frag), "{s}: {m}");

@@ -38,6 +38,26 @@ impl Action {
             Action::PushVlan(t) => format!("push_vlan:0x{t:04x}"),
             Action::SetDlSrc(m) => format!("mod_dl_src:{}", m),
             Action::SetDlDst(m) => format!("mod_dl_dst:{}", m),
+            Action::Resubmit(t) => format!("resubmit(,{t})"),
+            Action::GotoTable(t) => format!("goto_table:{t}"),
+            Action::CtClear => "ct_clear".into(),
+            Action::Ct(ct) => {
+                let mut args = Vec::new();
+                if ct.commit {
+                    args.push("commit".to_string());
+                }
+                if ct.zone != 0 {
+                    args.push(format!("zone={}", ct.zone));
+                }
+                if let Some(t) = ct.table {
+                    args.push(format!("table={t}"));
+                }
+                if let Some((v, m)) = ct.mark {
+                    let m = if m == u32::MAX { String::new() } else { format!("/0x{m:x}") };
+                    args.push(format!("exec(set_field:0x{v:x}{m}->ct_mark)"));
+                }
+                format!("ct({})", args.join(","))
+            }
         }
     }
 }
@@ -72,6 +92,10 @@ impl Match {
                 ethertype::ARP => {
                     type_named = true;
                     parts.push("arp".into());
+                }
+                ethertype::IPV6 => {
+                    type_named = true;
+                    parts.push("ipv6".into());
                 }
                 _ => {}
             }
@@ -125,16 +149,46 @@ impl Match {
                 parts.push(format!("{}=0x{:x}/0x{:x}", f.name(), k.get(f), m.get(f)));
             }
         }
+        if set(Field::CtState) {
+            parts.push(format!("ct_state={}", ct_state_string(k.ct_state(), m.ct_state())));
+        }
+        if set(Field::CtZone) {
+            parts.push(format!("ct_zone={}", k.ct_zone()));
+        }
+        if full(Field::CtMark) {
+            parts.push(format!("ct_mark=0x{:x}", k.ct_mark()));
+        } else if set(Field::CtMark) {
+            parts.push(format!("ct_mark=0x{:x}/0x{:x}", k.ct_mark(), m.ct_mark()));
+        }
         parts.join(",")
     }
+}
+
+/// A `ct_state` match as OVS prints it: `+trk+est-new` (flags in OVS's order), or
+/// `0xV/0xM` where a bit has no name.
+pub fn ct_state_string(value: u8, mask: u8) -> String {
+    let named = super::ct_state::NAMES.iter().fold(0, |a, (_, b)| a | b);
+    if mask & !named != 0 {
+        return format!("0x{value:x}/0x{mask:x}");
+    }
+    let mut s = String::new();
+    for (name, bit) in super::ct_state::NAMES {
+        if mask & bit != 0 {
+            s.push(if value & bit != 0 { '+' } else { '-' });
+            s.push_str(name);
+        }
+    }
+    s
 }
 
 impl Flow {
     /// The flow in ovs-ofctl syntax, e.g.
     /// `priority=100,ip,in_port=vm1,nw_dst=10.0.0.0/24 actions=output:vm2`. The priority is
-    /// always printed; no actions print as `drop`. `name` names ports.
+    /// always printed, the table when it is not 0; no actions print as `drop`. `name` names
+    /// ports.
     pub fn to_ovs_string(&self, name: &dyn Fn(u16) -> String) -> String {
-        let mut s = format!("priority={}", self.priority);
+        let mut s = if self.table == 0 { String::new() } else { format!("table={},", self.table) };
+        let _ = write!(s, "priority={}", self.priority);
         let m = self.m.to_ovs_string(name);
         if !m.is_empty() {
             s.push(',');
@@ -187,15 +241,21 @@ mod tests {
             ),
             ("dl_type=0x0806,nw_proto=1,actions=flood", "priority=32768,arp,nw_proto=1 actions=FLOOD"),
             ("ip,nw_proto=47,actions=all", "priority=32768,ip,nw_proto=47 actions=ALL"),
-            (
-                "dl_type=0x86dd,dl_vlan=0xffff,actions=in_port",
-                "priority=32768,dl_vlan=0xffff,dl_type=0x86dd actions=IN_PORT",
-            ),
+            ("dl_type=0x86dd,dl_vlan=0xffff,actions=in_port", "priority=32768,ipv6,dl_vlan=0xffff actions=IN_PORT"),
             (
                 "dl_vlan_pcp=5,dl_vlan=10,actions=strip_vlan,output:uplink",
                 "priority=32768,dl_vlan=10,dl_vlan_pcp=5 actions=strip_vlan,output:uplink",
             ),
             ("dl_vlan_pcp=5,actions=drop", "priority=32768,dl_vlan_pcp=5 actions=drop"),
+            (
+                "table=1,ip,ct_state=-new+trk+est,ct_zone=3,ct_mark=5,actions=ct(commit,zone=3,exec(set_field:7->ct_mark)),normal",
+                "table=1,priority=32768,ip,ct_state=-new+est+trk,ct_zone=3,ct_mark=0x5 actions=ct(commit,zone=3,exec(set_field:0x7->ct_mark)),NORMAL",
+            ),
+            (
+                "ct_state=0x40/0x40,ct_mark=1/3,actions=ct_clear,resubmit(,2),goto_table:4",
+                "priority=32768,ct_state=0x40/0x40,ct_mark=0x1/0x3 actions=ct_clear,resubmit(,2),goto_table:4",
+            ),
+            ("ipv6,actions=ct(table=1)", "priority=32768,ipv6 actions=ct(table=1)"),
             ("vlan_tci=0/0x1000,actions=drop", "priority=32768,vlan_tci=0x0000/0x1000 actions=drop"),
             (
                 "dl_src=02:00:00:00:00:01/ff:ff:ff:00:00:00,dl_dst=1:2:3:4:5:6 actions=drop",

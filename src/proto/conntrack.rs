@@ -1,4 +1,5 @@
-//! `conntrack [PORT]` and `conntrack-flush PORT`: the connections security groups track.
+//! `conntrack [PORT|zone=N]` and `conntrack-flush PORT|zone=N`: the connections security
+//! groups track (by port), and those flows' `ct` actions track (by zone).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,8 +17,22 @@ pub struct ConntrackReply {
     pub refused_port_limit: u64,
     pub refused_table_full: u64,
     pub ports: Vec<ZoneInfo>,
-    /// The connections listed (those of PORT, or every port's), as their first frame went.
+    /// The connections listed (those of PORT, of zone N, or every port's and zone's), as their
+    /// first frame went.
     pub connections: Vec<ConnInfo>,
+    /// Flows' `ct` actions: connections stored in their table (apart from the ports').
+    #[serde(default)]
+    pub flow_total: u32,
+    /// Its zones that hold connections.
+    #[serde(default)]
+    pub flow_zones: Vec<FlowZone>,
+}
+
+/// A zone of the flows' table.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FlowZone {
+    pub zone: u16,
+    pub connections: u32,
 }
 
 /// A port with security groups: its zone and how many connections it holds.
@@ -31,7 +46,10 @@ pub struct ZoneInfo {
 /// One tracked connection.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ConnInfo {
+    /// The port whose security groups track it; empty for a flow's (see `zone`).
     pub port: String,
+    #[serde(default)]
+    pub zone: u16,
     /// tcp, udp, icmp, icmpv6, or the protocol's number.
     pub protocol: String,
     pub src: String,
@@ -40,8 +58,11 @@ pub struct ConnInfo {
     pub dport: u16,
     /// TCP's state (SYN_SENT, ESTABLISHED, ...), or FIRST / REPLIED.
     pub state: String,
-    /// Which way it opened: "ingress" (toward the port) or "egress".
+    /// Which way it opened: "ingress" (toward the port) or "egress"; empty for a flow's.
     pub opened: String,
+    /// Its `ct_mark` (a flow's, set by `ct(commit,exec(set_field:V->ct_mark))`).
+    #[serde(default)]
+    pub mark: u32,
     /// A rule change no longer allows it: its frames drop until it expires.
     pub cut: bool,
     pub expires_in: u32,

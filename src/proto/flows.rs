@@ -16,6 +16,8 @@ pub struct FlowsReply {
 /// One flow, in ovs-ofctl syntax, with its counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowInfo {
+    #[serde(default)]
+    pub table: u8,
     pub priority: u16,
     #[serde(rename = "match")]
     pub matches: String,

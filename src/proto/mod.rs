@@ -25,7 +25,7 @@ mod vteps;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use self::conntrack::{ConnInfo, ConntrackReply, MAX_LISTED, ZoneInfo};
+pub use self::conntrack::{ConnInfo, ConntrackReply, FlowZone, MAX_LISTED, ZoneInfo};
 pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
 pub use self::ports::{
     MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens, VxlanInfo,

@@ -258,6 +258,7 @@ pub(crate) mod samples {
 
     pub fn flows() -> FlowsReply {
         let flow = FlowInfo {
+            table: 0,
             priority: 10,
             matches: "in_port=vm1".into(),
             actions: vec!["output:vm2".into()],

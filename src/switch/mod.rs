@@ -181,6 +181,10 @@ pub struct Switch {
     published_rules: std::sync::Mutex<Vec<Option<Arc<crate::secgroup::PortRules>>>>,
     /// Where the expiry sweep goes on.
     ct_cursor: usize,
+    /// Connection tracking for flows' `ct` actions (a table apart from security groups'),
+    /// made when a flow first has one.
+    pub flow_conntrack: std::sync::OnceLock<Arc<crate::conntrack::Conntrack>>,
+    flow_ct_cursor: usize,
 }
 
 impl Switch {
@@ -209,6 +213,8 @@ impl Switch {
             conntrack: Default::default(),
             published_rules: Default::default(),
             ct_cursor: 0,
+            flow_conntrack: Default::default(),
+            flow_ct_cursor: 0,
         };
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {
             sw.add_port(id as u16, p);
@@ -393,7 +399,8 @@ impl Switch {
             })
             .collect();
         let ct = entries.iter().any(|(_, p)| p.rules.is_some()).then(|| self.conntrack());
-        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps).with_conntrack(ct));
+        let flow_ct = self.flows.uses_ct().then(|| self.flow_conntrack());
+        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps).with_conntrack(ct).with_flow_conntrack(flow_ct));
         self.threads
             .iter()
             .map(|t| Plan {

@@ -36,19 +36,25 @@ impl Switch {
 
     /// The connection-tracking table, made at its first use.
     pub fn conntrack(&self) -> Arc<Conntrack> {
-        self.conntrack
-            .get_or_init(|| {
-                let limits = Limits { total: self.cfg.ct_max_connections, per_zone: self.cfg.ct_max_per_port };
-                let ct = Conntrack::new(limits, Timeouts::default());
-                info!(
-                    "connection tracking: up to {} connections, {} a port ({} MiB)",
-                    limits.total,
-                    limits.per_zone,
-                    (ct.slots() * crate::conntrack::table::SLOT_BYTES) >> 20
-                );
-                Arc::new(ct)
-            })
-            .clone()
+        self.conntrack.get_or_init(|| self.new_conntrack("security groups", "a port")).clone()
+    }
+
+    /// The flows' connection-tracking table (`ct` actions), made at its first use: a table of
+    /// its own, so zones named in flows never meet the ports' zones above.
+    pub fn flow_conntrack(&self) -> Arc<Conntrack> {
+        self.flow_conntrack.get_or_init(|| self.new_conntrack("flows' ct()", "a zone")).clone()
+    }
+
+    fn new_conntrack(&self, whose: &str, each: &str) -> Arc<Conntrack> {
+        let limits = Limits { total: self.cfg.ct_max_connections, per_zone: self.cfg.ct_max_per_port };
+        let ct = Conntrack::new(limits, Timeouts::default());
+        info!(
+            "connection tracking for {whose}: up to {} connections, {} {each} ({} MiB)",
+            limits.total,
+            limits.per_zone,
+            (ct.slots() * crate::conntrack::table::SLOT_BYTES) >> 20
+        );
+        Arc::new(ct)
     }
 
     /// After the threads took plans whose rules are `rules` (by port id): the connections of each
@@ -77,11 +83,13 @@ impl Switch {
         *last = rules;
     }
 
-    /// Once a second: the table's clock, and a slice of its expiry sweep.
+    /// Once a second: each table's clock, and a slice of its expiry sweep.
     pub(super) fn conntrack_tick(&mut self) {
-        let Some(ct) = self.conntrack.get() else { return };
-        let now = ct.tick();
-        let budget = ct.slots().div_ceil(SWEEP_PASS_S);
-        ct.sweep(&mut self.ct_cursor, budget, now);
+        for (ct, cursor) in [(&self.conntrack, &mut self.ct_cursor), (&self.flow_conntrack, &mut self.flow_ct_cursor)] {
+            let Some(ct) = ct.get() else { continue };
+            let now = ct.tick();
+            let budget = ct.slots().div_ceil(SWEEP_PASS_S);
+            ct.sweep(cursor, budget, now);
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::datapath::classify::{Recent, Sender, classify_burst, lookup_flows};
 use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
 use crate::datapath::firewall::filter_burst;
 use crate::datapath::frame::{FlowState, Frame, Out};
+use crate::datapath::pipeline::pipeline_burst;
 use crate::datapath::plan::RxqSpec;
 use crate::datapath::profile::Stages;
 use crate::datapath::tx::deliver;
@@ -225,6 +226,9 @@ fn visit_source<'a, S: Source<'a>>(
         stages.mark(2);
         if !env.flows.is_normal() {
             lookup_flows(env, emc, &mut recent, port.id, sender.policy(), &mut frames[..got]);
+            if env.flows.has_pipeline() {
+                pipeline_burst(env, &mut recent, port.id, sender.policy(), &mut frames[..got]);
+            }
         }
         if let Some(ct) = env.ports.conntrack.as_deref() {
             filter_burst(env, ct, port.id, &mut frames[..got]);

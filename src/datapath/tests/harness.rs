@@ -160,6 +160,8 @@ pub struct Bench {
     pub policies: Vec<PortPolicy>,
     /// Connection tracking, for policies with security-group rules.
     pub conntrack: Option<Arc<crate::conntrack::Conntrack>>,
+    /// The flows' tracker (`ct` actions).
+    pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
 }
 
 /// How to build a bench.
@@ -223,6 +225,7 @@ impl Bench {
             mac,
             policies: vec![PortPolicy::default(); cfg.vms],
             conntrack: None,
+            flow_conntrack: None,
         };
         for t in 0..cfg.threads {
             let cx = Ctx {
@@ -258,7 +261,11 @@ impl Bench {
             .map(|((v, _), pol)| (v.port.clone(), pol.clone()))
             .collect();
         Plan {
-            ports: Arc::new(PortTable::new(&entries, &[]).with_conntrack(self.conntrack.clone())),
+            ports: Arc::new(
+                PortTable::new(&entries, &[])
+                    .with_conntrack(self.conntrack.clone())
+                    .with_flow_conntrack(self.flow_conntrack.clone()),
+            ),
             flows: self.flows.clone(),
             tuning: None,
             rxqs: self.queues[t]

@@ -51,6 +51,10 @@ enum Mode {
     /// lookup in vm1's zone of the connection table, the 500 connections committed in the
     /// warm-up (what a tracked, allowed connection costs).
     Secured,
+    /// OVS's `ct` flows: `ct(table=1)` for IP, then in table 1 `ct(commit),output:vm1` for
+    /// `+trk+new` (one-way UDP stays new: every frame two tracker lookups and a table-1
+    /// lookup, its 500 connections committed in the warm-up).
+    CtFlows,
 }
 
 /// How the sender lays a frame out in its TX ring.
@@ -108,6 +112,12 @@ fn flows(mode: Mode) -> Vec<String> {
         | Mode::Secured => {
             vec![]
         }
+        Mode::CtFlows => vec![
+            "priority=100,ip,ct_state=-trk,actions=ct(table=1)".into(),
+            "table=1,ip,ct_state=+trk+new,actions=ct(commit),output:vm1".into(),
+            "table=1,ip,ct_state=+trk+est,actions=output:vm1".into(),
+            "table=1,priority=0,actions=drop".into(),
+        ],
         Mode::InPort => vec!["in_port=vm0,actions=output:vm1".into(), "in_port=vm1,actions=output:vm0".into()],
         Mode::Flows1k => (0..DESTS)
             .flat_map(|i| {
@@ -190,6 +200,10 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
             let limits = crate::conntrack::Limits { total: 4096, per_zone: 4096 };
             b.conntrack = Some(std::sync::Arc::new(crate::conntrack::Conntrack::new(limits, Default::default())));
             b.post(0);
+        }
+        Mode::CtFlows => {
+            let limits = crate::conntrack::Limits { total: 4096, per_zone: 4096 };
+            b.flow_conntrack = Some(std::sync::Arc::new(crate::conntrack::Conntrack::new(limits, Default::default())));
         }
         _ => {}
     }
@@ -293,6 +307,8 @@ cells! {
     logged_1518: Logged, 1518, One;
     secured_64: Secured, 64, One;
     secured_1518: Secured, 1518, One;
+    ct_flows_64: CtFlows, 64, One;
+    ct_flows_1518: CtFlows, 1518, One;
 }
 
 /// Every cell's traffic arrives whole, in order, under its table (a short run of each).

@@ -5,6 +5,7 @@
 //! floods, plan swaps and queue moves run under plain `cargo test`.
 
 mod attacks;
+mod ct_flows;
 mod flows;
 mod harness;
 mod insn;

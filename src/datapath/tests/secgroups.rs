@@ -51,12 +51,12 @@ fn rules_in(groups: &str, zone: u16) -> Arc<PortRules> {
     Arc::new(compile(&c.ports[0], &c.security_groups, &all, zone).unwrap())
 }
 
-fn ip(i: usize) -> [u8; 4] {
+pub(super) fn ip(i: usize) -> [u8; 4] {
     [10, 0, 0, 1 + i as u8]
 }
 
 /// An IPv4 frame from VM `from` to VM `to` carrying `l4` of protocol `proto`.
-fn v4(from: usize, to: usize, proto: u8, l4: &[u8]) -> Vec<u8> {
+pub(super) fn v4(from: usize, to: usize, proto: u8, l4: &[u8]) -> Vec<u8> {
     let mut f = mac(to).to_vec();
     f.extend_from_slice(&mac(from));
     f.extend_from_slice(&0x0800u16.to_be_bytes());
@@ -64,13 +64,13 @@ fn v4(from: usize, to: usize, proto: u8, l4: &[u8]) -> Vec<u8> {
     f
 }
 
-fn tcp(from: usize, to: usize, sport: u16, dport: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
+pub(super) fn tcp(from: usize, to: usize, sport: u16, dport: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
     v4(from, to, protocol::TCP, &build::tcp(sport, dport, flags, seq, ack, 64000, None, 10))
 }
 
-const SYN: u16 = 0x02;
-const ACK: u16 = 0x10;
-const SYN_ACK: u16 = 0x12;
+pub(super) const SYN: u16 = 0x02;
+pub(super) const ACK: u16 = 0x10;
+pub(super) const SYN_ACK: u16 = 0x12;
 
 /// Three VMs on one thread, vm1 with `rules`, every MAC learned.
 fn bench(rules: Arc<PortRules>, limits: Limits) -> Bench {
@@ -89,7 +89,7 @@ fn limits() -> Limits {
 }
 
 /// `f` sent by VM `from`: whether VM `to` got it (and nobody else anything).
-fn passes(b: &mut Bench, from: usize, to: usize, f: &[u8]) -> bool {
+pub(super) fn passes(b: &mut Bench, from: usize, to: usize, f: &[u8]) -> bool {
     b.vms[from].guest.send(f);
     b.settle(10);
     let got = b.vms[to].recv();

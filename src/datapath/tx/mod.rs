@@ -21,7 +21,8 @@ use crate::datapath::firewall;
 use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
 use crate::datapath::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
 use crate::datapath::{Ctx, Env, ring_broke};
-use crate::flow::{Action, Emit, execute};
+use crate::flow::table::NO_MATCH;
+use crate::flow::{Action, Emit, execute_path};
 use crate::port::rate::Cost;
 use crate::port::tunnel::Tunnel;
 use crate::port::{Port, PortKind};
@@ -429,18 +430,24 @@ fn deliver_in_order(
                     }
                 }
             }
-            Out::Actions(fi) => {
+            // Classify's pipeline stage always replaces it.
+            Out::Pipeline(_) => {}
+            Out::Actions(fi) | Out::Path(fi) => {
                 o_close(open.take(), env, dv);
+                let path = match f.out {
+                    Out::Path(_) => f.path.flows(),
+                    _ => std::slice::from_ref(&fi),
+                };
                 // Backpressure as for a single output, checked before any copy goes out so a
                 // retried frame is never sent twice: wait while a port it names is full.
                 if wait
-                    && let Some(p) = full_output(env, fi, in_port)
+                    && let Some(p) = full_output(env, path, in_port)
                     && !dv.stalled[p as usize]
                     && keep_waiting(cx, dv, p, blocked_since)
                 {
                     return i;
                 }
-                run_actions(env, f, fi, in_port, dv);
+                run_actions(env, f, path, in_port, dv);
             }
             Out::Flood => {
                 o_close(open.take(), env, dv);
@@ -538,9 +545,10 @@ fn keep_waiting(cx: &Ctx, dv: &mut Delivery, p: u16, blocked_since: &mut Option<
 
 /// The first port a flow's actions name explicitly (output:PORT, in_port) whose guest RX ring
 /// has no free buffer.
-fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
+fn full_output(env: &Env, path: &[u32], in_port: u16) -> Option<u16> {
     let mut full = None;
-    for a in env.flows.actions(fi) {
+    let actions = path.iter().filter(|&&fi| fi != NO_MATCH).flat_map(|&fi| env.flows.actions(fi));
+    for a in actions {
         let p = match *a {
             Action::Output(p) if p != in_port => p,
             Action::InPort => in_port,
@@ -553,14 +561,15 @@ fn full_output(env: &Env, fi: u32, in_port: u16) -> Option<u16> {
     full
 }
 
-/// Runs a flow's action list on one frame: each output sends the frame as the header
-/// rewrites before it left it. Best effort, like flooding: a full or absent port misses it.
-fn run_actions(env: &Env, f: &Frame, fi: u32, in_port: u16, dv: &mut Delivery) {
+/// Runs a flow's action list on one frame (or the lists of the flows its walk through the
+/// tables met, `path`): each output sends the frame as the header rewrites before it left
+/// it. Best effort, like flooding: a full or absent port misses it.
+fn run_actions(env: &Env, f: &Frame, path: &[u32], in_port: u16, dv: &mut Delivery) {
     const MAX: usize = ethernet::MAX_EMIT_LEN + 2;
     let mut raw = [0u8; MAX];
     let n = f.read_at(0, &mut raw);
     let Ok((hdr, covered)) = EthernetRepr::parse(&raw[..n]) else { return };
-    execute(env.flows.actions(fi), &hdr, |emit, h| {
+    execute_path(path, &|fi| env.flows.actions(fi), &hdr, |emit, h| {
         let mut buf = [0u8; ethernet::MAX_EMIT_LEN];
         let len = h.emit(&mut buf);
         let shape = Shape { prefix: &buf[..len], skip: covered as u32, take: u32::MAX, patch: None };

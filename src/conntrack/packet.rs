@@ -199,7 +199,10 @@ fn icmp_message(mut t: Tuple, b: &[u8], len: usize, quoted: bool, v6: bool) -> O
     let (request, reply) =
         if v6 { (icmp6::ECHO_REQUEST, icmp6::ECHO_REPLY) } else { (icmp4::ECHO_REQUEST, icmp4::ECHO_REPLY) };
     if ty == request || ty == reply {
-        (t.sport, t.dport) = (id()?, id()?);
+        // The identifier on the requester's side, 0 on the other: a reply's tuple is its
+        // request's reversed, and a request the other way with the same identifier is another
+        // connection (Linux's ICMP tuple holds the type for the same reason).
+        (t.sport, t.dport) = if ty == request { (id()?, 0) } else { (0, id()?) };
         let kind = if ty == request { Kind::Opens } else { Kind::ReplyOnly };
         return Some(CtPacket::Conn { tuple: t, tcp: None, kind });
     }

@@ -77,6 +77,13 @@ fn udp_is_new_until_a_reply_and_echo_replies_need_their_request() {
     assert_eq!(t.track(&echo(8, A, B), 0, COMMIT, 1).state, TRK | NEW);
     assert_eq!(t.track(&echo(0, B, A), 0, None, 1).state, TRK | EST | RPL);
     assert_eq!(t.track(&CtPacket::NotIp, 0, None, 1).state, TRK);
+    // B's own echo request to A with the same identifier is no reply to A's: a connection of
+    // its own (as Linux's tracker, whose ICMP tuple holds the type). Found with real guests,
+    // whose ping processes' identifiers (their pids) met.
+    assert_eq!(t.track(&echo(8, B, A), 0, None, 1).state, TRK | NEW);
+    assert_eq!(t.track(&echo(8, B, A), 0, COMMIT, 1).state, TRK | NEW);
+    assert_eq!(t.track(&echo(0, A, B), 0, None, 1).state, TRK | EST | RPL, "its reply");
+    assert_eq!(t.len(), 3, "UDP, A's echo, B's echo");
 }
 
 #[test]

@@ -80,6 +80,8 @@ pub struct CtResult {
     pub mark: u32,
     /// Why a commit stored nothing (the frame is then dropped, as OVS drops past `ct_limit`).
     pub refused: Option<Refused>,
+    /// The connection is in the table (it was, or this commit stored it).
+    pub stored: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +205,7 @@ impl Conntrack {
                 let (key, low) = canonical(&tuple, zone);
                 if let Some(f) = self.find_live(&key, now) {
                     match self.hit(f, low, tcp.as_ref(), commit, now) {
-                        Some(r) => return r,
+                        Some(r) => return CtResult { stored: true, ..r },
                         // A closed TCP connection's port reused by a new SYN: start over.
                         None => {
                             let i = f.index;
@@ -236,7 +238,7 @@ impl Conntrack {
                     let meta = meta | if low { ORIG_LOW } else { 0 } | (mark as u64) << 32;
                     let expires = now + self.timeout(meta);
                     match self.insert(&key, zone, now, expires, meta, sides) {
-                        Ok(()) => r.mark = mark,
+                        Ok(()) => (r.mark, r.stored) = (mark, true),
                         Err(why) => {
                             self.refused[why as usize].fetch_add(1, Relaxed);
                             r.refused = Some(why);
@@ -311,7 +313,7 @@ impl Conntrack {
                 return None;
             }
             let Some((next, s, r)) = tcp::step(st, reply, side(me), side(peer), seg) else {
-                return Some(CtResult { state: TRK | INV, mark: (meta >> 32) as u32, refused: None });
+                return Some(CtResult { state: TRK | INV, mark: (meta >> 32) as u32, refused: None, stored: true });
             };
             for (i, d) in [(me, s), (peer, r)] {
                 slot.tcp[i][0].store(d.end, Relaxed);
@@ -345,7 +347,7 @@ impl Conntrack {
         // Established once the responder answered (for TCP, its SYN+ACK), as OVS and Linux say.
         let est = meta & REPLIED != 0;
         let state = TRK | if est { EST } else { NEW } | if reply { RPL } else { 0 };
-        Some(CtResult { state, mark: (meta >> 32) as u32, refused: None })
+        Some(CtResult { state, mark: (meta >> 32) as u32, refused: None, stored: true })
     }
 
     fn timeout(&self, meta: u64) -> u32 {

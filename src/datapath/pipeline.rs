@@ -28,7 +28,7 @@ use super::counters::DropReason;
 use super::firewall::ip_of;
 use super::frame::{FRONT_MAX, Frame, Out, Path};
 use super::plan::PortPolicy;
-use crate::conntrack::{Commit, Conntrack, CtPacket};
+use crate::conntrack::{Commit, Conntrack, CtPacket, CtResult};
 use crate::flow::table::NO_MATCH;
 use crate::flow::{Action, Field, FlowKey, ct_state};
 
@@ -46,13 +46,15 @@ struct Effect {
 }
 
 /// A walk's state: the frame's key as the tables see it, the tracker's view of the frame
-/// (parsed at the first `ct`), and what it met.
+/// (parsed at the first `ct`) and its last answer, and what it met.
 struct Walk<'a> {
     key: FlowKey,
     path: Path,
     effect: Effect,
     ct: Option<&'a Conntrack>,
     pkt: Option<CtPacket>,
+    /// The zone the frame was last tracked in, and what the tracker said.
+    tracked: Option<(u16, CtResult)>,
 }
 
 /// The stage: each frame of the burst left `Out::Pipeline` walks the tables and leaves with
@@ -79,6 +81,7 @@ fn walk(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &m
         effect: Effect::default(),
         ct: env.ports.flow_conntrack.as_deref(),
         pkt: None,
+        tracked: None,
     };
     w.path.push(first);
     if let Err(why) = visit(env, f, &mut w, first) {
@@ -149,9 +152,17 @@ fn enter(env: &Env, f: &Frame, w: &mut Walk, t: u8) -> Result<(), DropReason> {
 
 /// The frame tracked in `zone` (stored with `commit`): its `ct_state` and the connection's
 /// mark. A commit the tracker has no room for drops the frame (`ct_limit`), as OVS's ct_limit
-/// does.
+/// does. Tracked again in the zone it was just tracked in (`ct(table=1)`, then `ct(commit)`),
+/// the frame is not shown to the tracker twice (a TCP segment would move its connection's
+/// state twice) unless it has something to store: a new connection, or a mark.
 fn track(f: &Frame, w: &mut Walk, zone: u16, commit: Option<Commit>) -> Result<(u8, u32), DropReason> {
     let Some(ct) = w.ct else { return Ok((ct_state::TRK | ct_state::INV, 0)) };
+    if let Some((z, r)) = w.tracked
+        && z == zone
+        && commit.is_none_or(|c| r.stored && c.mark.is_none())
+    {
+        return Ok((r.state, r.mark));
+    }
     let pkt = *w.pkt.get_or_insert_with(|| {
         let front = f.front();
         match ip_of(front) {
@@ -160,6 +171,7 @@ fn track(f: &Frame, w: &mut Walk, zone: u16, commit: Option<Commit>) -> Result<(
         }
     });
     let r = ct.track(&pkt, zone, commit, ct.clock());
+    w.tracked = Some((zone, r));
     match r.refused {
         Some(_) => Err(DropReason::CtLimit),
         None => Ok((r.state, r.mark)),

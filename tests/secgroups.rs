@@ -3,7 +3,8 @@
 //! there too) never connects, ping gets nothing back; vm2's own connections out (ping, iperf3
 //! to vm1) and their replies pass. Then the 5201 rule is removed by a live reload while a
 //! stream to 5201 runs: the stream is cut at once (nothing more reaches vm2), counted
-//! `security_group` on vm2. Last, the same policy as OVS's own `ct` flows (vm2 without groups),
+//! `security_group` on vm2. vm2's pings out are 2,000 bytes long: fragments each way, each
+//! later fragment passing where its first did. Last, the same policy as OVS's own `ct` flows (vm2 without groups),
 //! written as for OVS-DPDK, by a live reload: 5201 opens again, 5202 and ping in do not, vm2's
 //! pings out and their replies pass, and the flows' zone lists the connections with their mark.
 
@@ -100,7 +101,7 @@ ping -c 3 -i 0.3 -W 2 10.40.0.1 2>&1 | grep -q ' 0% packet loss' && echo PVS-PIN
 n=0
 until out=$(timeout 30 iperf3 -c 10.40.0.1 -t 2 -f m 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
 echo "$out" | grep receiver | sed "s/^/PVS-IPERF-OUT /"
-while true; do ping -c 1 -W 1 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-OK; sleep 2; done
+while true; do ping -c 1 -W 1 -s 2000 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-OK; sleep 2; done
 "#;
     let _vms = Qemus(vec![
         guest(&sw, &dir, "vm2", "10.40.0.2/24", "52:54:00:5e:00:02", job2),
@@ -119,6 +120,8 @@ while true; do ping -c 1 -W 1 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-OK; slee
     assert_eq!(vm2["security_groups"], serde_json::json!(["web"]), "{vm2}");
     let refused = vm2["drops"]["security_group"].as_u64().unwrap();
     assert!(refused >= 2, "5202's SYNs and the pings, counted on vm2: {vm2}");
+    // vm2's pings out are of 2,000 bytes: two fragments each way, the later following the first.
+    wait_long("vm2's fragmented pings out and their replies", || log("vm2").contains("PVS-OUT-OK"), &all);
 
     // The long stream to 5201 flows; the rule goes, live.
     let tx = || sw.counter("vm2", "tx_packets");

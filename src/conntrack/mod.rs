@@ -49,6 +49,8 @@ pub struct Timeouts {
     pub udp_first: u32,
     pub udp_replied: u32,
     pub icmp: u32,
+    /// A first fragment's note for its datagram's later fragments (Linux's `ipfrag_time`).
+    pub fragment: u32,
 }
 
 impl Default for Timeouts {
@@ -61,6 +63,7 @@ impl Default for Timeouts {
             udp_first: 30,
             udp_replied: 120,
             icmp: 30,
+            fragment: 30,
         }
     }
 }
@@ -136,6 +139,9 @@ pub struct Conntrack {
     zone_counts: Box<[AtomicU32]>,
     /// Frames found with no room to store their connection, by reason.
     pub refused: [AtomicU64; 2],
+    /// Fragments after the first refused: no first fragment seen (or its note expired or
+    /// found no room), overlapping what came before, or past 65,535 bytes.
+    pub bad_fragments: AtomicU64,
 }
 
 impl Conntrack {
@@ -151,6 +157,7 @@ impl Conntrack {
             count: AtomicU32::new(0),
             zone_counts: (0..=u16::MAX as usize).map(|_| AtomicU32::new(0)).collect(),
             refused: Default::default(),
+            bad_fragments: AtomicU64::new(0),
         }
     }
 
@@ -183,11 +190,81 @@ impl Conntrack {
 
     /// Tracks packet `p` in `zone` at time `now` (`Conntrack::now`), storing its connection if
     /// `commit` says so. Never blocks; allocates nothing.
+    ///
+    /// IP fragments follow their first fragment: a first fragment whose connection is stored
+    /// (found, or committed now) leaves a note of its datagram (`FRAG`: addresses, protocol,
+    /// identification, this direction only; what the tracker said, and where the data seen
+    /// so far ends), and a later fragment gets what its first got, if its data begins at or
+    /// after that end and ends within 65,535 bytes; anything else about it is `+inv` (no first
+    /// fragment, or it came later; an overlap; an oversized datagram), counted in
+    /// `bad_fragments`. So no fragment passes where its first would not, without reassembly;
+    /// fragments out of order after the first are dropped.
     pub fn track(&self, p: &CtPacket, zone: u16, commit: Option<Commit>, now: u32) -> CtResult {
         use state::*;
         let done = |state: u8| CtResult { state, ..Default::default() };
         match *p {
             CtPacket::NotIp => done(TRK),
+            CtPacket::Invalid => done(TRK | INV),
+            CtPacket::Conn { tuple, first: Some(frag), .. } => {
+                let r = self.track_conn(p, zone, commit, now);
+                if r.stored && r.state & INV == 0 {
+                    self.note_first_fragment(&tuple, frag, zone, r, now);
+                }
+                r
+            }
+            CtPacket::Fragment { group, offset, end } => {
+                let Some(f) = self.find_live(&frag_key(&group, zone), now) else {
+                    self.bad_fragments.fetch_add(1, Relaxed);
+                    return done(TRK | INV);
+                };
+                // Where the data seen so far ends, and where the last fragment began.
+                let [seen, last, _] = &self.table.slot(f.index).tcp[0];
+                let (seen_end, last_start) = (seen.load(Relaxed), last.load(Relaxed));
+                // The last fragment again (a frame retried after backpressure) is no overlap.
+                let again = offset == last_start && end == seen_end;
+                if (offset < seen_end && !again) || end > u16::MAX as u32 {
+                    self.bad_fragments.fetch_add(1, Relaxed);
+                    return done(TRK | INV);
+                }
+                // One datagram's fragments come from one sender's queue, which one thread
+                // polls: no other store races these.
+                seen.store(end, Relaxed);
+                last.store(offset, Relaxed);
+                CtResult { state: f.meta as u8, mark: (f.meta >> 32) as u32, refused: None, stored: true }
+            }
+            _ => self.track_conn(p, zone, commit, now),
+        }
+    }
+
+    /// The note a first fragment leaves for its datagram's later fragments (`track`): in the
+    /// table as a connection is, counted in its zone, gone after `Timeouts::fragment`.
+    #[cold]
+    fn note_first_fragment(&self, t: &Tuple, frag: packet::Frag, zone: u16, r: CtResult, now: u32) {
+        let key = frag_key(&packet::Frag::group(t, frag.id), zone);
+        let meta = r.state as u64 | (r.mark as u64) << 32;
+        let expires = now + self.timeouts.fragment;
+        let sides = [Dir { end: frag.end, ..Dir::default() }, Dir::default()];
+        if let Some(f) = self.find_live(&key, now) {
+            // The same first fragment again (or the identification reused): start over.
+            let slot = self.table.slot(f.index);
+            slot.tcp[0][0].store(frag.end, Relaxed);
+            slot.tcp[0][1].store(0, Relaxed);
+            let _ = slot.meta.compare_exchange(f.meta, (f.meta & 0xff00_0000) | meta, AcqRel, Relaxed);
+            slot.expires.store(expires, Relaxed);
+            return;
+        }
+        if self.insert(&key, zone, now, expires, meta, sides).is_err() {
+            self.bad_fragments.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `track` for everything but fragments' notes.
+    #[inline(always)]
+    fn track_conn(&self, p: &CtPacket, zone: u16, commit: Option<Commit>, now: u32) -> CtResult {
+        use state::*;
+        let done = |state: u8| CtResult { state, ..Default::default() };
+        match *p {
+            CtPacket::NotIp | CtPacket::Fragment { .. } => unreachable!("track takes these"),
             CtPacket::Invalid => done(TRK | INV),
             CtPacket::Error { quoted, .. } => {
                 let (key, low) = canonical(&quoted, zone);
@@ -201,7 +278,7 @@ impl Conntrack {
                     None => done(TRK | INV),
                 }
             }
-            CtPacket::Conn { tuple, tcp, kind } => {
+            CtPacket::Conn { tuple, tcp, kind, .. } => {
                 let (key, low) = canonical(&tuple, zone);
                 if let Some(f) = self.find_live(&key, now) {
                     match self.hit(f, low, tcp.as_ref(), commit, now) {
@@ -449,7 +526,7 @@ impl Conntrack {
         let mut changed = 0;
         for i in 0..self.table.slots() {
             let Some((k, meta)) = self.table.read_key(i) else { continue };
-            if zone_of(&k) != zone {
+            if zone_of(&k) != zone || is_frag_note(&k) {
                 continue;
             }
             let t = tuple_of(&k, meta & ORIG_LOW != 0);
@@ -499,7 +576,7 @@ impl Conntrack {
             }
             let Some((k, _)) = self.table.read_key(i) else { continue };
             let z = zone_of(&k);
-            if zone.is_some_and(|want| want != z) {
+            if zone.is_some_and(|want| want != z) || is_frag_note(&k) {
                 continue;
             }
             let s = self.table.slot(i);
@@ -545,6 +622,23 @@ pub fn canonical(t: &Tuple, zone: u16) -> ([u64; KEY_WORDS], bool) {
     let last =
         pa as u64 | (pb as u64) << 16 | (zone as u64) << 32 | (t.proto as u64) << 48 | (t.v6 as u64) << 56 | IN_USE;
     ([(a >> 64) as u64, a as u64, (b >> 64) as u64, b as u64, last], low)
+}
+
+/// A key's bit (in its last word) that makes it a first fragment's note, not a connection.
+const FRAG: u64 = 1 << 57;
+/// With `FRAG`: the datagram went from the key's high side to its low side.
+const FRAG_HIGH_TO_LOW: u64 = 1 << 58;
+
+/// The key of datagram `group`'s note in `zone`: one direction only (a fragment the other
+/// way with the same identification is another datagram's).
+fn frag_key(group: &Tuple, zone: u16) -> [u64; KEY_WORDS] {
+    let (mut k, low) = canonical(group, zone);
+    k[KEY_WORDS - 1] |= FRAG | if low { 0 } else { FRAG_HIGH_TO_LOW };
+    k
+}
+
+fn is_frag_note(k: &[u64; KEY_WORDS]) -> bool {
+    k[KEY_WORDS - 1] & FRAG != 0
 }
 
 fn zone_of(k: &[u64; KEY_WORDS]) -> u16 {

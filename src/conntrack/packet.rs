@@ -72,19 +72,41 @@ pub struct Segment {
     pub wscale: Option<u8>,
 }
 
+/// A first fragment's place among its datagram's fragments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frag {
+    /// The datagram's identification (IPv4's 16 bits, IPv6's 32).
+    pub id: u32,
+    /// Where the fragment's data ends in the datagram (bytes after the IP header).
+    pub end: u32,
+}
+
 /// What a frame is to connection tracking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CtPacket {
-    /// A packet of a connection: its tuple, and for TCP its segment.
-    Conn { tuple: Tuple, tcp: Option<Segment>, kind: Kind },
+    /// A packet of a connection: its tuple, for TCP its segment, and if it is the first
+    /// fragment of a datagram, where its data ends.
+    Conn { tuple: Tuple, tcp: Option<Segment>, kind: Kind, first: Option<Frag> },
     /// An ICMP error quoting a packet of the connection `quoted` (as the quoted packet went:
     /// from this error's destination, usually).
     Error { tuple: Tuple, quoted: Tuple },
-    /// Not trackable: malformed, truncated, a fragment after the first, an ICMP message that
-    /// is neither an echo nor an error.
+    /// A fragment after the first (no L4 header): it follows its first fragment's verdict.
+    /// `group` is the datagram's addresses and protocol, its identification in the ports
+    /// (`Frag::group`); its data spans `offset..end` of the datagram.
+    Fragment { group: Tuple, offset: u32, end: u32 },
+    /// Not trackable: malformed, truncated (a first fragment too short for its L4 header
+    /// among them), an ICMP message that is neither an echo nor an error.
     Invalid,
     /// Not IP: conntrack leaves it alone (`+trk` only, as OVS).
     NotIp,
+}
+
+impl Frag {
+    /// The tuple that names a datagram's fragments: `t`'s addresses and protocol, the
+    /// identification `id` in the ports.
+    pub fn group(t: &Tuple, id: u32) -> Tuple {
+        Tuple { sport: (id >> 16) as u16, dport: id as u16, ..*t }
+    }
 }
 
 /// Whether a packet may open a connection.
@@ -112,7 +134,7 @@ impl CtPacket {
 /// what the error holds).
 fn parse4(l3: &[u8], len: usize, quoted: bool) -> Option<CtPacket> {
     let ip = Ipv4Packet::new_checked(l3).ok()?;
-    if !ip.header_complete() || ip.frag_offset() != 0 {
+    if !ip.header_complete() || (quoted && ip.frag_offset() != 0) {
         return None;
     }
     let hl = ip.header_len();
@@ -123,9 +145,31 @@ fn parse4(l3: &[u8], len: usize, quoted: bool) -> Option<CtPacket> {
     let mut t = Tuple { src: [0; 16], dst: [0; 16], sport: 0, dport: 0, proto: ip.protocol(), v6: false };
     t.src[..4].copy_from_slice(&ip.src_addr().octets());
     t.dst[..4].copy_from_slice(&ip.dst_addr().octets());
-    // A first fragment carries the L4 header; its payload length is not the datagram's, which
-    // only the TCP window check would need (a fragmented TCP segment is rare and left whole).
-    l4(t, &l3[hl..], total.saturating_sub(hl), quoted, false)
+    let data = total.checked_sub(hl)? as u32;
+    let first = match (quoted, ip.is_fragment(), ip.frag_offset() as u32 * 8) {
+        (false, true, 0) => Some(Frag { id: ip.ident() as u32, end: data }),
+        (false, true, offset) => {
+            let group = Frag::group(&t, ip.ident() as u32);
+            return Some(CtPacket::Fragment { group, offset, end: offset + data });
+        }
+        _ => None,
+    };
+    // A first fragment carries the L4 header (all of it, or it is invalid: the bytes past the
+    // datagram's end are never read as its header); its payload length is not the
+    // datagram's, which only the TCP window check would need (a fragmented TCP segment is
+    // rare and left whole).
+    let b = &l3[hl..l3.len().min(hl + data as usize).max(hl)];
+    let p = l4(t, b, data as usize, quoted, false);
+    if first.is_some() { with_first(p?, first) } else { p }
+}
+
+/// `p` (a first fragment's connection packet) marked as such.
+#[cold]
+fn with_first(p: CtPacket, frag: Option<Frag>) -> Option<CtPacket> {
+    Some(match p {
+        CtPacket::Conn { tuple, tcp, kind, .. } => CtPacket::Conn { tuple, tcp, kind, first: frag },
+        p => p,
+    })
 }
 
 fn parse6(l3: &[u8], len: usize, quoted: bool) -> Option<CtPacket> {
@@ -139,6 +183,7 @@ fn parse6(l3: &[u8], len: usize, quoted: bool) -> Option<CtPacket> {
     // Extension headers: hop-by-hop, routing, destination options are skipped; a fragment
     // header is followed only in a first fragment.
     let (mut nh, mut at) = (ip.next_header(), 40usize);
+    let mut first = None;
     for _ in 0..8 {
         match nh {
             0 | 43 | 60 => {
@@ -148,17 +193,32 @@ fn parse6(l3: &[u8], len: usize, quoted: bool) -> Option<CtPacket> {
             }
             44 => {
                 let h = l3.get(at..at + 8)?;
-                if u16::from_be_bytes([h[2], h[3]]) & 0xfff8 != 0 {
-                    return None;
-                }
+                let (offset, more) = (u16::from_be_bytes([h[2], h[3]]) & 0xfff8, h[3] & 1 != 0);
+                let id = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
                 nh = h[0];
                 at += 8;
+                let data = total.checked_sub(at)? as u32;
+                if quoted && offset != 0 {
+                    return None;
+                }
+                if !quoted && offset != 0 {
+                    let group = Frag::group(&Tuple { proto: nh, ..t }, id);
+                    return Some(CtPacket::Fragment { group, offset: offset as u32, end: offset as u32 + data });
+                }
+                if !quoted && more {
+                    first = Some(Frag { id, end: data });
+                }
             }
             _ => break,
         }
     }
     t.proto = nh;
-    l4(t, l3.get(at..)?, total.saturating_sub(at), quoted, true)
+    let b = l3.get(at..)?;
+    if first.is_none() {
+        return l4(t, b, total.saturating_sub(at), quoted, true);
+    }
+    let b = &b[..b.len().min(total.saturating_sub(at))];
+    with_first(l4(t, b, total.saturating_sub(at), quoted, true)?, first)
 }
 
 /// The L4 part: `b` its bytes as copied, `len` its length in the packet.
@@ -169,7 +229,7 @@ fn l4(mut t: Tuple, b: &[u8], len: usize, quoted: bool, v6: bool) -> Option<CtPa
         protocol::TCP => {
             (t.sport, t.dport) = ports(b)?;
             if quoted {
-                return Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens });
+                return Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens, first: None });
             }
             let tcp = TcpPacket::new_checked(b).ok()?;
             let hl = tcp.header_len();
@@ -181,15 +241,15 @@ fn l4(mut t: Tuple, b: &[u8], len: usize, quoted: bool, v6: bool) -> Option<CtPa
                 len: len.checked_sub(hl)? as u32,
                 wscale: if tcp.flags() & flags::SYN != 0 { wscale(&b[20..hl]) } else { None },
             };
-            Some(CtPacket::Conn { tuple: t, tcp: Some(seg), kind: Kind::Opens })
+            Some(CtPacket::Conn { tuple: t, tcp: Some(seg), kind: Kind::Opens, first: None })
         }
         protocol::UDP | 132 /* SCTP */ | 136 /* UDP-Lite */ => {
             (t.sport, t.dport) = ports(b)?;
-            Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens })
+            Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens, first: None })
         }
         protocol::ICMP if !v6 => icmp_message(t, b, len, quoted, false),
         protocol::ICMPV6 if v6 => icmp_message(t, b, len, quoted, true),
-        _ => Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens }),
+        _ => Some(CtPacket::Conn { tuple: t, tcp: None, kind: Kind::Opens, first: None }),
     }
 }
 
@@ -204,7 +264,7 @@ fn icmp_message(mut t: Tuple, b: &[u8], len: usize, quoted: bool, v6: bool) -> O
         // connection (Linux's ICMP tuple holds the type for the same reason).
         (t.sport, t.dport) = if ty == request { (id()?, 0) } else { (0, id()?) };
         let kind = if ty == request { Kind::Opens } else { Kind::ReplyOnly };
-        return Some(CtPacket::Conn { tuple: t, tcp: None, kind });
+        return Some(CtPacket::Conn { tuple: t, tcp: None, kind, first: None });
     }
     let error = if v6 {
         ty < 128
@@ -255,6 +315,24 @@ pub(crate) mod build {
         p.extend_from_slice(&dst);
         p.extend_from_slice(l4);
         p
+    }
+
+    /// A fragment of an IPv4 datagram: `data` at byte `offset` of it (a multiple of 8),
+    /// identification `id`, `more` fragments after it.
+    pub fn fragment4(proto: u8, src: [u8; 4], dst: [u8; 4], id: u16, offset: u16, more: bool, data: &[u8]) -> Vec<u8> {
+        let mut p = ipv4(proto, src, dst, data);
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        p[6..8].copy_from_slice(&((offset / 8) | if more { 0x2000 } else { 0 }).to_be_bytes());
+        p
+    }
+
+    /// A fragment of an IPv6 datagram (a fragment header for `next`, then `data`).
+    pub fn fragment6(next: u8, src: [u8; 16], dst: [u8; 16], id: u32, offset: u16, more: bool, data: &[u8]) -> Vec<u8> {
+        let mut h = vec![next, 0];
+        h.extend_from_slice(&((offset & 0xfff8) | more as u16).to_be_bytes());
+        h.extend_from_slice(&id.to_be_bytes());
+        h.extend_from_slice(data);
+        ipv6(44, src, dst, &h)
     }
 
     pub fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], l4: &[u8]) -> Vec<u8> {
@@ -327,7 +405,7 @@ mod tests {
     #[test]
     fn tcp_udp_and_echo_give_their_tuples() {
         let syn = ipv4(TCP, A, B, &tcp(40000, 80, flags::SYN, 7, 0, 65535, Some(7), 0));
-        let CtPacket::Conn { tuple, tcp: Some(s), kind } = parse4(&syn) else { panic!() };
+        let CtPacket::Conn { tuple, tcp: Some(s), kind, .. } = parse4(&syn) else { panic!() };
         assert_eq!((tuple.sport, tuple.dport, tuple.proto, kind), (40000, 80, TCP, Kind::Opens));
         assert_eq!((s.seq, s.len, s.wscale), (7, 0, Some(7)));
         let data = ipv4(TCP, A, B, &tcp(40000, 80, flags::ACK, 8, 1, 100, None, 300));
@@ -361,12 +439,17 @@ mod tests {
     }
 
     #[test]
-    fn malformed_and_later_fragments_are_invalid() {
+    fn malformed_is_invalid_and_later_fragments_name_their_datagram() {
         let mut p = ipv4(TCP, A, B, &tcp(1, 2, flags::ACK, 0, 0, 0, None, 0));
         assert_eq!(CtPacket::parse(ethertype::IPV4, &p, p.len() - 1), CtPacket::Invalid, "shorter than it says");
+        p[4..6].copy_from_slice(&[0x12, 0x34]);
         p[6] = 0x20;
         p[7] = 3;
-        assert_eq!(parse4(&p), CtPacket::Invalid, "a fragment at offset 24");
+        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+        src[..4].copy_from_slice(&A);
+        dst[..4].copy_from_slice(&B);
+        let group = Tuple { src, dst, sport: 0, dport: 0x1234, proto: TCP, v6: false };
+        assert_eq!(parse4(&p), CtPacket::Fragment { group, offset: 24, end: 44 }, "a fragment at offset 24");
         let mut t = ipv4(TCP, A, B, &tcp(1, 2, flags::ACK, 0, 0, 0, None, 0));
         t[20 + 12] = 0x40;
         assert_eq!(parse4(&t), CtPacket::Invalid, "a TCP header length of 16");
@@ -389,10 +472,11 @@ mod tests {
         ));
         let err = ipv6(protocol::ICMPV6, b, a, &icmp(1, 4, [0; 4], &p));
         assert!(matches!(CtPacket::parse(ethertype::IPV6, &err, err.len()), CtPacket::Error { .. }));
-        // A later fragment (offset 8).
+        // A later fragment (offset 8, identification 1).
         let mut frag = vec![protocol::UDP, 0, 0, 8, 0, 0, 0, 1];
         frag.extend_from_slice(&[0; 8]);
         let f = ipv6(44, a, b, &frag);
-        assert_eq!(CtPacket::parse(ethertype::IPV6, &f, f.len()), CtPacket::Invalid);
+        let group = Tuple { src: a, dst: b, sport: 0, dport: 1, proto: protocol::UDP, v6: true };
+        assert_eq!(CtPacket::parse(ethertype::IPV6, &f, f.len()), CtPacket::Fragment { group, offset: 8, end: 16 });
     }
 }

@@ -317,3 +317,45 @@ fn a_burst_is_tracked_as_its_frames_one_by_one() {
     assert_eq!(&got[..], &want[..BURST], "the first 32");
     assert_eq!(burst.len(), one.len() - 2, "the 8 past the burst were left alone");
 }
+
+#[test]
+fn a_later_fragment_follows_its_first_and_nothing_else_passes() {
+    let t = ct(100, 100);
+    let dgram = udp(5000, 53, 2000);
+    let f4 = |s, d, id, off: u16, more, data: &[u8]| v4(fragment4(UDP, s, d, id, off, more, data));
+    let (first, second) = (f4(A, B, 7, 0, true, &dgram[..1480]), f4(A, B, 7, 1480, false, &dgram[1480..]));
+    assert!(matches!(first, CtPacket::Conn { tuple: Tuple { sport: 5000, dport: 53, .. }, first: Some(_), .. }));
+    assert!(matches!(second, CtPacket::Fragment { offset: 1480, end: 2008, .. }), "{second:?}");
+    assert_eq!(t.track(&second, 0, None, 1).state, TRK | INV, "no first fragment yet");
+    // A first fragment not stored leaves no note.
+    assert_eq!(t.track(&first, 0, None, 1).state, TRK | NEW);
+    assert_eq!(t.track(&second, 0, None, 1).state, TRK | INV);
+    // Committed: its later fragments get what it got.
+    let marked = Some(Commit { mark: Some((5, u32::MAX)) });
+    assert_eq!(t.track(&first, 0, marked, 1), CtResult { state: TRK | NEW, mark: 5, refused: None, stored: true });
+    assert_eq!(t.track(&second, 0, None, 1), CtResult { state: TRK | NEW, mark: 5, refused: None, stored: true });
+    assert_eq!(t.track(&second, 0, None, 1).state, TRK | NEW, "the same fragment again (a retried frame)");
+    assert_eq!(t.track(&second, 3, None, 1).state, TRK | INV, "another zone");
+    assert_eq!(t.track(&f4(A, B, 7, 1000, false, &dgram[1000..1200]), 0, None, 1).state, TRK | INV, "an overlap");
+    assert_eq!(t.track(&f4(A, B, 7, 65528, false, &[0; 16]), 0, None, 1).state, TRK | INV, "past 65,535 bytes");
+    assert_eq!(t.track(&f4(B, A, 7, 1480, false, &dgram[1480..]), 0, None, 1).state, TRK | INV, "the other way");
+    assert_eq!(t.track(&f4(A, B, 8, 1480, false, &dgram[1480..]), 0, None, 1).state, TRK | INV, "another id");
+    // The reply's datagram, fragmented, follows its own first fragment (an established reply).
+    let back = udp(53, 5000, 1600);
+    let (r1, r2) = (f4(B, A, 7, 0, true, &back[..1480]), f4(B, A, 7, 1480, false, &back[1480..]));
+    assert_eq!(t.track(&r1, 0, None, 1).state, TRK | EST | RPL);
+    assert_eq!(t.track(&r2, 0, None, 1).state, TRK | EST | RPL);
+    assert_eq!(t.bad_fragments.load(Relaxed), 7);
+    assert_eq!(t.entries(None, 10).len(), 1, "notes are no connections");
+    // A first fragment too short for its TCP header is invalid, whatever follows it.
+    let syn = tcp(40000, 80, SYN, 1, 0, 1000, None, 0);
+    assert_eq!(v4(fragment4(TCP, A, B, 9, 0, true, &syn[..8])), CtPacket::Invalid);
+    // IPv6: the fragment header's identification and offset.
+    let (a, b) = ([0xfd; 16], [0xfe; 16]);
+    let v6 = |p: Vec<u8>| CtPacket::parse(ethertype::IPV6, &p, p.len());
+    let p1 = v6(fragment6(UDP, a, b, 99, 0, true, &dgram[..1232]));
+    let p2 = v6(fragment6(UDP, a, b, 99, 1232, false, &dgram[1232..]));
+    assert!(matches!(p2, CtPacket::Fragment { offset: 1232, end: 2008, .. }), "{p2:?}");
+    assert_eq!(t.track(&p1, 0, COMMIT, 1).state, TRK | NEW);
+    assert_eq!(t.track(&p2, 0, None, 1).state, TRK | NEW);
+}

@@ -78,6 +78,7 @@ pub fn conntrack(c: &Switch, arg: Option<&str>) -> Result<ConntrackReply, CtlErr
     let mut r = ConntrackReply::default();
     if let Some(ct) = c.flow_conntrack.get() {
         r.flow_total = ct.len();
+        r.bad_fragments = ct.bad_fragments.load(std::sync::atomic::Ordering::Relaxed);
         r.flow_zones = flow_zones(ct);
         if let Which::All | Which::Zone(_) = which {
             let zone = match which {
@@ -119,6 +120,7 @@ pub fn conntrack(c: &Switch, arg: Option<&str>) -> Result<ConntrackReply, CtlErr
     r.limit_per_port = c.cfg.ct_max_per_port;
     r.refused_port_limit = ct.refused[0].load(Relaxed);
     r.refused_table_full = ct.refused[1].load(Relaxed);
+    r.bad_fragments += ct.bad_fragments.load(Relaxed);
     Ok(r)
 }
 

@@ -44,8 +44,8 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
 /// order: protocol, state, addresses and ports as the first frame went).
 fn conntrack(r: &ConntrackReply) -> String {
     let mut s = format!(
-        "{} connections (limit {}, {} a port); refused: {} at a port's limit, {} table full\n",
-        r.total, r.limit, r.limit_per_port, r.refused_port_limit, r.refused_table_full
+        "{} connections (limit {}, {} a port); refused: {} at a port's limit, {} table full, {} fragments\n",
+        r.total, r.limit, r.limit_per_port, r.refused_port_limit, r.refused_table_full, r.bad_fragments
     );
     for z in &r.ports {
         let _ = writeln!(s, "  {}: zone {}, {} connections", z.port, z.zone, z.connections);

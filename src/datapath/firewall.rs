@@ -4,8 +4,8 @@
 //! connection (either way: replies need no rule) or related to one (an ICMP error quoting it)
 //! passes; a new connection passes if a rule of its direction allows it, and is then committed
 //! (its mark says which way it opened, for a rule change to re-check: `OPENED_*`); an invalid
-//! frame (a TCP segment outside the window, a later fragment, an echo reply nobody asked for) is
-//! dropped. Frames that are not IP (ARP: its addresses are port security's, `spoof.rs`) pass,
+//! frame (a TCP segment outside the window, a fragment whose first did not pass, an echo reply
+//! nobody asked for) is dropped; a later fragment passes where its first fragment passed. Frames that are not IP (ARP: its addresses are port security's, `spoof.rs`) pass,
 //! and so does the traffic a port needs before any rule: DHCP as a client, neighbour discovery
 //! and MLD; a guest acting as a DHCP server or sending router advertisements is dropped.
 //!
@@ -121,7 +121,8 @@ fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32)
             }
             Some(tuple)
         }
-        CtPacket::Error { .. } => None,
+        // An ICMP error, a fragment after the first: what their connection's verdict was.
+        CtPacket::Error { .. } | CtPacket::Fragment { .. } => None,
     };
     let seen = ct.track(&pkt, rules.zone, None, now);
     if seen.state & state::INV != 0 {

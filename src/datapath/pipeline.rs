@@ -39,7 +39,8 @@ struct Effect {
     outputs: u32,
     /// The first of them.
     first: Option<Action>,
-    /// A header rewrite met before an output (tx must then run the path).
+    /// A header rewrite met (tx must then run the path: an output before it sends the frame
+    /// as it was, one after it as rewritten).
     rewrites: bool,
     /// A table the walk entered had no flow for the frame.
     missed: bool,

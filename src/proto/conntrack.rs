@@ -16,6 +16,10 @@ pub struct ConntrackReply {
     /// Commits refused for the limits since start: a port's, the table's.
     pub refused_port_limit: u64,
     pub refused_table_full: u64,
+    /// Fragments after the first refused since start: no first fragment passed before them,
+    /// an overlap, past 65,535 bytes (the ports' table and the flows').
+    #[serde(default)]
+    pub bad_fragments: u64,
     pub ports: Vec<ZoneInfo>,
     /// The connections listed (those of PORT, of zone N, or every port's and zone's), as their
     /// first frame went.

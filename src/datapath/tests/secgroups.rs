@@ -264,3 +264,42 @@ fn a_switch_without_groups_tracks_nothing() {
     assert!(b.conntrack.as_ref().unwrap().is_empty());
     assert!(b.plan(0).ports.conntrack.is_none(), "the stage is not entered");
 }
+
+/// A fragment of an IPv4 datagram from VM `from` to VM `to` (`build::fragment4`).
+fn frag(from: usize, to: usize, proto: u8, id: u16, offset: u16, more: bool, data: &[u8]) -> Vec<u8> {
+    let mut f = mac(to).to_vec();
+    f.extend_from_slice(&mac(from));
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    f.extend_from_slice(&build::fragment4(proto, ip(from), ip(to), id, offset, more, data));
+    f
+}
+
+#[test]
+fn a_fragment_passes_where_its_first_fragment_passed_and_nowhere_else() {
+    let mut b = bench(rules(GROUPS), limits());
+    // A ping of 2,000 bytes from vm0: ICMP is allowed in from 10.0.0.0/24, both fragments
+    // pass, and so do the reply's.
+    let echo = build::icmp(8, 0, [0, 7, 0, 1], &[0x5a; 2000]);
+    assert!(passes(&mut b, 0, 1, &frag(0, 1, protocol::ICMP, 40, 0, true, &echo[..1480])), "the echo's first");
+    assert!(passes(&mut b, 0, 1, &frag(0, 1, protocol::ICMP, 40, 1480, false, &echo[1480..])), "its second");
+    let reply = build::icmp(0, 0, [0, 7, 0, 1], &[0x5a; 2000]);
+    assert!(passes(&mut b, 1, 0, &frag(1, 0, protocol::ICMP, 90, 0, true, &reply[..1480])), "the reply's first");
+    assert!(passes(&mut b, 1, 0, &frag(1, 0, protocol::ICMP, 90, 1480, false, &reply[1480..])), "its second");
+    // UDP to vm1 is not allowed: its first fragment is refused by the rules, the rest follow.
+    let dns = build::udp(5353, 53, 2000);
+    assert!(!passes(&mut b, 0, 1, &frag(0, 1, protocol::UDP, 41, 0, true, &dns[..1480])));
+    assert!(!passes(&mut b, 0, 1, &frag(0, 1, protocol::UDP, 41, 1480, false, &dns[1480..])));
+    assert_eq!(b.drops(1, DropReason::SecurityGroup), 1);
+    assert_eq!(b.drops(1, DropReason::CtInvalid), 1, "the later fragment: no first passed");
+    // A later fragment alone, or one overlapping what passed, never passes.
+    assert!(!passes(&mut b, 0, 1, &frag(0, 1, protocol::ICMP, 42, 1480, false, &[0; 100])), "no first");
+    assert!(!passes(&mut b, 0, 1, &frag(0, 1, protocol::ICMP, 40, 1000, false, &echo[1000..1480])), "an overlap");
+    assert_eq!(b.drops(1, DropReason::CtInvalid), 3);
+    // vm1's own fragmented UDP out (egress is allowed) passes whole, and its answer comes in.
+    assert!(passes(&mut b, 1, 2, &frag(1, 2, protocol::UDP, 43, 0, true, &dns[..1480])));
+    assert!(passes(&mut b, 1, 2, &frag(1, 2, protocol::UDP, 43, 1480, false, &dns[1480..])));
+    let answer = build::udp(53, 5353, 1600);
+    assert!(passes(&mut b, 2, 1, &frag(2, 1, protocol::UDP, 44, 0, true, &answer[..1480])));
+    assert!(passes(&mut b, 2, 1, &frag(2, 1, protocol::UDP, 44, 1480, false, &answer[1480..])));
+    assert_eq!(b.conntrack.as_ref().unwrap().entries(Some(2), 10).len(), 2, "the ping and the DNS, no notes");
+}

@@ -245,10 +245,15 @@ fn flow_conntrack_metrics(c: &Switch, m: &mut String) {
     let name = "pvswitch_flow_conntrack_connections_all";
     let _ = writeln!(m, "# HELP {name} Connections flows' ct(commit) stored, every zone's.\n# TYPE {name} gauge");
     let _ = writeln!(m, "{name} {}", ct.len());
-    let name = "pvswitch_flow_conntrack_refused_total";
-    let _ = writeln!(m, "# HELP {name} ct(commit)s not stored: a zone's limit, or the table full.");
-    let _ = writeln!(m, "# TYPE {name} counter");
-    for (i, reason) in ["zone_limit", "table_full"].iter().enumerate() {
+    let help = "ct(commit)s not stored: a zone's limit, or the table full.";
+    refused_metrics(m, "pvswitch_flow_conntrack_refused_total", help, ct, "zone_limit");
+}
+
+/// A table's refused commits as a counter family by reason (`per_zone`: what its zones'
+/// limit is called).
+fn refused_metrics(m: &mut String, name: &str, help: &str, ct: &crate::conntrack::Conntrack, per_zone: &str) {
+    let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (i, reason) in [per_zone, "table_full"].iter().enumerate() {
         let n = ct.refused[i].load(std::sync::atomic::Ordering::Relaxed);
         let _ = writeln!(m, "{name}{{reason=\"{reason}\"}} {n}");
     }
@@ -270,11 +275,6 @@ fn conntrack_metrics(c: &Switch, m: &mut String) {
     let _ = writeln!(m, "pvswitch_conntrack_connections_all {}", ct.len());
     gauge(m, "pvswitch_conntrack_limit", "ct_max_connections: the most connections, every port's.");
     let _ = writeln!(m, "pvswitch_conntrack_limit {}", c.cfg.ct_max_connections);
-    let name = "pvswitch_conntrack_refused_total";
-    let _ = writeln!(m, "# HELP {name} New connections not stored: a port's limit, or the table full.");
-    let _ = writeln!(m, "# TYPE {name} counter");
-    for (i, reason) in ["port_limit", "table_full"].iter().enumerate() {
-        let n = ct.refused[i].load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(m, "{name}{{reason=\"{reason}\"}} {n}");
-    }
+    let help = "New connections not stored: a port's limit, or the table full.";
+    refused_metrics(m, "pvswitch_conntrack_refused_total", help, ct, "port_limit");
 }

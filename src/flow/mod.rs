@@ -16,7 +16,8 @@
 //! - [`execute`] (action.rs): runs the winning flow's [`Action`]s on an [`EthHeader`] and emits
 //!   each output with the header as it is at that point; [`execute_path`] runs those of the
 //!   flows a frame met in several tables (`datapath/pipeline.rs` found them).
-//! - [`parse_flow`] (parse/: the match in `mod.rs`, the actions in `actions.rs`) reads an `ovs-ofctl add-flow` style string such as
+//! - [`parse_flow`] (parse/: the match in `mod.rs`, the actions in `actions.rs`) reads an
+//!   `ovs-ofctl add-flow` style string such as
 //!   `priority=100,tcp,in_port=vm1,nw_dst=10.0.0.0/24,tp_dst=80 actions=output:vm2`, and
 //!   [`Flow::to_ovs_string`] (print.rs) prints one back in `ovs-ofctl dump-flows` order.
 //!

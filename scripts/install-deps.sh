@@ -19,7 +19,7 @@ fi
 
 need=()
 for p in libdpdk-dev dpdk dpdk-dev libhwloc-dev libnuma-dev libudev-dev libclang-14-dev clang-14 pkg-config \
-         busybox-static ethtool iperf3 iproute2 iputils-ping socat systemd frr \
+         busybox-static ethtool iperf3 iproute2 iputils-ping socat systemd frr libpcap-dev tcpdump tshark \
          libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done

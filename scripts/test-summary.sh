@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One closing summary of a `cargo test` run (cargo prints one line per test binary): the tests
 # that passed and failed, and those skipped for want of something they need (root, huge pages,
-# dpdk-testpmd, QEMU, ...: tests/common/require.rs), counted by what they needed; and the 10
-# slowest test binaries.
+# dpdk-testpmd, QEMU, ...: tests/common/require.rs), counted by what they needed; the 10
+# slowest test binaries, and the 10 slowest files of the suite binary (tests/suite.rs).
 #
 #   cargo test --release 2>&1 | bash scripts/test-summary.sh   # passes the output on, then sums up
 #   bash scripts/test-summary.sh LOG                           # sums up a saved run
@@ -25,6 +25,10 @@ awk '
     if (bin != "") secs[bin] += t
   }
   /^test result:/ { ran++; passed += $4; failed += $6 }
+  # The suite is one binary: its files (modules) are timed by the tests that hold the machine.
+  match($0, /TOOK [a-z0-9_]+::[^ ]+ [0-9.]+/) {
+    split(substr($0, RSTART + 5, RLENGTH - 5), w, " "); split(w[1], m, "::"); mods[m[1]] += w[2]
+  }
   match($0, /SKIPPED [^ ]+: needs /) { skipped++; why[substr($0, RSTART + RLENGTH)]++ }
   END {
     printf "%d passed, %d failed, %d skipped\n", passed - skipped, failed, skipped
@@ -32,6 +36,9 @@ awk '
     close("sort -rn")
     if (length(secs) > 0) print "the 10 slowest test binaries (seconds):"
     for (b in secs) printf "%8.1f  %s\n", secs[b], b | "sort -rn | head -n 10"
+    close("sort -rn | head -n 10")
+    if (length(mods) > 0) print "the 10 slowest files of tests/ (seconds, tests that hold the machine):"
+    for (m in mods) printf "%8.1f  tests/%s.rs\n", mods[m], m | "sort -rn | head -n 10"
     close("sort -rn | head -n 10")
     exit (failed > 0 || ran == 0)
   }' "$log"

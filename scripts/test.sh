@@ -20,20 +20,18 @@ status=0
 # suite, which leaves the default binaries in target/release.
 cargo check --release -p pvswitch --no-default-features --bins || status=1
 PVS_FUZZ_SECS=1 cargo test --release -p pvswitch --no-default-features --lib -- "$@" 2>&1 | tee "$log" || status=$?
-# Integration tests share two CPUs and the hugepage pool; each test binary serialises its
-# own tests, and cargo runs the binaries one after another.
+# Integration tests share two CPUs and the hugepage pool: they are one binary (tests/suite.rs)
+# whose tests hold the machine one at a time (`run_alone`), and cargo runs the binaries one
+# after another.
 cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee -a "$log" || status=$?
 # The tests a contributor's first `cargo test` runs, again as one would: an unprivileged user
 # with the usual soft limit of 1024 open files, PVS_REQUIRE_ALL unset (what needs root says
-# SKIPPED). The test binaries just built, as user nobody.
-plain=()
-for t in scale portcmds hostile; do
-  b=$(ls -t target/release/deps/"$t"-* 2>/dev/null | grep -v '\.d$' | head -n 1)
-  [ -n "$b" ] && plain+=("$b")
-done
-echo "test.sh: as nobody, soft limit 1024 open files: ${plain[*]}"
+# SKIPPED). The suite binary just built, its files that need no root, as user nobody.
+suite=$(ls -t target/release/deps/suite-* 2>/dev/null | grep -v '\.d$' | head -n 1)
+plain=(scale:: portcmds:: hostile::)
+echo "test.sh: as nobody, soft limit 1024 open files: $suite ${plain[*]}"
 env -u PVS_REQUIRE_ALL setpriv --reuid=65534 --regid=65534 --clear-groups \
-  bash -c 'ulimit -S -n 1024; for b in "$@"; do "$b" --test-threads=1 || exit 1; done' _ "${plain[@]}" 2>&1 \
+  bash -c 'ulimit -S -n 1024; "$@" --test-threads=1' _ "$suite" "${plain[@]}" 2>&1 \
   | tee "$log.plain" || status=1
 echo "test.sh: as nobody:"
 bash scripts/test-summary.sh "$log.plain" || status=1

@@ -1,7 +1,7 @@
 //! Adaptive polling: a poll thread sleeps on its guests' kicks when idle, and no frame is lost
 //! across sleeps; control changes reach a sleeping thread.
 
-mod common;
+use crate::common;
 
 use common::*;
 

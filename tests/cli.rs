@@ -1,7 +1,7 @@
 //! The command-line contract: config errors, --check, the control socket's answers to bad
 //! requests, and pvswitchctl without a daemon.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{BufRead, BufReader, Write};

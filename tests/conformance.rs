@@ -9,7 +9,7 @@
 //! kept and no interrupt missed. Backpressure instead of drops (`rx_retry_us` of a minute)
 //! makes this correct at any speed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pvsgen::{Config, Driver, Dst, Reuse, VmSpec};

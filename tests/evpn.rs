@@ -6,7 +6,7 @@
 //! Needs root, hugepages, dpdk-testpmd, ip, bridge and FRR (scripts/install-deps.sh).
 #![cfg(feature = "dpdk")]
 
-mod common;
+use crate::common;
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

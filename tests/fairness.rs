@@ -2,7 +2,7 @@
 //! poll thread is saturated, and when receive rings overflow the switch's drop counters agree
 //! exactly with what the generator lost.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pvsgen::{Config, Dst, VmSpec};

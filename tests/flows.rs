@@ -1,7 +1,7 @@
 //! The flow table with real frontends: frames steered, rewritten and dropped by flows exactly as
 //! configured, per-flow counters exact, `flows` and `trace` through the control socket.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -4,8 +4,8 @@
 //! why in `ports`, counting a `malformed` drop), and keeps forwarding between the good VMs.
 //! Needs no hugepages and no DPDK.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::vms::*;
 use common::*;

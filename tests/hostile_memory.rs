@@ -4,8 +4,8 @@
 //! "good1" and "good2" behave, "evil" attacks; each test checks that pvswitchd survives, only
 //! evil is refused or disconnected (saying why), and the good VMs keep forwarding.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,8 @@
 //! ports` answers, two other VMs keep forwarding; afterwards the offender's connection is
 //! closed for the reason it earned; and SIGTERM still stops the daemon.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;

@@ -5,7 +5,7 @@
 //! the shipped unit's capability set. One guest pings the other through pvswitchd, across
 //! `virsh destroy`/`start` of each domain and a pvswitchd restart.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -2,8 +2,8 @@
 //! switch follows without a reconnect, loses nothing, and never touches the old memory (which
 //! the test VM fills with garbage right after the move).
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::*;
 use frontend::*;

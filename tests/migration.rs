@@ -9,7 +9,7 @@
 //! A third test streams UDP (nothing retransmits a datagram a stale buffer lost) and stops
 //! both sides after each move to compare the guest's memory page by page.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -4,7 +4,7 @@
 //! Needs root, hugepages and dpdk-testpmd.
 #![cfg(feature = "dpdk")]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

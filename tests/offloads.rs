@@ -4,7 +4,7 @@
 //! from guest to guest whole), once with one guest's receive offloads turned off in QEMU, so
 //! pvswitchd segments and checksums every frame for it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

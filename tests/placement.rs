@@ -1,7 +1,7 @@
 //! Live queue moves: hundreds of moves and rebalances between two poll threads while frames
 //! flow; nothing is lost, duplicated or reordered within a queue.
 
-mod common;
+use crate::common;
 
 use common::*;
 

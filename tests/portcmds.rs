@@ -2,8 +2,8 @@
 //! `del-port` and `ports NAME`, with the exit codes a script acts on, the drop-in files that
 //! keep the ports across a restart, and what is refused (nothing else disturbed).
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use std::path::Path;
 use std::process::Command;

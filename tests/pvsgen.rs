@@ -3,7 +3,7 @@
 //! exactly once and in order, and the switch's port counters agree exactly with the
 //! generator's. Needs no hugepages and no DPDK.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pvsgen::{Config, Dst, VmSpec};

@@ -1,8 +1,8 @@
 //! VMs come and go while others keep forwarding: server-mode ports (the VMM connects) and
 //! client-mode ports (pvswitchd connects to a socket the VMM owns, and reconnects).
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::*;
 

@@ -1,8 +1,8 @@
 //! Live reload: `pvswitchctl reload` and SIGHUP apply a changed file to a running switch; a bad
 //! file changes nothing; frames on unchanged ports keep flowing with zero loss throughout.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::*;
 use frontend::Vm;

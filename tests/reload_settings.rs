@@ -11,7 +11,7 @@
 //!
 //! A key the example gains without a case here fails the test.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;

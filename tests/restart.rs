@@ -5,7 +5,7 @@
 //! the pings lost. Both port modes: server (QEMU reconnects, chardev reconnect-ms) and client
 //! (pvswitchd reconnects to QEMU's socket). The times measured are printed (--nocapture).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

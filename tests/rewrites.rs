@@ -6,8 +6,8 @@
 //! Against pvswitchd before the switch decided on its own copy of the front (4bc0e8c), each
 //! test saw 29,000-89,000 of some 110,000-500,000 frames at the peer forged in its 5 s.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::vms::*;
 use common::*;

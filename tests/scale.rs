@@ -3,7 +3,7 @@
 //! 64 testpmd "VMs"; and 300 pvsgen VMs, whose idle queues are parked, each costing the
 //! daemon a few open files and well under 256 KiB.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

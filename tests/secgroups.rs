@@ -8,7 +8,7 @@
 //! written as for OVS-DPDK, by a live reload: 5201 opens again, 5202 and ping in do not, vm2's
 //! pings out and their replies pass, and the flows' zone lists the connections with their mark.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

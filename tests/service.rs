@@ -3,8 +3,8 @@
 //! configuration refused; stale sockets of a crashed run replaced (never a file that is not a
 //! socket); scripts/install.sh and the unit (`systemd-analyze verify`).
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::*;
 use frontend::*;

@@ -4,8 +4,8 @@
 //! the socket never gets the socket's mode; a client-mode port does not connect through a link
 //! to another VM's socket; at shutdown only pvswitchd's own sockets are removed.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};

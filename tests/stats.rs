@@ -1,7 +1,7 @@
 //! Machine-readable output keeps its fields, and the Prometheus endpoint serves the counters.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use common::*;
 use std::io::{Read, Write};

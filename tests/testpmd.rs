@@ -1,7 +1,7 @@
 //! pvswitchd between DPDK testpmd virtio-user "VMs": exact delivery, multi-queue, reconnects.
 //! Needs root, hugepages and dpdk-testpmd (scripts/install-deps.sh).
 
-mod common;
+use crate::common;
 
 use common::*;
 

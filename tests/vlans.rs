@@ -4,8 +4,8 @@
 //! it everything it sends). The QEMU tests (Linux guests on two VLANs; guest TCP through a cap)
 //! need the guest image; the rest nothing but pvswitchd and the frontends.
 
-mod common;
-mod frontend;
+use crate::common;
+use crate::frontend;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

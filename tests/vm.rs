@@ -2,7 +2,7 @@
 //! Linux negotiates EVENT_IDX and MRG_RXBUF, so this exercises the notification paths DPDK's
 //! virtio-user does not. The guests run scripts/vm-pair.sh's jobs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! Needs root, hugepages, dpdk-testpmd, ip and ping.
 #![cfg(feature = "dpdk")]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

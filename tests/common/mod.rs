@@ -56,15 +56,23 @@ pub fn try_wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
-/// A fresh directory for a test's files, `/tmp/pvs-test/<name>-<pid>` (scripts/test.sh looks
-/// for processes left running there); another user's under `/tmp/pvs-test-<uid>/`, as the
-/// first belongs to root once scripts/test.sh ran.
+/// A fresh directory for a test's files, `/tmp/pvs-test/<name>-<pid>[.<n>]` (scripts/test.sh
+/// looks for processes left running there); another user's under `/tmp/pvs-test-<uid>/`, as
+/// the first belongs to root once scripts/test.sh ran. The suite is one process: a name asked
+/// for again (two tests of two files may use one) gets a number, not the first one's files.
 pub fn test_dir(name: &str) -> PathBuf {
+    static USED: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let base = match euid() {
         0 => "/tmp/pvs-test".to_string(),
         uid => format!("/tmp/pvs-test-{uid}"),
     };
-    let d = PathBuf::from(format!("{base}/{name}-{}", std::process::id()));
+    let n = {
+        let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+        used.push(name.to_string());
+        used.iter().filter(|u| *u == name).count()
+    };
+    let suffix = if n > 1 { format!(".{n}") } else { String::new() };
+    let d = PathBuf::from(format!("{base}/{name}-{}{suffix}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -72,6 +80,22 @@ pub fn test_dir(name: &str) -> PathBuf {
 
 /// A test's preamble: its needs met (else SKIPPED, or failed under PVS_REQUIRE_ALL), then the
 /// machine to itself (`serial`). `let Some(_g) = run_alone(NEEDS) else { return };`
-pub fn run_alone(needs: &[Need]) -> Option<MutexGuard<'static, ()>> {
-    require(needs).then(serial)
+pub fn run_alone(needs: &[Need]) -> Option<Alone> {
+    require(needs).then(|| Alone { _lock: serial(), since: Instant::now() })
+}
+
+/// The machine held for one test (`run_alone`); when it is let go, the test's time goes to
+/// standard error as `TOOK <test> <seconds>` (scripts/test-summary.sh sums it by file: the
+/// suite is one binary, whose harness times only the whole).
+pub struct Alone {
+    _lock: MutexGuard<'static, ()>,
+    since: Instant,
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        let name = std::thread::current().name().unwrap_or("?").to_string();
+        let line = format!("TOOK {name} {:.1}\n", self.since.elapsed().as_secs_f64());
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }
 }

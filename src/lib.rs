@@ -1,6 +1,7 @@
 //! pvswitch: a userspace poll-mode virtual switch for hosts that run many VMs.
 //! See DESIGN.md for the thread model and how a frame travels.
 
+pub mod capture;
 pub mod config;
 pub mod conntrack;
 pub mod control;

@@ -9,6 +9,7 @@ mod common;
 mod frontend;
 
 mod adaptive;
+mod capture;
 mod cli;
 mod conformance;
 mod dpdk;

@@ -42,6 +42,11 @@ commands:
   conntrack-flush PORT|zone=N
             forget a port's tracked connections (their next frames meet the rules as new ones),
             or a flows' zone's
+  capture [--direction in|out|both] [--drops] [-c COUNT] [-s SNAPLEN] [-w FILE|-] PORT... [--] [FILTER...]
+            live capture of ports' frames as pcapng (tcpdump -r and tshark -r read it): what each
+            port sent (in) and was given (out), --drops: frames dropped on the way in with their
+            reason; FILTER is a tcpdump expression, run where the frame is; -w - (or a pipe):
+            to standard output, e.g. pvswitchctl capture vm1 -w - icmp | tcpdump -nr -
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
     // After `--` every argument is the command's, whatever it looks like (a name a script
     // passes on, even one beginning with `-`).
     let mut operands = false;
+    let mut write_to: Option<String> = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             c if operands => match command {
@@ -66,7 +72,10 @@ fn main() -> ExitCode {
             "--" => operands = true,
             "--control" => control = args.next().unwrap_or_default(),
             "--json" => as_json = true,
-            "--clear" | "--may-exist" | "--if-exists" => rest.push(a.clone()),
+            "--clear" | "--may-exist" | "--if-exists" | "--drops" => rest.push(a.clone()),
+            // capture's options with a value (the value is a plain word that follows).
+            "-c" | "-s" | "-Q" | "--direction" | "--count" | "--snaplen" if command.is_some() => rest.push(a.clone()),
+            "-w" if command.is_some() => write_to = Some(args.next().unwrap_or_default()),
             "--watch" => watch = args.next().and_then(|s| s.parse().ok()),
             // Usage only as the request itself: after a command, an option this tool does not
             // know is an error (a script that passed `--help` as a port name must not be told
@@ -95,6 +104,13 @@ fn main() -> ExitCode {
         }
     };
     let client = Client::new(&control);
+    if let Request::Capture { .. } = request {
+        return capture(&client, &request, write_to.as_deref());
+    }
+    if write_to.is_some() {
+        eprintln!("pvswitchctl: -w is capture's option");
+        return ExitCode::from(2);
+    }
     loop {
         let out =
             client.ask_raw(&request).and_then(|result| output(&request, &result, as_json).map_err(CtlError::from));
@@ -124,5 +140,73 @@ fn output(request: &Request, result: &RawValue, as_json: bool) -> Result<String,
         String::from_utf8(out).map_err(|e| e.to_string())
     } else {
         human::render(request, result.get())
+    }
+}
+
+/// `capture`: the stream's pcapng to `-w FILE` (or standard output: `-w -`, or no `-w` when it
+/// is not a terminal), as it comes; what was captured and how it ended to standard error.
+fn capture(client: &Client, request: &Request, write_to: Option<&str>) -> ExitCode {
+    use std::io::{IsTerminal, Read, Write};
+    let mut out: Box<dyn Write> = match write_to {
+        None if std::io::stdout().is_terminal() => {
+            eprintln!("pvswitchctl: capture writes pcapng: give -w FILE, or pipe it (-w - | tcpdump -nr -)");
+            return ExitCode::from(2);
+        }
+        None | Some("-") => Box::new(std::io::stdout().lock()),
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("pvswitchctl: {path}: {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let (started, mut conn) = match client.stream(request) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pvswitchctl: {}", e.message);
+            return ExitCode::from(e.code.map_or(1, |c| c.exit_status()));
+        }
+    };
+    match serde_json::from_str(started.get()) {
+        Ok(s) => eprint!("{}", human::capture_started(&s)),
+        Err(e) => {
+            eprintln!("pvswitchctl: malformed reply: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let mut buf = Vec::new();
+    loop {
+        let mut hdr = [0u8; 5];
+        if let Err(e) = conn.read_exact(&mut hdr) {
+            eprintln!("pvswitchctl: the capture stopped without its end ({e}): pvswitchd went away?");
+            return ExitCode::from(1);
+        }
+        let len = u32::from_le_bytes([hdr[1], hdr[2], hdr[3], hdr[4]]) as usize;
+        buf.resize(len, 0);
+        if let Err(e) = conn.read_exact(&mut buf) {
+            eprintln!("pvswitchctl: the capture stopped in a chunk ({e})");
+            return ExitCode::from(1);
+        }
+        match pvswitch::proto::Chunk::from_byte(hdr[0]) {
+            Some(pvswitch::proto::Chunk::Pcapng) => {
+                if let Err(e) = out.write_all(&buf).and_then(|_| out.flush()) {
+                    // The reader went away (tcpdump ended): so does the capture.
+                    eprintln!("pvswitchctl: writing the capture: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            Some(pvswitch::proto::Chunk::End) => {
+                match serde_json::from_slice(&buf) {
+                    Ok(end) => eprint!("{}", human::capture_end(&end)),
+                    Err(e) => eprintln!("pvswitchctl: malformed end of capture: {e}"),
+                }
+                return ExitCode::SUCCESS;
+            }
+            None => {
+                eprintln!("pvswitchctl: malformed capture stream (chunk kind {})", hdr[0]);
+                return ExitCode::from(1);
+            }
+        }
     }
 }

@@ -206,6 +206,14 @@ impl<L: Listen> Server<L> {
         false
     }
 
+    /// Takes client `id`'s connection out of the server (a capture's stream, served by a
+    /// thread of its own from here on), blocking again.
+    pub fn detach(&mut self, id: u32) -> Option<L::Stream> {
+        let c = self.clients.remove(&id)?;
+        unwatch(&self.epoll, c.stream.as_raw_fd());
+        Some(c.stream)
+    }
+
     fn drop_client(&mut self, id: u32) {
         if let Some(c) = self.clients.remove(&id) {
             unwatch(&self.epoll, c.stream.as_raw_fd());

@@ -11,6 +11,7 @@
 //! - [`os`]: the signalfd, epoll tokens, receiving fds.
 //! - [`sockpath`]: socket files bound, connected to and removed without following links.
 //! - [`service`]: the service manager's notify protocol (READY, STATUS, RELOADING, WATCHDOG).
+pub mod capture;
 pub mod clients;
 pub mod metrics;
 pub mod os;
@@ -52,6 +53,8 @@ pub struct Control {
     /// Written by the SIGBUS handler when a guest's memory file shrank under us.
     fault: EventFd,
     service: Service,
+    /// Written by a capture's thread when it is done (`capture`): unhook it.
+    capture_done: std::sync::Arc<EventFd>,
 }
 
 impl Control {
@@ -89,7 +92,20 @@ impl Control {
         for (id, e) in failed {
             sw.endpoint_failed(id, e);
         }
-        Ok(Control { sw, epoll, vhost, ctl, ctl_socket, metrics, signals, fault, service: Service::from_env() })
+        let capture_done = std::sync::Arc::new(EventFd::new(EFD_NONBLOCK)?);
+        watch(&epoll, capture_done.as_raw_fd(), Token::CaptureDone);
+        Ok(Control {
+            sw,
+            epoll,
+            vhost,
+            ctl,
+            ctl_socket,
+            metrics,
+            signals,
+            fault,
+            service: Service::from_env(),
+            capture_done,
+        })
     }
 
     /// Tells the service manager that start-up is complete: every listener and the control
@@ -156,6 +172,10 @@ impl Control {
                     }
                     Some(Token::MetricsClient(id)) => self.serve_metrics(id),
                     Some(Token::MemFault) => self.memory_fault(),
+                    Some(Token::CaptureDone) => {
+                        let _ = self.capture_done.read();
+                        self.sw.reap_captures();
+                    }
                     Some(Token::Signal) if self.take_signal() => {
                         self.service.stopping();
                         return;
@@ -197,6 +217,10 @@ impl Control {
         let mut reply = match self.ctl.read(id, line) {
             None => return,
             Some(Err(e)) => ctl::error_reply(&e),
+            Some(Ok(req)) if ctl::is_capture(&req) => match self.start_capture(id, &req) {
+                Ok(()) => return,
+                Err(reply) => reply,
+            },
             Some(Ok(req)) => {
                 // The service manager sees a reload from pvswitchctl (ExecReload) as from SIGHUP.
                 let reload = ctl::is_reload(&req);
@@ -212,6 +236,34 @@ impl Control {
         };
         reply.push('\n');
         self.ctl.reply(id, reply.into_bytes());
+    }
+
+    /// `capture`: hooks the capture into the plans, then hands client `id`'s connection to the
+    /// capture's own thread. Err: the reply line (the capture was refused).
+    fn start_capture(&mut self, id: u32, req: &[u8]) -> Result<(), String> {
+        let refuse = |e: crate::proto::CtlError| crate::proto::Reply::<()>::coded(Err(e)).to_line();
+        let Ok(crate::proto::Request::Capture { words, direction, drops, count, snaplen }) =
+            crate::proto::Request::parse(req)
+        else {
+            return Err(ctl::error_reply("capture: malformed request"));
+        };
+        let ask = crate::switch::captures::CaptureAsk { words: &words, direction, drops, snaplen };
+        let (capture, reader, started) = self.sw.start_capture(&ask).map_err(refuse)?;
+        let Some(stream) = self.ctl.detach(id) else {
+            // The client went away meanwhile: undo.
+            capture.finished.store(true, std::sync::atomic::Ordering::Release);
+            self.sw.reap_captures();
+            return Ok(());
+        };
+        info!("capture of {} started (filter \"{}\")", started.ports.join(","), started.filter);
+        let job =
+            capture::Job { stream, started, capture: capture.clone(), reader, count, done: self.capture_done.clone() };
+        if let Err(e) = capture::spawn(job) {
+            warn!("capture: cannot start its thread: {e}");
+            capture.finished.store(true, std::sync::atomic::Ordering::Release);
+            self.sw.reap_captures();
+        }
+        Ok(())
     }
 
     fn serve_metrics(&mut self, id: u32) {

@@ -19,6 +19,8 @@ pub enum Token {
     MemFault,
     MetricsListen,
     MetricsClient(u32),
+    /// A capture's thread is done (`capture`).
+    CaptureDone,
 }
 
 impl Token {
@@ -32,6 +34,7 @@ impl Token {
             Token::MemFault => (6, 0),
             Token::MetricsListen => (7, 0),
             Token::MetricsClient(i) => (8, i),
+            Token::CaptureDone => (9, 0),
         };
         (kind << 32) | id as u64
     }
@@ -47,6 +50,7 @@ impl Token {
             6 => Token::MemFault,
             7 => Token::MetricsListen,
             8 => Token::MetricsClient(id),
+            9 => Token::CaptureDone,
             _ => return None,
         })
     }

@@ -6,9 +6,9 @@ use std::fmt::Write;
 use serde::de::DeserializeOwned;
 
 use super::proto::{
-    ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo, PortReply, PortVlanInfo,
-    QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply, ThreadStats, TraceReply,
-    VersionReply, VtepInfo,
+    CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo,
+    PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply,
+    ThreadStats, TraceReply, VersionReply, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -37,7 +37,29 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
             format!("{}\n", typed::<PortReply>(result)?.summary)
         }
         Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
+        Request::Capture { .. } => capture_started(&typed(result)?),
     })
+}
+
+/// `capture`'s first line, as tcpdump says where it listens.
+pub fn capture_started(c: &CaptureStarted) -> String {
+    let ports: Vec<String> = c.ports.iter().zip(&c.kinds).map(|(p, k)| format!("{p} ({k})")).collect();
+    let filter = if c.filter.is_empty() { String::new() } else { format!(", filter \"{}\"", c.filter) };
+    let drops = if c.drops { ", drops too" } else { "" };
+    format!(
+        "capturing on {}, direction {}{drops}, {} bytes a frame{filter}\n",
+        ports.join(", "),
+        c.direction,
+        c.snaplen
+    )
+}
+
+/// How a capture ended, as tcpdump's closing lines.
+pub fn capture_end(e: &CaptureEnd) -> String {
+    format!(
+        "{} packets captured\n{} packets matched the filter, of {} seen\n{} packets lost (the reader was behind)\ncapture ended: {}\n",
+        e.packets, e.matched, e.seen, e.lost, e.reason
+    )
 }
 
 /// `conntrack`: the counts, each port with groups, then one line a connection (conntrack -L's

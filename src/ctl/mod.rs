@@ -34,6 +34,11 @@ pub fn is_reload(req: &[u8]) -> bool {
     Request::parse(req) == Ok(Request::Reload)
 }
 
+/// Whether a request line asks for a capture (a stream: the control loop serves it).
+pub fn is_capture(req: &[u8]) -> bool {
+    matches!(Request::parse(req), Ok(Request::Capture { .. }))
+}
+
 /// Answers one request line. `ep` is the control loop's side of the ports (for reload).
 ///
 /// The result is serialized straight from its type into the line, its keys in their declared
@@ -87,6 +92,13 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
         Request::Version => json(VersionReply::current()),
         Request::Vteps => json(c.vteps()),
         Request::VtepSync { vtep, state } => done(c.vtep_sync(ep, &vtep, &state)?),
+        // A stream, not a reply: the control loop serves it (`control::capture`).
+        Request::Capture { .. } => {
+            return Err(CtlError {
+                code: Some(ErrorCode::Invalid),
+                message: "capture: not a one-reply command".into(),
+            });
+        }
     }?)
 }
 

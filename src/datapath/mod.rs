@@ -32,6 +32,7 @@ pub mod plan;
 mod profile;
 pub(crate) mod rx;
 pub mod spoof;
+mod tap;
 #[cfg(test)]
 mod tests;
 pub mod thread;

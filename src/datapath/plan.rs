@@ -18,6 +18,7 @@ use crate::datapath::counters::RxqStats;
 use crate::datapath::mac_table::Mac;
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use crate::capture::Tap;
 use crate::config::ips::IpPrefix;
 use crate::config::vlan::PortVlan;
 use crate::flow::table::FlowTable;
@@ -103,6 +104,8 @@ pub struct PortTable {
     /// The flows' connection tracking (`ct` actions, `pipeline.rs`), if some flow has one: a
     /// table of its own, so a flow's zones never meet security groups'.
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
+    /// By port id: the captures that watch it (`pvswitchctl capture`); empty for most.
+    taps: Vec<Box<[Tap]>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -229,6 +232,24 @@ impl PortTable {
     pub fn with_flow_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
         self.flow_conntrack = ct;
         self
+    }
+
+    /// The table with `taps`: (port id, a capture of it).
+    pub fn with_taps(mut self, taps: Vec<(u16, Tap)>) -> PortTable {
+        let mut by_port: Vec<Vec<Tap>> = vec![Vec::new(); self.by_id.len()];
+        for (id, tap) in taps {
+            if let Some(v) = by_port.get_mut(id as usize) {
+                v.push(tap);
+            }
+        }
+        self.taps = by_port.into_iter().map(Vec::into_boxed_slice).collect();
+        self
+    }
+
+    /// The captures that watch port `id` (none, nearly always).
+    #[inline(always)]
+    pub fn taps(&self, id: u16) -> &[Tap] {
+        self.taps.get(id as usize).map_or(&[], |t| t)
     }
 
     /// Whether a local port owns `mac` (lists it in `allowed_macs`): a tunnel may not learn it.

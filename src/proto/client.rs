@@ -27,6 +27,19 @@ impl Client {
     /// Sends `req` and returns its reply's result as JSON text (for a caller that passes it on
     /// or reads it as a type of its own).
     pub fn ask_raw(&self, req: &Request) -> Result<Box<RawValue>, CtlError> {
+        self.open(req).map(|(result, _)| result)
+    }
+
+    /// Sends `req` (a stream: `capture`) and returns its first reply's result and the
+    /// connection, to read the rest from (no timeout: a stream may be quiet for long).
+    pub fn stream(&self, req: &Request) -> Result<(Box<RawValue>, BufReader<UnixStream>), CtlError> {
+        let (result, conn) = self.open(req)?;
+        conn.get_ref().set_read_timeout(None).map_err(|e| format!("reading reply: {e}"))?;
+        Ok((result, conn))
+    }
+
+    /// Sends `req`; its first reply line's result, and the connection after it.
+    fn open(&self, req: &Request) -> Result<(Box<RawValue>, BufReader<UnixStream>), CtlError> {
         let path = self.path.display();
         let mut s = UnixStream::connect(&self.path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
@@ -38,9 +51,10 @@ impl Client {
         let line = req.to_line();
         s.write_all(line.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| format!("sending request: {e}"))?;
         let mut line = String::new();
-        BufReader::new(&s).read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
+        let mut conn = BufReader::new(s);
+        conn.read_line(&mut line).map_err(|e| format!("reading reply: {e}"))?;
         let reply: Reply<Box<RawValue>> = serde_json::from_str(&line).map_err(|e| format!("malformed reply: {e}"))?;
-        reply.into_outcome()
+        reply.into_outcome().map(|r| (r, conn))
     }
 
     /// Sends `req` and returns its reply's result as `T` (the request's reply type, or

@@ -12,6 +12,7 @@
 //! [`Request::from_parts`] and written in [`Request::args`]), its reply type here, and one arm
 //! in `ctl::answer` (and one in `ctl::human` for its human output; without it, pretty JSON).
 
+mod capture;
 pub mod client;
 mod conntrack;
 mod flows;
@@ -25,6 +26,7 @@ mod vteps;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::capture::{CaptureEnd, CaptureStarted, Chunk, Direction};
 pub use self::conntrack::{ConnInfo, ConntrackReply, FlowZone, MAX_LISTED, ZoneInfo};
 pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
 pub use self::ports::{
@@ -86,6 +88,11 @@ pub enum Request {
     Conntrack { port: Option<String> },
     /// Forgets the connections of `port` (reply: [`PortReply`]).
     ConntrackFlush { port: String },
+    /// Captures frames of ports (reply: [`CaptureStarted`], then a stream of pcapng and a
+    /// [`CaptureEnd`]: `Chunk`). `words`: port names, then a pcap-filter expression's words
+    /// (`--` may end the ports); `count`: stop after so many records; `snaplen`: bytes kept
+    /// of each frame (0: all).
+    Capture { words: Vec<String>, direction: Direction, drops: bool, count: Option<u64>, snaplen: u32 },
 }
 
 /// Whether a port name given to `ports` is a glob (`*` any run of characters, `?` one).
@@ -156,7 +163,7 @@ pub struct PortReply {
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush";
+pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -227,6 +234,7 @@ impl Request {
                 [port] => Request::ConntrackFlush { port: port.clone() },
                 _ => return Err("conntrack-flush: expected PORT".into()),
             },
+            "capture" => parse_capture(args)?,
             other => return Err(format!("unknown command \"{other}\" (try {COMMANDS})")),
         })
     }
@@ -252,6 +260,7 @@ impl Request {
             Request::VtepSync { .. } => "vtep-sync",
             Request::Conntrack { .. } => "conntrack",
             Request::ConntrackFlush { .. } => "conntrack-flush",
+            Request::Capture { .. } => "capture",
         }
     }
 
@@ -273,6 +282,27 @@ impl Request {
             Request::SetPort { name, settings } => std::iter::once(name.clone()).chain(pairs(settings)).collect(),
             Request::VtepSync { vtep, state } => vec![vtep.clone(), state.clone()],
             Request::Conntrack { port: Some(p) } | Request::ConntrackFlush { port: p } => vec![p.clone()],
+            Request::Capture { words, direction, drops, count, snaplen } => {
+                let mut a = Vec::new();
+                if *direction != Direction::Both {
+                    a.extend(["--direction".to_string(), direction.to_string()]);
+                }
+                if *drops {
+                    a.push("--drops".into());
+                }
+                if let Some(c) = count {
+                    a.extend(["-c".to_string(), c.to_string()]);
+                }
+                if *snaplen != 0 {
+                    a.extend(["-s".to_string(), snaplen.to_string()]);
+                }
+                // Words that look like options are passed after `--`.
+                if words.iter().any(|w| w.starts_with('-')) && !words.iter().any(|w| w == "--") {
+                    a.push("--".into());
+                }
+                a.extend(words.iter().cloned());
+                a
+            }
             _ => Vec::new(),
         }
     }
@@ -317,6 +347,50 @@ fn port_settings<S: AsRef<str>>(command: &str, args: &[S]) -> Result<(String, Ve
 
 fn pairs(settings: &[(String, String)]) -> impl Iterator<Item = String> + '_ {
     settings.iter().map(|(k, v)| format!("{k}={v}"))
+}
+
+const CAPTURE_USAGE: &str =
+    "capture: expected [--direction in|out|both] [--drops] [-c COUNT] [-s SNAPLEN] PORT... [--] [FILTER...]";
+
+/// `capture [--direction D] [--drops] [-c COUNT] [-s SNAPLEN] PORT... [--] [FILTER...]`: the
+/// options anywhere before a `--`; the other words (ports, then the filter) in order.
+fn parse_capture(args: &[String]) -> Result<Request, String> {
+    let (mut words, mut direction, mut drops, mut count, mut snaplen) = (Vec::new(), Direction::Both, false, None, 0);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| it.next().ok_or_else(|| format!("capture: {a} needs {what} ({CAPTURE_USAGE})"));
+        match a.as_str() {
+            "--direction" | "-Q" => {
+                direction = value("in, out or both")?.parse().map_err(|e| format!("capture: {e}"))?
+            }
+            "--drops" => drops = true,
+            "-c" | "--count" => {
+                let v = value("a count")?;
+                count = Some(
+                    v.parse::<u64>()
+                        .ok()
+                        .filter(|&c| c > 0)
+                        .ok_or(format!("capture: -c {v}: expected a count above 0"))?,
+                );
+            }
+            "-s" | "--snaplen" => {
+                let v = value("a length")?;
+                snaplen = v.parse::<u32>().map_err(|_| format!("capture: -s {v}: expected a length in bytes"))?;
+            }
+            "--" => {
+                words.push(a.clone());
+                words.extend(it.by_ref().cloned());
+            }
+            o if o.starts_with('-') && o.len() > 1 => {
+                return Err(format!("capture: unknown option {o} ({CAPTURE_USAGE})"));
+            }
+            _ => words.push(a.clone()),
+        }
+    }
+    if words.iter().all(|w| w == "--") {
+        return Err(CAPTURE_USAGE.into());
+    }
+    Ok(Request::Capture { words, direction, drops, count, snaplen })
 }
 
 /// `move PORT:QUEUE THREAD` (a port name may itself hold ':'; the queue is after the last).

@@ -12,6 +12,7 @@
 //! - [`samples`]: once-a-second samples of the counters, for rates and loads.
 #![forbid(unsafe_code)]
 
+pub mod captures;
 pub mod placement;
 pub mod portcmd;
 pub mod rebalance;
@@ -185,6 +186,8 @@ pub struct Switch {
     /// made when a flow first has one.
     pub flow_conntrack: std::sync::OnceLock<Arc<crate::conntrack::Conntrack>>,
     flow_ct_cursor: usize,
+    /// Captures running (`captures.rs`), tapped into the plans.
+    captures: Vec<captures::Hooked>,
 }
 
 impl Switch {
@@ -215,6 +218,7 @@ impl Switch {
             ct_cursor: 0,
             flow_conntrack: Default::default(),
             flow_ct_cursor: 0,
+            captures: Vec::new(),
         };
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {
             sw.add_port(id as u16, p);
@@ -400,7 +404,12 @@ impl Switch {
             .collect();
         let ct = entries.iter().any(|(_, p)| p.rules.is_some()).then(|| self.conntrack());
         let flow_ct = self.flows.uses_ct().then(|| self.flow_conntrack());
-        let table = Arc::new(PortTable::new(&entries, &self.cfg.vteps).with_conntrack(ct).with_flow_conntrack(flow_ct));
+        let table = Arc::new(
+            PortTable::new(&entries, &self.cfg.vteps)
+                .with_conntrack(ct)
+                .with_flow_conntrack(flow_ct)
+                .with_taps(self.taps()),
+        );
         self.threads
             .iter()
             .map(|t| Plan {

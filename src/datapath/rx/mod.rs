@@ -26,6 +26,7 @@ use crate::datapath::frame::{FlowState, Frame, Out};
 use crate::datapath::pipeline::pipeline_burst;
 use crate::datapath::plan::RxqSpec;
 use crate::datapath::profile::Stages;
+use crate::datapath::tap;
 use crate::datapath::tx::deliver;
 use crate::datapath::{Env, Work};
 use crate::port::rate::Cost;
@@ -245,6 +246,10 @@ fn visit_source<'a, S: Source<'a>>(
             src.give_back(got - consumed);
         }
         let bytes = count_consumed(env, &frames[..consumed], pc);
+        let taps = env.ports.taps(port.id);
+        if !taps.is_empty() {
+            tap::received(cx.index, taps, &frames[..consumed]);
+        }
         if capped {
             port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
         }

@@ -14,11 +14,13 @@ use self::delivery::{Delivery, FLOOD_BACKOFF_MAX, FloodSkip};
 use self::nic::NicDest;
 use self::offload::Segments;
 use self::vxlan::encap;
+use crate::capture::Tap;
 use crate::config::vlan::PortVlan;
 use crate::datapath::classify::normal;
 use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
 use crate::datapath::firewall;
 use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
+use crate::datapath::tap;
 use crate::datapath::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
 use crate::datapath::{Ctx, Env, ring_broke};
 use crate::flow::table::NO_MATCH;
@@ -48,6 +50,8 @@ struct Open<'a> {
     tunnel: Option<(&'a Tunnel, NicDest<'a>)>,
     /// The iteration's start (TSC).
     now: u64,
+    /// The captures that watch the port (nearly always none).
+    taps: &'a [Tap],
 }
 
 impl<'a> Open<'a> {
@@ -64,6 +68,7 @@ impl<'a> Open<'a> {
             vlan: &env.ports.policy[p as usize].vlan,
             tunnel,
             now: env.now,
+            taps: env.ports.taps(p),
         };
         match &port.kind {
             PortKind::VhostUser(queues) => {
@@ -174,6 +179,7 @@ impl<'a> Open<'a> {
                         &job,
                     )?;
                     bump(&pc.hw_offloaded, 1);
+                    self.tapped(f, e);
                     return Ok(());
                 }
             }
@@ -259,10 +265,13 @@ impl<'a> Open<'a> {
                 let len = encap(self.now, t, to, self.port.max_frame(), f, e, dv)?;
                 self.packets += 1;
                 self.bytes += len as u64;
+                self.tapped(f, e);
                 return Ok(0);
             }
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
-            return dv.nic_tx.write(&self.nic_dest()?, f, e).map(|_| 0);
+            dv.nic_tx.write(&self.nic_dest()?, f, e)?;
+            self.tapped(f, e);
+            return Ok(0);
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
         let Some(ring) = active.as_mut().filter(|_| broken.is_none()) else { return Err(DropReason::PortDown) };
@@ -282,6 +291,7 @@ impl<'a> Open<'a> {
             Ok(bufs) => {
                 self.packets += 1;
                 self.bytes += len as u64;
+                self.tapped(f, e);
                 Ok(bufs)
             }
             Err(WriteError::Drop(DropReason::RxBufferTooSmall)) => {
@@ -295,6 +305,14 @@ impl<'a> Open<'a> {
                 ring_broke(self.port, self.vq_index, broken, e);
                 Err(DropReason::Malformed)
             }
+        }
+    }
+
+    /// Offers frame `f`, as shape `e` wrote it, to the port's captures, if it has any.
+    #[inline(always)]
+    fn tapped(&self, f: &Frame, e: Shape) {
+        if !self.taps.is_empty() {
+            tap::sent(self.cx.index, self.taps, f, e);
         }
     }
 

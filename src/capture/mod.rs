@@ -1,0 +1,393 @@
+//! Packet capture (`pvswitchctl capture`): what a poll thread copies of a captured port's
+//! frames, and how the copies reach the one who asked.
+//!
+//! A capture is made on the control thread (`switch::captures`): its ports (each a pcapng
+//! interface), which way it looks, its filter (a pcap-filter expression compiled to BPF by
+//! libpcap: `filter.rs`), and one ring per poll thread. Plans carry, per port, the captures
+//! that watch it ([`Tap`]); a port nobody watches costs a poll thread one test of an empty
+//! slice per burst and per destination run. A watched frame is copied (up to the snap length)
+//! into the thread's scratch buffer and run through the filter where it is; a match becomes one
+//! record in the thread's ring. A full ring loses the record, counted: a slow or stopped reader
+//! never slows the switch. The capture's own thread (`control::capture`) drains the rings
+//! ([`Reader`]) into pcapng (`pcapng.rs`) and writes it to the client.
+//!
+//! Each ring has one writer, the poll thread of its index (the mutex around it is only ever
+//! taken by that thread, so it never waits), and one reader, the capture's thread.
+#![forbid(unsafe_code)]
+
+pub mod filter;
+pub mod pcapng;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rtrb::{Consumer, Producer, RingBuffer};
+use serde::{Deserialize, Serialize};
+
+pub use filter::Filter;
+
+/// Bytes of records a poll thread may hold for one capture before it loses the next.
+pub const RING_BYTES: usize = 4 << 20;
+/// The snap length when none is given (tcpdump's).
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+/// The longest frame a port takes or gives (a guest's TSO frame: 64 KiB and its headers).
+pub const MAX_FRAME: usize = 65_536 + 256;
+
+/// Which way a capture looks at its ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// What the port sent (its frames as they arrived).
+    In,
+    /// What the port was given (after VLAN tags, rewrites, segmentation).
+    Out,
+    #[default]
+    Both,
+}
+
+impl std::str::FromStr for Direction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Direction, String> {
+        match s {
+            "in" => Ok(Direction::In),
+            "out" => Ok(Direction::Out),
+            "both" | "inout" => Ok(Direction::Both),
+            _ => Err(format!("direction \"{s}\": expected in, out or both")),
+        }
+    }
+}
+
+impl std::fmt::Display for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+            Direction::Both => "both",
+        })
+    }
+}
+
+/// A record's way through its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    In,
+    Out,
+}
+
+/// A port's capture, as a plan carries it: the capture and the port's interface in it.
+#[derive(Clone)]
+pub struct Tap {
+    pub capture: Arc<Capture>,
+    pub iface: u32,
+}
+
+/// What a capture counts of one interface (port).
+#[derive(Default)]
+pub struct IfaceCounts {
+    /// Frames offered to the filter.
+    pub seen: AtomicU64,
+    /// Frames the filter took.
+    pub matched: AtomicU64,
+    /// Matched frames lost: the thread's ring was full (the reader is behind).
+    pub lost: AtomicU64,
+}
+
+/// One poll thread's side of a capture.
+struct Slot {
+    ring: Producer<u8>,
+    filter: Option<Filter>,
+    /// Where a frame is copied to be filtered, then recorded.
+    scratch: Vec<u8>,
+}
+
+/// One capture: shared by the poll threads that offer it frames, the control thread that
+/// hooks it into plans and unhooks it, and its own thread that reads it.
+pub struct Capture {
+    /// Its ports' names, by interface.
+    pub ifaces: Vec<String>,
+    pub direction: Direction,
+    /// Frames dropped on the way in are recorded too, with their reason.
+    pub drops: bool,
+    pub snaplen: u32,
+    slots: Box<[Mutex<Slot>]>,
+    counts: Box<[IfaceCounts]>,
+    /// Its thread is done with it (count reached, client gone, or `end` set): unhook it.
+    pub finished: AtomicBool,
+    /// No plan holds it any more: nothing will be offered to it again.
+    pub unhooked: AtomicBool,
+    /// Why the switch ended it (one of its ports was deleted), if it did.
+    ended: Mutex<Option<String>>,
+}
+
+/// A record's header in a ring: total length, interface, flags (way, drop reason + 1 in the
+/// upper half), the frame's length, the time (ns since the epoch).
+const HDR: usize = 24;
+
+/// One record, as the capture's thread reads it.
+pub struct Record<'a> {
+    pub iface: u32,
+    pub way: Way,
+    /// The drop reason's index (`datapath::counters::DROP_REASONS`), for a drop.
+    pub drop: Option<u8>,
+    pub len: u32,
+    pub time_ns: u64,
+    pub data: &'a [u8],
+}
+
+/// The capture's thread's side: every poll thread's ring.
+pub struct Reader {
+    rings: Vec<Consumer<u8>>,
+    buf: Vec<u8>,
+}
+
+impl Capture {
+    /// A capture of `ifaces` for `threads` poll threads, `snaplen` bytes of each frame (0:
+    /// all), its filter compiled from `filter` (none if empty), and its reader.
+    pub fn new(
+        ifaces: Vec<String>,
+        direction: Direction,
+        drops: bool,
+        snaplen: u32,
+        filter: &str,
+        threads: usize,
+    ) -> Result<(Arc<Capture>, Reader), String> {
+        let snaplen = if snaplen == 0 { DEFAULT_SNAPLEN } else { snaplen.min(DEFAULT_SNAPLEN) };
+        let compiled = if filter.trim().is_empty() { None } else { Some(Filter::compile(filter)?) };
+        let scratch = (snaplen as usize).min(MAX_FRAME);
+        let mut slots = Vec::with_capacity(threads);
+        let mut rings = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (p, c) = RingBuffer::new(RING_BYTES);
+            let filter = compiled.as_ref().map(|_| Filter::compile(filter)).transpose()?;
+            slots.push(Mutex::new(Slot { ring: p, filter, scratch: vec![0; scratch] }));
+            rings.push(c);
+        }
+        let counts = ifaces.iter().map(|_| IfaceCounts::default()).collect();
+        let cap = Capture {
+            ifaces,
+            direction,
+            drops,
+            snaplen,
+            slots: slots.into(),
+            counts,
+            finished: AtomicBool::new(false),
+            unhooked: AtomicBool::new(false),
+            ended: Mutex::new(None),
+        };
+        Ok((Arc::new(cap), Reader { rings, buf: Vec::new() }))
+    }
+
+    /// Whether it records what its ports send (and drop on the way in).
+    #[inline]
+    pub fn looks_in(&self) -> bool {
+        self.direction != Direction::Out
+    }
+
+    /// Whether it records what its ports are given.
+    #[inline]
+    pub fn looks_out(&self) -> bool {
+        self.direction != Direction::In
+    }
+
+    /// Offers poll thread `thread`'s frame of `len` bytes on interface `iface`: `fill` copies
+    /// the frame's first bytes into the buffer it is given (as many as it holds) and returns
+    /// how many it copied. Filtered, then recorded; a full ring loses the record, counted.
+    /// Never waits.
+    pub fn offer(
+        &self,
+        thread: usize,
+        iface: u32,
+        way: Way,
+        drop: Option<u8>,
+        len: u32,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) {
+        let Some(counts) = self.counts.get(iface as usize) else { return };
+        counts.seen.fetch_add(1, Ordering::Relaxed);
+        let Some(Ok(mut slot)) = self.slots.get(thread).map(|s| s.try_lock()) else {
+            counts.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Slot { ring, filter, scratch } = &mut *slot;
+        let n = fill(scratch).min(scratch.len());
+        let data = &scratch[..n];
+        if filter.as_ref().is_some_and(|f| !f.matches(data, len)) {
+            return;
+        }
+        counts.matched.fetch_add(1, Ordering::Relaxed);
+        let flags = match way {
+            Way::In => 1,
+            Way::Out => 2,
+        } | drop.map_or(0, |d| (d as u32 + 1) << 16);
+        let time = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut hdr = [0u8; HDR];
+        hdr[0..4].copy_from_slice(&((HDR + n) as u32).to_le_bytes());
+        hdr[4..8].copy_from_slice(&iface.to_le_bytes());
+        hdr[8..12].copy_from_slice(&flags.to_le_bytes());
+        hdr[12..16].copy_from_slice(&len.to_le_bytes());
+        hdr[16..24].copy_from_slice(&time.to_le_bytes());
+        let Ok(mut chunk) = ring.write_chunk(HDR + n) else {
+            counts.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (a, b) = chunk.as_mut_slices();
+        put(a, b, 0, &hdr);
+        put(a, b, HDR, data);
+        chunk.commit_all();
+    }
+
+    /// What it counted of interface `iface`: (seen, matched, lost).
+    pub fn counts(&self, iface: usize) -> (u64, u64, u64) {
+        self.counts.get(iface).map_or((0, 0, 0), |c| {
+            (c.seen.load(Ordering::Relaxed), c.matched.load(Ordering::Relaxed), c.lost.load(Ordering::Relaxed))
+        })
+    }
+
+    /// Ends it from the switch's side (`why`: one of its ports was deleted).
+    pub fn end(&self, why: String) {
+        let mut e = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        e.get_or_insert(why);
+    }
+
+    /// Why the switch ended it, if it did.
+    pub fn ended(&self) -> Option<String> {
+        self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Writes `bytes` at `at` of the two slices `a` then `b` (a ring's chunk, which may wrap).
+fn put(a: &mut [u8], b: &mut [u8], at: usize, bytes: &[u8]) {
+    let in_a = a.len().saturating_sub(at).min(bytes.len());
+    if in_a > 0 {
+        a[at..at + in_a].copy_from_slice(&bytes[..in_a]);
+    }
+    let rest = &bytes[in_a..];
+    if !rest.is_empty() {
+        let off = at + in_a - a.len();
+        b[off..off + rest.len()].copy_from_slice(rest);
+    }
+}
+
+/// Reads `out.len()` bytes from the two slices `a` then `b`.
+fn get(a: &[u8], b: &[u8], out: &mut [u8]) {
+    let in_a = a.len().min(out.len());
+    out[..in_a].copy_from_slice(&a[..in_a]);
+    let rest = out.len() - in_a;
+    out[in_a..].copy_from_slice(&b[..rest]);
+}
+
+impl Reader {
+    /// Hands `f` every record the rings hold now, ring by ring; returns how many. Stops early
+    /// once `f` returns false.
+    pub fn drain(&mut self, mut f: impl FnMut(Record) -> bool) -> usize {
+        let mut n = 0;
+        for ring in &mut self.rings {
+            while ring.slots() >= HDR {
+                let mut hdr = [0u8; HDR];
+                {
+                    let Ok(chunk) = ring.read_chunk(HDR) else { break };
+                    let (a, b) = chunk.as_slices();
+                    get(a, b, &mut hdr);
+                    // Not committed: the header is read again with its record.
+                }
+                let word = |i: usize| u32::from_le_bytes(hdr[i..i + 4].try_into().expect("4 bytes"));
+                let total = word(0) as usize;
+                let Ok(chunk) = ring.read_chunk(total) else { break };
+                self.buf.resize(total, 0);
+                let (a, b) = chunk.as_slices();
+                get(a, b, &mut self.buf);
+                chunk.commit_all();
+                let flags = word(8);
+                let rec = Record {
+                    iface: word(4),
+                    way: if flags & 3 == 2 { Way::Out } else { Way::In },
+                    drop: (flags >> 16).checked_sub(1).map(|d| d as u8),
+                    len: word(12),
+                    time_ns: u64::from_le_bytes(hdr[16..24].try_into().expect("8 bytes")),
+                    data: &self.buf[HDR..],
+                };
+                n += 1;
+                if !f(rec) {
+                    return n;
+                }
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(n: usize, b: u8) -> Vec<u8> {
+        let mut f = vec![b; n];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f
+    }
+
+    #[test]
+    fn records_go_through_the_ring_whole_and_a_full_ring_loses_them_counted() {
+        let (cap, mut rd) = Capture::new(vec!["a".into(), "b".into()], Direction::Both, false, 100, "", 2).unwrap();
+        let f = frame(150, 7);
+        let mut offered = 0;
+        // More than the ring holds: the rest is lost, counted, and nothing waits.
+        while offered < RING_BYTES / 100 + 10 {
+            cap.offer(1, 1, Way::Out, None, f.len() as u32, |buf| {
+                let n = buf.len().min(f.len());
+                buf[..n].copy_from_slice(&f[..n]);
+                n
+            });
+            offered += 1;
+        }
+        let (seen, matched, lost) = cap.counts(1);
+        assert_eq!((seen, matched), (offered as u64, offered as u64));
+        assert!(lost > 0);
+        let mut got = 0;
+        rd.drain(|r| {
+            assert_eq!((r.iface, r.way, r.drop, r.len, r.data.len()), (1, Way::Out, None, 150, 100));
+            assert!(r.data.iter().skip(14).all(|&b| b == 7));
+            got += 1;
+            true
+        });
+        assert_eq!(got + lost, offered as u64);
+        // Drained, the ring takes records again; a wrapped record reads back whole.
+        for i in 0..3u8 {
+            cap.offer(1, 0, Way::In, Some(i), 64, |buf| {
+                buf[..64].copy_from_slice(&frame(64, i));
+                64
+            });
+        }
+        let mut seen = Vec::new();
+        rd.drain(|r| {
+            seen.push((r.way, r.drop, r.data[20]));
+            true
+        });
+        assert_eq!(seen, vec![(Way::In, Some(0), 0), (Way::In, Some(1), 1), (Way::In, Some(2), 2)]);
+    }
+
+    #[test]
+    fn the_filter_runs_where_the_frame_is() {
+        let (cap, mut rd) = Capture::new(vec!["a".into()], Direction::In, false, 256, "arp", 1).unwrap();
+        let ip = frame(60, 1);
+        let mut arp = frame(60, 2);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        for f in [&ip, &arp, &ip] {
+            cap.offer(0, 0, Way::In, None, 60, |buf| {
+                buf[..60].copy_from_slice(f);
+                60
+            });
+        }
+        assert_eq!(cap.counts(0), (3, 1, 0));
+        let mut n = 0;
+        rd.drain(|r| {
+            assert_eq!(r.data[14], 2);
+            n += 1;
+            true
+        });
+        assert_eq!(n, 1);
+        let err = Capture::new(vec!["a".into()], Direction::In, false, 256, "tcp port", 1).err().unwrap();
+        assert!(err.contains("filter"), "{err}");
+    }
+}

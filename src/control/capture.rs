@@ -1,0 +1,217 @@
+//! A capture's own thread: takes over the client's connection once the switch has hooked the
+//! capture (`switch::captures`), drains the poll threads' rings into pcapng and streams it,
+//! then says how it ended. The control thread never waits on a capture's client: a reader that
+//! stops holds this thread (in a write) and nothing else; the poll threads then lose records
+//! into full rings, counted.
+//!
+//! The stream: the first reply line (`CaptureStarted`), then chunks (`proto::Chunk`): pcapng
+//! bytes as they come (the section and interfaces first), and last the end (`CaptureEnd`,
+//! JSON). It ends when `count` records were written, when the client goes away, or when the
+//! switch ends it (one of its ports was deleted); then the control thread unhooks it
+//! (`Token::CaptureDone`) and the records still in the rings are written before the end.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use log::info;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::capture::pcapng::PcapNg;
+use crate::capture::{Capture, Reader};
+use crate::datapath::counters::DROP_REASONS;
+use crate::proto::{CaptureEnd, CaptureStarted, Chunk, Reply};
+
+/// How long the thread waits for the client (or for records) before it looks again.
+const IDLE: Duration = Duration::from_millis(10);
+/// How long it waits for the control thread to unhook it.
+const UNHOOK_WAIT: Duration = Duration::from_secs(2);
+/// pcapng bytes gathered before a chunk is sent while records keep coming.
+const CHUNK: usize = 256 << 10;
+
+/// What the thread is given.
+pub struct Job {
+    pub stream: UnixStream,
+    pub started: CaptureStarted,
+    pub capture: Arc<Capture>,
+    pub reader: Reader,
+    pub count: Option<u64>,
+    /// Written when the thread is done with the capture: the control thread unhooks it.
+    pub done: Arc<EventFd>,
+}
+
+/// Starts the capture's thread.
+pub fn spawn(job: Job) -> std::io::Result<()> {
+    std::thread::Builder::new().name("capture".into()).spawn(move || run(job)).map(|_| ())
+}
+
+fn run(job: Job) {
+    let Job { mut stream, started, capture, mut reader, count, done } = job;
+    let ports = started.ports.join(",");
+    let (packets, reason) = match stream_records(&mut stream, &started, &capture, &mut reader, count) {
+        Ok((packets, reason, mut pcap)) => {
+            let packets = finish(&capture, &done, &mut reader, &mut pcap, packets, count);
+            let end = summary(&capture, packets, reason.clone());
+            let json = serde_json::to_vec(&end).unwrap_or_default();
+            let sent =
+                send(&mut stream, Chunk::Pcapng, &pcap.take()).and_then(|_| send(&mut stream, Chunk::End, &json));
+            if let Err(e) = sent {
+                info!("capture of {ports}: its end not sent: {e}");
+            }
+            (packets, reason)
+        }
+        Err(reason) => {
+            let packets = finish(&capture, &done, &mut reader, &mut PcapNg::new(&[], 0).expect("empty"), 0, Some(0));
+            (packets, reason)
+        }
+    };
+    info!("capture of {ports} ended: {reason} ({packets} packets)");
+}
+
+/// Streams records until the capture should end; returns the records written, why it ends,
+/// and the pcapng writer (for what is left). Err: the client left before it began.
+fn stream_records(
+    stream: &mut UnixStream,
+    started: &CaptureStarted,
+    capture: &Capture,
+    reader: &mut Reader,
+    count: Option<u64>,
+) -> Result<(u64, String, PcapNg), String> {
+    let fail = |e: std::io::Error| format!("the client: {e}");
+    stream.set_nonblocking(false).map_err(fail)?;
+    stream.set_write_timeout(Some(IDLE)).map_err(fail)?;
+    stream.set_read_timeout(Some(IDLE)).map_err(fail)?;
+    let mut line = Reply::new(Ok(started.clone())).to_line();
+    line.push('\n');
+    write_patiently(stream, line.as_bytes()).map_err(fail)?;
+    let ifaces: Vec<(String, String)> = started
+        .ports
+        .iter()
+        .zip(&started.kinds)
+        .map(|(p, k)| (p.clone(), format!("pvswitch port {p} ({k})")))
+        .collect();
+    let mut pcap = PcapNg::new(&ifaces, capture.snaplen)?;
+    send(stream, Chunk::Pcapng, &pcap.take()).map_err(fail)?;
+    let mut packets = 0u64;
+    let limit = count.unwrap_or(u64::MAX);
+    loop {
+        let mut bad = None;
+        let got = reader.drain(|r| {
+            let drop = r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0);
+            if let Err(e) = pcap.packet(&r, drop) {
+                bad = Some(e);
+                return false;
+            }
+            packets += 1;
+            packets < limit && pcap.pending() < CHUNK
+        });
+        if let Some(e) = bad {
+            return Ok((packets, format!("pcapng: {e}"), pcap));
+        }
+        if pcap.pending() > 0
+            && let Err(e) = send(stream, Chunk::Pcapng, &pcap.take())
+        {
+            return Ok((packets, format!("the reader left ({e})"), pcap));
+        }
+        if packets >= limit {
+            return Ok((packets, "count reached".into(), pcap));
+        }
+        if let Some(why) = capture.ended() {
+            return Ok((packets, why, pcap));
+        }
+        if got == 0 && client_left(stream) {
+            return Ok((packets, "the reader left".into(), pcap));
+        }
+    }
+}
+
+/// Waits up to `IDLE` for the client to close its side: true if it did (or sent anything:
+/// it never sends after its request).
+fn client_left(mut stream: &UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    match std::io::Read::read(&mut stream, &mut b) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
+}
+
+/// Has the capture unhooked (waiting for the control thread, at most `UNHOOK_WAIT`), then
+/// writes what the rings still hold (up to `count`) and each interface's statistics into
+/// `pcap`. Returns the records written in all.
+fn finish(
+    capture: &Capture,
+    done: &EventFd,
+    reader: &mut Reader,
+    pcap: &mut PcapNg,
+    mut packets: u64,
+    count: Option<u64>,
+) -> u64 {
+    capture.finished.store(true, Ordering::Release);
+    let _ = done.write(1);
+    let until = Instant::now() + UNHOOK_WAIT;
+    while !capture.unhooked.load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let limit = count.unwrap_or(u64::MAX);
+    reader.drain(|r| {
+        if packets >= limit {
+            return false;
+        }
+        let drop = r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0);
+        if pcap.packet(&r, drop).is_ok() {
+            packets += 1;
+        }
+        true
+    });
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    for i in 0..capture.ifaces.len() {
+        let _ = pcap.stats(i as u32, now, capture.counts(i));
+    }
+    packets
+}
+
+/// The end record: the counts over every interface.
+fn summary(capture: &Capture, packets: u64, reason: String) -> CaptureEnd {
+    let mut end = CaptureEnd { packets, reason, ..Default::default() };
+    for i in 0..capture.ifaces.len() {
+        let (seen, matched, lost) = capture.counts(i);
+        end.seen += seen;
+        end.matched += matched;
+        end.lost += lost;
+    }
+    end
+}
+
+/// Sends one chunk (nothing for empty pcapng bytes).
+fn send(stream: &mut UnixStream, kind: Chunk, bytes: &[u8]) -> std::io::Result<()> {
+    if bytes.is_empty() && kind == Chunk::Pcapng {
+        return Ok(());
+    }
+    let mut hdr = [0u8; 5];
+    hdr[0] = kind as u8;
+    hdr[1..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+    write_patiently(stream, &hdr)?;
+    write_patiently(stream, bytes)
+}
+
+/// Writes all of `buf`, however long the client takes to read it (a stopped reader holds
+/// this thread and nothing else); an error once it is gone.
+fn write_patiently(stream: &mut UnixStream, buf: &[u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match stream.write(&buf[at..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

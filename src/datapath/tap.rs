@@ -1,0 +1,55 @@
+//! Capture's two hooks in the data path (`capture`): a burst's consumed frames offered to the
+//! captures of the port that sent them (`received`: each frame as it came; with `--drops`, the
+//! dropped ones too, with their reason), and a frame as it was written to a port offered to
+//! that port's captures (`sent`: its shape's bytes, what the port was given). Both are reached
+//! only through a port's non-empty `PortTable::taps`: a port nobody captures costs the test of
+//! an empty slice.
+
+use crate::capture::{Tap, Way};
+use crate::datapath::frame::{Frame, Out, Shape};
+
+/// Offers the frames a port sent (those consumed from its burst) to its captures.
+#[cold]
+#[inline(never)]
+pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame]) {
+    for t in taps {
+        let cap = &*t.capture;
+        if !cap.looks_in() {
+            continue;
+        }
+        for f in frames {
+            let drop = match f.out {
+                Out::Drop(_) if !cap.drops => continue,
+                Out::Drop(why) => Some(why as u8),
+                _ => None,
+            };
+            cap.offer(thread, t.iface, Way::In, drop, f.len, |buf| f.read_at(0, buf));
+        }
+    }
+}
+
+/// Offers a frame written to a port, shaped by `e` (a prefix, then the sender's bytes from
+/// `skip`, a checksum patched in), to its captures.
+#[cold]
+#[inline(never)]
+pub(in crate::datapath) fn sent(thread: usize, taps: &[Tap], f: &Frame, e: Shape) {
+    let len = e.prefix.len() as u32 + e.body_len(f);
+    for t in taps.iter().filter(|t| t.capture.looks_out()) {
+        t.capture.offer(thread, t.iface, Way::Out, None, len, |buf| shaped(f, e, buf));
+    }
+}
+
+/// Copies frame `f` as shape `e` makes it into `buf` (as much as it holds); returns the bytes.
+fn shaped(f: &Frame, e: Shape, buf: &mut [u8]) -> usize {
+    let pre = e.prefix.len().min(buf.len());
+    buf[..pre].copy_from_slice(&e.prefix[..pre]);
+    let body = (e.body_len(f) as usize).min(buf.len() - pre);
+    let n = pre + f.read_at(e.skip, &mut buf[pre..pre + body]);
+    if let Some((at, v)) = e.patch {
+        let at = at as usize;
+        if at + 2 <= n {
+            buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
+        }
+    }
+    n
+}

@@ -18,14 +18,16 @@
 pub mod filter;
 pub mod pcapng;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rtrb::{Consumer, Producer, RingBuffer};
 use serde::{Deserialize, Serialize};
 
 pub use filter::Filter;
+
+use crate::counter::{cycles, cycles_per_sec};
 
 /// Bytes of records a poll thread may hold for one capture before it loses the next.
 pub const RING_BYTES: usize = 4 << 20;
@@ -82,23 +84,24 @@ pub struct Tap {
     pub iface: u32,
 }
 
-/// What a capture counts of one interface (port).
-#[derive(Default)]
-pub struct IfaceCounts {
-    /// Frames offered to the filter.
-    pub seen: AtomicU64,
-    /// Frames the filter took.
-    pub matched: AtomicU64,
-    /// Matched frames lost: the thread's ring was full (the reader is behind).
-    pub lost: AtomicU64,
+/// What a capture counts of one interface (port): frames offered to the filter, frames it
+/// took, and of those the ones lost (the thread's ring was full: the reader is behind).
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub seen: u64,
+    pub matched: u64,
+    pub lost: u64,
 }
 
-/// One poll thread's side of a capture.
-struct Slot {
+/// One poll thread's side of a capture, locked by that thread for a burst (or a frame) at a
+/// time, and by the capture's thread only once it is unhooked (its counts).
+pub struct Slot {
     ring: Producer<u8>,
     filter: Option<Filter>,
     /// Where a frame is copied to be filtered, then recorded.
     scratch: Vec<u8>,
+    /// By interface.
+    counts: Box<[Counts]>,
 }
 
 /// One capture: shared by the poll threads that offer it frames, the control thread that
@@ -111,7 +114,6 @@ pub struct Capture {
     pub drops: bool,
     pub snaplen: u32,
     slots: Box<[Mutex<Slot>]>,
-    counts: Box<[IfaceCounts]>,
     /// Its thread is done with it (count reached, client gone, or `end` set): unhook it.
     pub finished: AtomicBool,
     /// No plan holds it any more: nothing will be offered to it again.
@@ -121,7 +123,7 @@ pub struct Capture {
 }
 
 /// A record's header in a ring: total length, interface, flags (way, drop reason + 1 in the
-/// upper half), the frame's length, the time (ns since the epoch).
+/// upper half), the frame's length, the time (the TSC: the reader makes it a time).
 const HDR: usize = 24;
 
 /// One record, as the capture's thread reads it.
@@ -135,10 +137,50 @@ pub struct Record<'a> {
     pub data: &'a [u8],
 }
 
-/// The capture's thread's side: every poll thread's ring.
+/// The capture's thread's side: every poll thread's ring, and the TSC's origin and rate (a
+/// record's time is the poll thread's TSC, read without a system call).
 pub struct Reader {
     rings: Vec<Consumer<u8>>,
     buf: Vec<u8>,
+    tsc0: u64,
+    ns0: u64,
+    hz: u64,
+}
+
+impl Slot {
+    /// Offers a frame of `len` bytes on interface `iface`: `fill` copies the frame's first
+    /// bytes into the buffer it is given (as many as it holds) and returns how many it copied.
+    /// Filtered, then recorded; a full ring loses the record, counted. Never waits.
+    #[inline]
+    pub fn offer(&mut self, iface: u32, way: Way, drop: Option<u8>, len: u32, fill: impl FnOnce(&mut [u8]) -> usize) {
+        let Slot { ring, filter, scratch, counts } = self;
+        let Some(counts) = counts.get_mut(iface as usize) else { return };
+        counts.seen += 1;
+        let n = fill(scratch).min(scratch.len());
+        let data = &scratch[..n];
+        if filter.as_ref().is_some_and(|f| !f.matches(data, len)) {
+            return;
+        }
+        counts.matched += 1;
+        let flags = match way {
+            Way::In => 1,
+            Way::Out => 2,
+        } | drop.map_or(0, |d| (d as u32 + 1) << 16);
+        let mut hdr = [0u8; HDR];
+        hdr[0..4].copy_from_slice(&((HDR + n) as u32).to_le_bytes());
+        hdr[4..8].copy_from_slice(&iface.to_le_bytes());
+        hdr[8..12].copy_from_slice(&flags.to_le_bytes());
+        hdr[12..16].copy_from_slice(&len.to_le_bytes());
+        hdr[16..24].copy_from_slice(&cycles().to_le_bytes());
+        let Ok(mut chunk) = ring.write_chunk(HDR + n) else {
+            counts.lost += 1;
+            return;
+        };
+        let (a, b) = chunk.as_mut_slices();
+        put(a, b, 0, &hdr);
+        put(a, b, HDR, data);
+        chunk.commit_all();
+    }
 }
 
 impl Capture {
@@ -160,22 +202,23 @@ impl Capture {
         for _ in 0..threads {
             let (p, c) = RingBuffer::new(RING_BYTES);
             let filter = compiled.as_ref().map(|_| Filter::compile(filter)).transpose()?;
-            slots.push(Mutex::new(Slot { ring: p, filter, scratch: vec![0; scratch] }));
+            let counts = vec![Counts::default(); ifaces.len()].into();
+            slots.push(Mutex::new(Slot { ring: p, filter, scratch: vec![0; scratch], counts }));
             rings.push(c);
         }
-        let counts = ifaces.iter().map(|_| IfaceCounts::default()).collect();
+        let hz = cycles_per_sec();
+        let (tsc0, ns0) = (cycles(), SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
         let cap = Capture {
             ifaces,
             direction,
             drops,
             snaplen,
             slots: slots.into(),
-            counts,
             finished: AtomicBool::new(false),
             unhooked: AtomicBool::new(false),
             ended: Mutex::new(None),
         };
-        Ok((Arc::new(cap), Reader { rings, buf: Vec::new() }))
+        Ok((Arc::new(cap), Reader { rings, buf: Vec::new(), tsc0, ns0, hz }))
     }
 
     /// Whether it records what its ports send (and drop on the way in).
@@ -190,58 +233,26 @@ impl Capture {
         self.direction != Direction::In
     }
 
-    /// Offers poll thread `thread`'s frame of `len` bytes on interface `iface`: `fill` copies
-    /// the frame's first bytes into the buffer it is given (as many as it holds) and returns
-    /// how many it copied. Filtered, then recorded; a full ring loses the record, counted.
-    /// Never waits.
-    pub fn offer(
-        &self,
-        thread: usize,
-        iface: u32,
-        way: Way,
-        drop: Option<u8>,
-        len: u32,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) {
-        let Some(counts) = self.counts.get(iface as usize) else { return };
-        counts.seen.fetch_add(1, Ordering::Relaxed);
-        let Some(Ok(mut slot)) = self.slots.get(thread).map(|s| s.try_lock()) else {
-            counts.lost.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let Slot { ring, filter, scratch } = &mut *slot;
-        let n = fill(scratch).min(scratch.len());
-        let data = &scratch[..n];
-        if filter.as_ref().is_some_and(|f| !f.matches(data, len)) {
-            return;
-        }
-        counts.matched.fetch_add(1, Ordering::Relaxed);
-        let flags = match way {
-            Way::In => 1,
-            Way::Out => 2,
-        } | drop.map_or(0, |d| (d as u32 + 1) << 16);
-        let time = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let mut hdr = [0u8; HDR];
-        hdr[0..4].copy_from_slice(&((HDR + n) as u32).to_le_bytes());
-        hdr[4..8].copy_from_slice(&iface.to_le_bytes());
-        hdr[8..12].copy_from_slice(&flags.to_le_bytes());
-        hdr[12..16].copy_from_slice(&len.to_le_bytes());
-        hdr[16..24].copy_from_slice(&time.to_le_bytes());
-        let Ok(mut chunk) = ring.write_chunk(HDR + n) else {
-            counts.lost.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let (a, b) = chunk.as_mut_slices();
-        put(a, b, 0, &hdr);
-        put(a, b, HDR, data);
-        chunk.commit_all();
+    /// Poll thread `thread`'s side, to offer it frames (a burst's, or one). None only if its
+    /// lock is held, which a poll thread never finds (its lock is its own; the capture's
+    /// thread takes it once the capture is unhooked).
+    #[inline]
+    pub fn slot(&self, thread: usize) -> Option<MutexGuard<'_, Slot>> {
+        self.slots.get(thread)?.try_lock().ok()
     }
 
-    /// What it counted of interface `iface`: (seen, matched, lost).
-    pub fn counts(&self, iface: usize) -> (u64, u64, u64) {
-        self.counts.get(iface).map_or((0, 0, 0), |c| {
-            (c.seen.load(Ordering::Relaxed), c.matched.load(Ordering::Relaxed), c.lost.load(Ordering::Relaxed))
-        })
+    /// What it counted of interface `iface`, over every poll thread.
+    pub fn counts(&self, iface: usize) -> Counts {
+        let mut c = Counts::default();
+        for s in self.slots.iter() {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(x) = s.counts.get(iface) {
+                c.seen += x.seen;
+                c.matched += x.matched;
+                c.lost += x.lost;
+            }
+        }
+        c
     }
 
     /// Ends it from the switch's side (`why`: one of its ports was deleted).
@@ -299,12 +310,14 @@ impl Reader {
                 get(a, b, &mut self.buf);
                 chunk.commit_all();
                 let flags = word(8);
+                let tsc = u64::from_le_bytes(hdr[16..24].try_into().expect("8 bytes"));
+                let since = (tsc.wrapping_sub(self.tsc0) as u128 * 1_000_000_000 / self.hz as u128) as u64;
                 let rec = Record {
                     iface: word(4),
                     way: if flags & 3 == 2 { Way::Out } else { Way::In },
                     drop: (flags >> 16).checked_sub(1).map(|d| d as u8),
                     len: word(12),
-                    time_ns: u64::from_le_bytes(hdr[16..24].try_into().expect("8 bytes")),
+                    time_ns: self.ns0 + since,
                     data: &self.buf[HDR..],
                 };
                 n += 1;
@@ -334,14 +347,14 @@ mod tests {
         let mut offered = 0;
         // More than the ring holds: the rest is lost, counted, and nothing waits.
         while offered < RING_BYTES / 100 + 10 {
-            cap.offer(1, 1, Way::Out, None, f.len() as u32, |buf| {
+            cap.slot(1).unwrap().offer(1, Way::Out, None, f.len() as u32, |buf| {
                 let n = buf.len().min(f.len());
                 buf[..n].copy_from_slice(&f[..n]);
                 n
             });
             offered += 1;
         }
-        let (seen, matched, lost) = cap.counts(1);
+        let Counts { seen, matched, lost } = cap.counts(1);
         assert_eq!((seen, matched), (offered as u64, offered as u64));
         assert!(lost > 0);
         let mut got = 0;
@@ -354,7 +367,7 @@ mod tests {
         assert_eq!(got + lost, offered as u64);
         // Drained, the ring takes records again; a wrapped record reads back whole.
         for i in 0..3u8 {
-            cap.offer(1, 0, Way::In, Some(i), 64, |buf| {
+            cap.slot(1).unwrap().offer(0, Way::In, Some(i), 64, |buf| {
                 buf[..64].copy_from_slice(&frame(64, i));
                 64
             });
@@ -374,12 +387,12 @@ mod tests {
         let mut arp = frame(60, 2);
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         for f in [&ip, &arp, &ip] {
-            cap.offer(0, 0, Way::In, None, 60, |buf| {
+            cap.slot(0).unwrap().offer(0, Way::In, None, 60, |buf| {
                 buf[..60].copy_from_slice(f);
                 60
             });
         }
-        assert_eq!(cap.counts(0), (3, 1, 0));
+        assert_eq!(cap.counts(0), Counts { seen: 3, matched: 1, lost: 0 });
         let mut n = 0;
         rd.drain(|r| {
             assert_eq!(r.data[14], 2);

@@ -13,7 +13,7 @@ use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPa
 use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
 use pcap_file::pcapng::blocks::interface_statistics::{InterfaceStatisticsBlock, InterfaceStatisticsOption};
 
-use super::{Record, Way};
+use super::{Counts, Record, Way};
 
 /// pcapng's `epb_flags` direction: inbound, outbound.
 const INBOUND: u32 = 1;
@@ -63,7 +63,7 @@ impl PcapNg {
     }
 
     /// Interface `iface`'s statistics at `time_ns`: frames it saw, the filter took, were lost.
-    pub fn stats(&mut self, iface: u32, time_ns: u64, (seen, matched, lost): (u64, u64, u64)) -> Result<(), String> {
+    pub fn stats(&mut self, iface: u32, time_ns: u64, Counts { seen, matched, lost }: Counts) -> Result<(), String> {
         let isb = InterfaceStatisticsBlock {
             interface_id: iface,
             timestamp: time_ns,
@@ -99,7 +99,7 @@ mod tests {
         let data = [0xaau8; 60];
         let r = Record { iface: 0, way: Way::Out, drop: None, len: 70, time_ns: 1_500_000_123, data: &data };
         p.packet(&r, Some("port_security")).unwrap();
-        p.stats(0, 1_600_000_000, (5, 1, 0)).unwrap();
+        p.stats(0, 1_600_000_000, Counts { seen: 5, matched: 1, lost: 0 }).unwrap();
         let bytes = p.take();
         assert_eq!(p.pending(), 0);
         let mut rd = PcapNgReader::new(&bytes[..]).unwrap();

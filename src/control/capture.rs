@@ -177,10 +177,10 @@ fn finish(
 fn summary(capture: &Capture, packets: u64, reason: String) -> CaptureEnd {
     let mut end = CaptureEnd { packets, reason, ..Default::default() };
     for i in 0..capture.ifaces.len() {
-        let (seen, matched, lost) = capture.counts(i);
-        end.seen += seen;
-        end.matched += matched;
-        end.lost += lost;
+        let c = capture.counts(i);
+        end.seen += c.seen;
+        end.matched += c.matched;
+        end.lost += c.lost;
     }
     end
 }

@@ -38,7 +38,30 @@ pub struct PortPolicy {
     pub vlan: PortVlan,
     /// What NORMAL learns from the port's frames.
     pub learning: Learning,
+    /// The captures that watch it (`pvswitchctl capture`; set by `PortTable::with_taps`):
+    /// here, beside what delivery reads of the port anyway, so a port nobody captures costs
+    /// the test of an empty slice on a line already loaded.
+    pub taps: Taps,
 }
+
+/// A port's captures.
+#[derive(Clone, Default)]
+pub struct Taps(pub Box<[Tap]>);
+
+impl std::fmt::Debug for Taps {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} captures", self.0.len())
+    }
+}
+
+impl PartialEq for Taps {
+    fn eq(&self, o: &Taps) -> bool {
+        self.0.len() == o.0.len()
+            && self.0.iter().zip(o.0.iter()).all(|(a, b)| Arc::ptr_eq(&a.capture, &b.capture) && a.iface == b.iface)
+    }
+}
+
+impl Eq for Taps {}
 
 /// What NORMAL learns from a port's frames' source MACs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,8 +127,6 @@ pub struct PortTable {
     /// The flows' connection tracking (`ct` actions, `pipeline.rs`), if some flow has one: a
     /// table of its own, so a flow's zones never meet security groups'.
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
-    /// By port id: the captures that watch it (`pvswitchctl capture`); empty for most.
-    taps: Vec<Box<[Tap]>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -234,7 +255,7 @@ impl PortTable {
         self
     }
 
-    /// The table with `taps`: (port id, a capture of it).
+    /// The table with `taps`: (port id, a capture of it), kept in each port's policy.
     pub fn with_taps(mut self, taps: Vec<(u16, Tap)>) -> PortTable {
         let mut by_port: Vec<Vec<Tap>> = vec![Vec::new(); self.by_id.len()];
         for (id, tap) in taps {
@@ -242,14 +263,10 @@ impl PortTable {
                 v.push(tap);
             }
         }
-        self.taps = by_port.into_iter().map(Vec::into_boxed_slice).collect();
+        for (pol, t) in self.policy.iter_mut().zip(by_port) {
+            pol.taps = Taps(t.into_boxed_slice());
+        }
         self
-    }
-
-    /// The captures that watch port `id` (none, nearly always).
-    #[inline(always)]
-    pub fn taps(&self, id: u16) -> &[Tap] {
-        self.taps.get(id as usize).map_or(&[], |t| t)
     }
 
     /// Whether a local port owns `mac` (lists it in `allowed_macs`): a tunnel may not learn it.

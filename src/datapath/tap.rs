@@ -8,7 +8,8 @@
 use crate::capture::{Tap, Way};
 use crate::datapath::frame::{Frame, Out, Shape};
 
-/// Offers the frames a port sent (those consumed from its burst) to its captures.
+/// Offers the frames a port sent (those consumed from its burst) to its captures: each
+/// capture's slot locked once for the burst.
 #[cold]
 #[inline(never)]
 pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame]) {
@@ -17,13 +18,14 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
         if !cap.looks_in() {
             continue;
         }
+        let Some(mut slot) = cap.slot(thread) else { continue };
         for f in frames {
             let drop = match f.out {
                 Out::Drop(_) if !cap.drops => continue,
                 Out::Drop(why) => Some(why as u8),
                 _ => None,
             };
-            cap.offer(thread, t.iface, Way::In, drop, f.len, |buf| f.read_at(0, buf));
+            slot.offer(t.iface, Way::In, drop, f.len, |buf| f.read_at(0, buf));
         }
     }
 }
@@ -35,7 +37,9 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
 pub(in crate::datapath) fn sent(thread: usize, taps: &[Tap], f: &Frame, e: Shape) {
     let len = e.prefix.len() as u32 + e.body_len(f);
     for t in taps.iter().filter(|t| t.capture.looks_out()) {
-        t.capture.offer(thread, t.iface, Way::Out, None, len, |buf| shaped(f, e, buf));
+        if let Some(mut slot) = t.capture.slot(thread) {
+            slot.offer(t.iface, Way::Out, None, len, |buf| shaped(f, e, buf));
+        }
     }
 }
 

@@ -59,6 +59,26 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         ),
         (req("vteps", &[]), Request::Vteps),
         (
+            req("capture", &["vm1", "vm2", "tcp", "port", "80"]),
+            Request::Capture {
+                words: ["vm1", "vm2", "tcp", "port", "80"].map(String::from).to_vec(),
+                direction: Direction::Both,
+                drops: false,
+                count: None,
+                snaplen: 0,
+            },
+        ),
+        (
+            req("capture", &["--direction", "in", "vm1", "--drops", "-c", "5", "-s", "96", "--", "-x"]),
+            Request::Capture {
+                words: ["vm1", "--", "-x"].map(String::from).to_vec(),
+                direction: Direction::In,
+                drops: true,
+                count: Some(5),
+                snaplen: 96,
+            },
+        ),
+        (
             req("vtep-sync", &["vt", r#"{"remotes": []}"#]),
             Request::VtepSync { vtep: "vt".into(), state: r#"{"remotes": []}"#.into() },
         ),
@@ -110,6 +130,18 @@ fn bad_arguments_say_what_was_expected() {
     assert_eq!(req("set-port", &["a"]), Err("set-port: expected NAME KEY=VALUE...".into()));
     assert_eq!(req("ports", &["a", "b"]), Err("ports: expected at most one port name".into()));
     assert!(req("vtep-sync", &["vt"]).unwrap_err().starts_with("vtep-sync: expected VTEP STATE"));
+    for (args, want) in [
+        (&[][..], "capture: expected [--direction"),
+        (&["--"], "capture: expected [--direction"),
+        (&["vm1", "-c"], "capture: -c needs a count"),
+        (&["vm1", "-c", "0"], "capture: -c 0: expected a count above 0"),
+        (&["vm1", "-s", "big"], "capture: -s big: expected a length"),
+        (&["vm1", "--direction", "up"], "capture: direction \"up\": expected in, out or both"),
+        (&["vm1", "-x"], "capture: unknown option -x"),
+    ] {
+        let e = req("capture", args).unwrap_err();
+        assert!(e.starts_with(want), "{args:?}: {e}");
+    }
 }
 
 #[test]
@@ -123,7 +155,7 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
         Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
-             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush)"
+             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture)"
             .into())
     );
 }
@@ -418,6 +450,8 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
     };
     check(r, "vteps", vec![vtep], &[]).unwrap();
     check(r, "drops", samples::drops(), &[]).unwrap();
+    check(r, "capture", CaptureStarted::default(), &[]).unwrap();
+    check(r, "capture's end", CaptureEnd::default(), &[]).unwrap();
     let reasons: BTreeSet<String> = DROP_REASONS.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(documented(r, "drops"), reasons);
 }

@@ -124,6 +124,8 @@ impl PortState {
             rules: None,
             vlan: self.cfg.vlan.clone(),
             learning,
+            // Added as plans are made (`captures.rs`).
+            taps: Default::default(),
         }
     }
 }

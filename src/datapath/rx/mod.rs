@@ -246,7 +246,7 @@ fn visit_source<'a, S: Source<'a>>(
             src.give_back(got - consumed);
         }
         let bytes = count_consumed(env, &frames[..consumed], pc);
-        let taps = env.ports.taps(port.id);
+        let taps = &sender.policy().taps.0;
         if !taps.is_empty() {
             tap::received(cx.index, taps, &frames[..consumed]);
         }

@@ -14,12 +14,11 @@ use self::delivery::{Delivery, FLOOD_BACKOFF_MAX, FloodSkip};
 use self::nic::NicDest;
 use self::offload::Segments;
 use self::vxlan::encap;
-use crate::capture::Tap;
-use crate::config::vlan::PortVlan;
 use crate::datapath::classify::normal;
 use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
 use crate::datapath::firewall;
 use crate::datapath::frame::{AS_IS, Frame, NO_VLAN, Out, Shape};
+use crate::datapath::plan::PortPolicy;
 use crate::datapath::tap;
 use crate::datapath::vlan::{Retag, egress_tagging, header_for, header_vlan, retag};
 use crate::datapath::{Ctx, Env, ring_broke};
@@ -44,20 +43,22 @@ struct Open<'a> {
     bytes: u64,
     /// The port has an egress rate cap (read once, when it is opened).
     capped: bool,
-    /// Its VLAN config (how NORMAL's frames leave it, on a switch with VLANs).
-    vlan: &'a PortVlan,
+    /// It has a cap or a capture: its frames take `write_slow`.
+    slow: bool,
+    /// Its policy: its VLAN config (how NORMAL's frames leave it, on a switch with VLANs),
+    /// its captures.
+    policy: &'a PortPolicy,
     /// A tunnel port: its remote endpoint and the underlay its frames leave through.
     tunnel: Option<(&'a Tunnel, NicDest<'a>)>,
     /// The iteration's start (TSC).
     now: u64,
-    /// The captures that watch the port (nearly always none).
-    taps: &'a [Tap],
 }
 
 impl<'a> Open<'a> {
     fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
-        let open = |guard, vq_index, capped, tunnel| Open {
+        let policy = &env.ports.policy[p as usize];
+        let open = |guard, vq_index, capped: bool, tunnel| Open {
             cx: env.cx,
             port,
             vq_index,
@@ -65,10 +66,10 @@ impl<'a> Open<'a> {
             packets: 0,
             bytes: 0,
             capped,
-            vlan: &env.ports.policy[p as usize].vlan,
+            slow: capped || !policy.taps.0.is_empty(),
+            policy,
             tunnel,
             now: env.now,
-            taps: env.ports.taps(p),
         };
         match &port.kind {
             PortKind::VhostUser(queues) => {
@@ -104,10 +105,10 @@ impl<'a> Open<'a> {
     /// for done here if the port cannot take them.
     #[inline(always)]
     fn write(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
-        if self.capped {
-            return self.write_capped(f, e, dv);
+        if self.slow {
+            return self.write_slow(f, e, dv);
         }
-        self.write_uncapped(f, e, dv)
+        self.write_uncapped::<false>(f, e, dv)
     }
 
     /// Writes frame `f` to this port as NORMAL switched it: as it came, or (on a switch with
@@ -117,7 +118,7 @@ impl<'a> Open<'a> {
     #[inline(always)]
     fn write_switched(&mut self, f: &Frame, dv: &mut Delivery) -> Result<(), DropReason> {
         if f.vlan != NO_VLAN {
-            let tagged = self.vlan.egress(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
+            let tagged = self.policy.vlan.egress(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
             if let Some(r) = egress_tagging(f, tagged) {
                 return self.write_retagged(f, r, dv);
             }
@@ -132,43 +133,54 @@ impl<'a> Open<'a> {
         self.write(f, retag(f, r, &mut buf), dv)
     }
 
-    /// [`Open::write`] to a port with an egress cap: a frame goes only while the port's
-    /// buckets hold tokens, and is charged what it costs on the wire once written.
+    /// [`Open::write`] to a port with an egress cap or a capture. A capped port's frame goes
+    /// only while its buckets hold tokens, and is charged what it costs on the wire once
+    /// written; a captured port's is offered to its captures as it was written (each segment
+    /// of one segmented here). The write itself is `write_uncapped`'s, with `TAP` the
+    /// captures' hook compiled in: a port without either never meets it.
     #[cold]
-    fn write_capped(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
+    fn write_slow(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         let rates = &self.port.rates;
-        if !rates.egress_allows() {
+        if self.capped && !rates.egress_allows() {
             return Err(DropReason::RateCap);
         }
-        self.write_uncapped(f, e, dv)?;
-        rates.charge_egress(wire_cost(f, e));
+        if self.policy.taps.0.is_empty() {
+            self.write_uncapped::<false>(f, e, dv)?;
+        } else {
+            self.write_uncapped::<true>(f, e, dv)?;
+        }
+        if self.capped {
+            rates.charge_egress(wire_cost(f, e));
+        }
         Ok(())
     }
 
     #[inline(always)]
-    fn write_uncapped(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
+    fn write_uncapped<const TAP: bool>(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         if f.off.is_none() {
             // A frame whose NIC verified its checksum, to a guest with GUEST_CSUM: DATA_VALID.
             const VALID: VirtioNetHdr = VirtioNetHdr { flags: virtio_net::flags::DATA_VALID, ..VirtioNetHdr::PLAIN };
             let valid = f.valid && self.guard.as_ref().is_some_and(|g| g.offloads.csum);
-            self.write_one(f, e, if valid { &VALID } else { &VirtioNetHdr::PLAIN }, dv)?;
+            self.write_one::<TAP>(f, e, if valid { &VALID } else { &VirtioNetHdr::PLAIN }, dv)?;
             if valid {
                 bump(&self.cx.stats.ports[self.port.id as usize].data_valid, 1);
             }
             return Ok(());
         }
-        self.write_offloaded(f, e, dv)
+        self.write_offloaded::<TAP>(f, e, dv)
     }
 
     /// A frame with a partial checksum or TSO: whole to a guest that negotiated the same
     /// offloads (the header carried through, its offsets following a rewritten Ethernet
     /// header), else completed or segmented for this port alone.
     #[cold]
-    fn write_offloaded(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
+    fn write_offloaded<const TAP: bool>(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         let off = f.off.shifted(e.prefix.len() as i32 - e.skip as i32);
         let pc = &self.cx.stats.ports[self.port.id as usize];
         match (&self.guard, self.port.nic()) {
-            (Some(g), _) if off.taken_by(&g.offloads) => return self.write_one(f, e, &off.to_hdr(), dv).map(|_| ()),
+            (Some(g), _) if off.taken_by(&g.offloads) => {
+                return self.write_one::<TAP>(f, e, &off.to_hdr(), dv).map(|_| ());
+            }
             (None, Some(nic)) if off.taken_by(&nic.takes()) && nic.segments_fit(&off) => {
                 // A NIC with the offloads: handed whole, for the device to finish.
                 if let Some(job) = offload::device_job(f, e.prefix, e.skip) {
@@ -179,7 +191,9 @@ impl<'a> Open<'a> {
                         &job,
                     )?;
                     bump(&pc.hw_offloaded, 1);
-                    self.tapped(f, e);
+                    if TAP {
+                        self.tap(f, e);
+                    }
                     return Ok(());
                 }
             }
@@ -191,7 +205,9 @@ impl<'a> Open<'a> {
             let (field, v) = offload::checksum(f).ok_or(DropReason::OffloadHeaders)?;
             bump(&pc.sw_checksums, 1);
             let field = (field as i32 + e.prefix.len() as i32 - e.skip as i32) as u32;
-            return self.write_one(f, Shape { patch: Some((field, v)), ..e }, &VirtioNetHdr::PLAIN, dv).map(|_| ());
+            return self
+                .write_one::<TAP>(f, Shape { patch: Some((field, v)), ..e }, &VirtioNetHdr::PLAIN, dv)
+                .map(|_| ());
         }
         let mut segs = Segments::new(f, e.prefix, e.skip).ok_or(DropReason::OffloadHeaders)?;
         // Each segment takes at least one receive buffer: more segments than the ring has
@@ -220,7 +236,7 @@ impl<'a> Open<'a> {
                 VirtioNetHdr::PLAIN
             };
             let shape = Shape { prefix: &s.hdrs[..s.hdr_len as usize], skip: s.skip, take: s.len, patch: None };
-            match self.write_one(f, shape, &vh, dv) {
+            match self.write_one::<TAP>(f, shape, &vh, dv) {
                 Ok(n) => bufs += n,
                 Err(why) => {
                     // A guest gets every segment or none: what was written is taken back
@@ -258,19 +274,29 @@ impl<'a> Open<'a> {
     /// Writes one frame: `e`'s bytes after virtio-net header `vh`. Returns the receive buffers
     /// it took (0 for a NIC).
     #[inline]
-    fn write_one(&mut self, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Delivery) -> Result<u16, DropReason> {
+    fn write_one<const TAP: bool>(
+        &mut self,
+        f: &Frame,
+        e: Shape,
+        vh: &VirtioNetHdr,
+        dv: &mut Delivery,
+    ) -> Result<u16, DropReason> {
         let Some(guard) = self.guard.as_mut() else {
             if let Some((t, to)) = &self.tunnel {
                 // A tunnel: encapsulated into an mbuf of the underlay's TX batch.
                 let len = encap(self.now, t, to, self.port.max_frame(), f, e, dv)?;
                 self.packets += 1;
                 self.bytes += len as u64;
-                self.tapped(f, e);
+                if TAP {
+                    self.tap(f, e);
+                }
                 return Ok(0);
             }
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             dv.nic_tx.write(&self.nic_dest()?, f, e)?;
-            self.tapped(f, e);
+            if TAP {
+                self.tap(f, e);
+            }
             return Ok(0);
         };
         let Vring { active, broken, hdr_len, mrg_rxbuf, .. } = &mut **guard;
@@ -291,7 +317,9 @@ impl<'a> Open<'a> {
             Ok(bufs) => {
                 self.packets += 1;
                 self.bytes += len as u64;
-                self.tapped(f, e);
+                if TAP {
+                    self.tap(f, e);
+                }
                 Ok(bufs)
             }
             Err(WriteError::Drop(DropReason::RxBufferTooSmall)) => {
@@ -308,12 +336,10 @@ impl<'a> Open<'a> {
         }
     }
 
-    /// Offers frame `f`, as shape `e` wrote it, to the port's captures, if it has any.
+    /// Offers frame `f`, as shape `e` wrote it, to the port's captures.
     #[inline(always)]
-    fn tapped(&self, f: &Frame, e: Shape) {
-        if !self.taps.is_empty() {
-            tap::sent(self.cx.index, self.taps, f, e);
-        }
+    fn tap(&self, f: &Frame, e: Shape) {
+        tap::sent(self.cx.index, &self.policy.taps.0, f, e);
     }
 
     /// Publishes what was written with one used-index store; owes the guest an interrupt if it
@@ -703,8 +729,9 @@ struct RxRing<'a> {
 /// Copies one frame into the guest's receive buffers: the virtio-net header (`vh`, with
 /// num_buffers), then the frame, spread over several buffers when MRG_RXBUF allows (num_buffers
 /// says how many); the shape's `patch` (frame offset, value) is stored over the copy, in the
-/// first buffer. Returns the buffers it took.
-#[inline]
+/// first buffer. Returns the buffers it took. Inlined into `Open::write_one`, whose two
+/// instances (with and without captures' hook) would otherwise share it as a call.
+#[inline(always)]
 fn write_frame(dst: RxRing, f: &Frame, e: Shape, vh: &VirtioNetHdr, dv: &mut Delivery) -> Result<u16, WriteError> {
     let RxRing { mut ring, hdr_len, mrg } = dst;
     let patch = e.patch;

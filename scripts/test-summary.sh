@@ -27,7 +27,7 @@ awk '
   /^test result:/ { ran++; passed += $4; failed += $6 }
   # The suite is one binary: its files (modules) are timed by the tests that hold the machine.
   match($0, /TOOK [a-z0-9_]+::[^ ]+ [0-9.]+/) {
-    split(substr($0, RSTART + 5, RLENGTH - 5), w, " "); split(w[1], m, "::"); mods[m[1]] += w[2]
+    split(substr($0, RSTART + 5, RLENGTH - 5), took, " "); split(took[1], part, "::"); mods[part[1]] += took[2]
   }
   match($0, /SKIPPED [^ ]+: needs /) { skipped++; why[substr($0, RSTART + RLENGTH)]++ }
   END {
@@ -38,7 +38,7 @@ awk '
     for (b in secs) printf "%8.1f  %s\n", secs[b], b | "sort -rn | head -n 10"
     close("sort -rn | head -n 10")
     if (length(mods) > 0) print "the 10 slowest files of tests/ (seconds, tests that hold the machine):"
-    for (m in mods) printf "%8.1f  tests/%s.rs\n", mods[m], m | "sort -rn | head -n 10"
+    for (f in mods) printf "%8.1f  tests/%s.rs\n", mods[f], f | "sort -rn | head -n 10"
     close("sort -rn | head -n 10")
     exit (failed > 0 || ran == 0)
   }' "$log"

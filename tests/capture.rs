@@ -1,7 +1,8 @@
 //! `pvswitchctl capture`, as an operator runs it: pcapng that tcpdump and tshark read, what a
 //! port sent and what it was given compared byte for byte with what the VMs sent and received,
 //! a drop with its reason, a filter, a reader that stops (the switch does not), ten captures at
-//! once, a port deleted under a capture, and the command's bad input.
+//! once, a port deleted under a capture, a VLAN tag pushed for the port it goes to, and the
+//! command's bad input.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -300,4 +301,33 @@ fn bad_captures_are_refused_with_a_clear_error() {
     assert!(e.message.contains("NUL"), "{}", e.message);
     let mut b = b;
     b.check_forwarding(10);
+}
+
+#[test]
+fn out_is_what_the_port_was_given_its_vlan_tag_pushed() {
+    let Some(_g) = run_alone(NEEDS) else { return };
+    let b = Bench::start("capture-vlan");
+    let sw = &b.sw;
+    sw.try_ctl_args("add-port", &["acc", "type=vhost-user", "socket=acc.sock", "tag=10"]).unwrap();
+    sw.try_ctl_args("add-port", &["trk", "type=vhost-user", "socket=trk.sock", "trunks=[10]"]).unwrap();
+    let mut acc = Vm::connect(&sw.sock("acc"));
+    let mut trk = Vm::connect(&sw.sock("trk"));
+    sw.wait_running("acc", 1);
+    sw.wait_running("trk", 1);
+    trk.post_rx_buffers(64, RX_BUF);
+    let file = sw.dir.join("vlan.pcapng");
+    let (child, err) = start_capture(sw, &file, &["acc", "trk", "-c", "2"]);
+    let f = frame(BCAST, MAC_A, 100, 9, 1);
+    acc.send(&f);
+    let got = recv_n(&mut trk, 1);
+    // What trk was given: the frame with VLAN 10's tag pushed after the addresses.
+    assert_eq!(got[0].len(), f.len() + 4);
+    assert_eq!(&got[0][12..16], &[0x81, 0x00, 0x00, 0x0a]);
+    end_of(child, err);
+    let (names, recs) = read_pcapng(&file);
+    assert_eq!(names, ["acc", "trk"]);
+    let find = |iface, way| recs.iter().find(|r| r.iface == iface && r.way == way).map(|r| r.data.clone());
+    assert_eq!(find(0, 1), Some(f), "acc's frame as it sent it (untagged)");
+    assert_eq!(find(1, 2), Some(got[0].clone()), "trk's frame as it was given it (tagged)");
+    assert_eq!(tcpdump(&file, &["vlan", "10"]).len(), 1, "tcpdump's own filter sees the tag");
 }

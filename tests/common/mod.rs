@@ -27,10 +27,11 @@ pub use switch::*;
 #[allow(unused_imports)]
 pub use testpmd::*;
 
-/// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time.
-pub fn serial() -> MutexGuard<'static, ()> {
+/// Tests that run testpmd or QEMU share two CPUs and the hugepage pool: one at a time. The
+/// guard reports the test's time when it is let go (`Alone`).
+pub fn serial() -> Alone {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    Alone { _lock: LOCK.lock().unwrap_or_else(|e| e.into_inner()), since: Instant::now() }
 }
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -81,10 +82,10 @@ pub fn test_dir(name: &str) -> PathBuf {
 /// A test's preamble: its needs met (else SKIPPED, or failed under PVS_REQUIRE_ALL), then the
 /// machine to itself (`serial`). `let Some(_g) = run_alone(NEEDS) else { return };`
 pub fn run_alone(needs: &[Need]) -> Option<Alone> {
-    require(needs).then(|| Alone { _lock: serial(), since: Instant::now() })
+    require(needs).then(serial)
 }
 
-/// The machine held for one test (`run_alone`); when it is let go, the test's time goes to
+/// The machine held for one test (`serial`, `run_alone`); when it is let go, the test's time goes to
 /// standard error as `TOOK <test> <seconds>` (scripts/test-summary.sh sums it by file: the
 /// suite is one binary, whose harness times only the whole).
 pub struct Alone {

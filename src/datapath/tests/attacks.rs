@@ -7,7 +7,7 @@ use pvsgen::frontend::{Desc, F_INDIRECT, F_NEXT, F_WRITE, HDR_LEN, Layout, write
 
 use super::*;
 use crate::datapath::counters::DropReason;
-use crate::datapath::tx::MAX_FRAME_BUFS;
+use crate::datapath::tx::guest::MAX_FRAME_BUFS;
 use crate::vring::{MAX_CHAIN_DESCS, RingError};
 use crate::wire::virtio_net::feature;
 

@@ -16,9 +16,10 @@ impl Filter {
         dead.compile(expr, true).map(Filter).map_err(|e| format!("filter \"{expr}\": {e}"))
     }
 
-    /// Whether the frame whose first bytes are `data` (`len` bytes long in all) matches.
+    /// Whether the frame whose first bytes are `data` matches (a filter on the length, such
+    /// as `greater 1000`, sees the bytes kept: the pcap crate passes no other).
     #[inline]
-    pub fn matches(&self, data: &[u8], _len: u32) -> bool {
+    pub fn matches(&self, data: &[u8]) -> bool {
         self.0.filter(data)
     }
 }

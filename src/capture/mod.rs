@@ -158,7 +158,7 @@ impl Slot {
         counts.seen += 1;
         let n = fill(scratch).min(scratch.len());
         let data = &scratch[..n];
-        if filter.as_ref().is_some_and(|f| !f.matches(data, len)) {
+        if filter.as_ref().is_some_and(|f| !f.matches(data)) {
             return;
         }
         counts.matched += 1;

@@ -64,8 +64,9 @@ fn run(job: Job) {
             (packets, reason)
         }
         Err(reason) => {
-            let packets = finish(&capture, &done, &mut reader, &mut PcapNg::new(&[], 0).expect("empty"), 0, Some(0));
-            (packets, reason)
+            // Nothing was written: only unhooked.
+            unhook(&capture, &done);
+            (0, reason)
         }
     };
     info!("capture of {ports} ended: {reason} ({packets} packets)");
@@ -100,8 +101,7 @@ fn stream_records(
     loop {
         let mut bad = None;
         let got = reader.drain(|r| {
-            let drop = r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0);
-            if let Err(e) = pcap.packet(&r, drop) {
+            if let Err(e) = pcap.packet(&r, drop_name(&r)) {
                 bad = Some(e);
                 return false;
             }
@@ -149,19 +149,13 @@ fn finish(
     mut packets: u64,
     count: Option<u64>,
 ) -> u64 {
-    capture.finished.store(true, Ordering::Release);
-    let _ = done.write(1);
-    let until = Instant::now() + UNHOOK_WAIT;
-    while !capture.unhooked.load(Ordering::Acquire) && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    unhook(capture, done);
     let limit = count.unwrap_or(u64::MAX);
     reader.drain(|r| {
         if packets >= limit {
             return false;
         }
-        let drop = r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0);
-        if pcap.packet(&r, drop).is_ok() {
+        if pcap.packet(&r, drop_name(&r)).is_ok() {
             packets += 1;
         }
         true
@@ -171,6 +165,22 @@ fn finish(
         let _ = pcap.stats(i as u32, now, capture.counts(i));
     }
     packets
+}
+
+/// Says the thread is done with `capture` and waits (at most `UNHOOK_WAIT`) until the control
+/// thread has unhooked it: no poll thread offers it frames any more.
+fn unhook(capture: &Capture, done: &EventFd) {
+    capture.finished.store(true, Ordering::Release);
+    let _ = done.write(1);
+    let until = Instant::now() + UNHOOK_WAIT;
+    while !capture.unhooked.load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The name of the reason a recorded frame was dropped for, if it was.
+fn drop_name(r: &crate::capture::Record) -> Option<&'static str> {
+    r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0)
 }
 
 /// The end record: the counts over every interface.

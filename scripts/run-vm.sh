@@ -19,6 +19,9 @@
 #   --smp N           guest vCPUs (default 1)
 #   --job FILE        shell script run in the guest as /job.sh (then the guest powers off)
 #   --log FILE        serial console output (default: console on stdio)
+#   --console-in PATH with --log: the serial console also listens on unix socket PATH, and
+#                     what a client writes there is the guest's console input (a job reads
+#                     it from /dev/console: how a test tells a running job to stop)
 #   --name NAME       VM name / guest hostname (default pvs-vm)
 #   --reboot          a guest reboot resets the machine (default: it ends QEMU)
 #   --mem MIB         guest RAM (default 256)
@@ -44,7 +47,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run-vm: error: $*" >&2; exit 1; }
 
-socket= tap= qmp= incoming= paused=0 mem=256 server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
+socket= tap= qmp= incoming= paused=0 mem=256 server=0 mac= ip= mtu= queues=1 smp=1 job= logfile= console_in= name=pvs-vm reboot=0 net_opts=${PVS_NET_OPTS:-}
 guest_dir=$ROOT/target/guest
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -62,6 +65,7 @@ while [ $# -gt 0 ]; do
     --smp)          smp=${2:?}; shift 2 ;;
     --job)          job=${2:?}; shift 2 ;;
     --log)          logfile=${2:?}; shift 2 ;;
+    --console-in)   console_in=${2:?}; shift 2 ;;
     --name)         name=${2:?}; shift 2 ;;
     --reboot)       reboot=1; shift ;;
     --guest-dir)    guest_dir=${2:?}; shift 2 ;;
@@ -157,7 +161,13 @@ args=(
 if [ -n "$logfile" ]; then
   mkdir -p "$(dirname "$logfile")"
   # Serial console to the file; no monitor on stdio (safe to run in the background).
-  args+=(-serial "file:$logfile" -monitor none)
+  if [ -n "$console_in" ]; then
+    # A socket for its input, its output still logged to the file (connected or not).
+    args+=(-chardev "socket,id=con0,path=$console_in,server=on,wait=off,logfile=$logfile,logappend=on")
+    args+=(-serial chardev:con0 -monitor none)
+  else
+    args+=(-serial "file:$logfile" -monitor none)
+  fi
 else
   args+=(-serial mon:stdio)
 fi

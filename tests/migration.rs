@@ -67,9 +67,9 @@ impl Qmp {
 /// The guest that migrates: its MAC, address and name stay with it from QEMU to QEMU.
 const VM_MAC: &str = "52:54:00:4d:00:01";
 const VM_IP: &str = "10.41.0.1";
-/// The transfer: an 8 MiB random file sent 25 times (200 MiB).
+/// The transfer: an 8 MiB random file sent again and again until both moves are done (the
+/// test then says stop on the peer's console). A fixed 200 MiB outlasted the moves by 80 s.
 const CHUNK_MIB: u32 = 8;
-const CHUNKS: u32 = 25;
 
 struct Run {
     dir: PathBuf,
@@ -173,7 +173,7 @@ impl Run {
 /// What the peer sends the moving guest.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Load {
-    /// 200 MiB over TCP (nc), its SHA-256 checked.
+    /// A stream over TCP (nc) for as long as the moves take, its SHA-256 checked.
     Tcp,
     /// iperf3 UDP at 40 Mbit/s: a datagram the guest reads from a receive buffer that reached
     /// the destination stale (a page the switch wrote but did not log) is an older datagram
@@ -187,16 +187,21 @@ fn peer_job(load: Load) -> String {
     let wait =
         format!("i=0; until ping -c 1 -W 1 {VM_IP} >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || break; done\n");
     let send = match load {
+        // Chunks until the test says stop on the console (the moves are done), each counted
+        // once whole; then the SHA-256 of what was sent.
         Load::Tcp => format!(
             r#"dd if=/dev/urandom of=/tmp/r bs=1M count={CHUNK_MIB} 2>/dev/null
-(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | sha256sum | sed 's/^/PVS-SENT /'
-ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
+ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 & PING=$!
+(read l < /dev/console; touch /tmp/stop) &
 echo PVS-START
-(for i in $(seq 1 {CHUNKS}); do cat /tmp/r; done) | nc {VM_IP} 5000; echo PVS-NC-EXIT $?
+: > /tmp/n
+(while [ ! -e /tmp/stop ]; do cat /tmp/r; echo >> /tmp/n; done) | nc {VM_IP} 5000; echo PVS-NC-EXIT $?
+n=$(wc -l < /tmp/n); echo "PVS-CHUNKS $n"
+(for i in $(seq 1 $n); do cat /tmp/r; done) | sha256sum | sed 's/^/PVS-SENT /'
 "#
         ),
         Load::Udp => format!(
-            r#"ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 &
+            r#"ping -i 0.01 {VM_IP} > /tmp/ping 2>&1 & PING=$!
 echo PVS-START
 # The server may still be starting: retry only a refused connection.
 for i in $(seq 1 20); do
@@ -209,7 +214,7 @@ echo PVS-UDP out_of_order=$(num out_of_order) lost=$(num lost_packets) packets=$
 "#
         ),
     };
-    let report = r#"kill -INT %1 2>/dev/null; kill -INT $! 2>/dev/null; sleep 1
+    let report = r#"kill -INT $PING 2>/dev/null; sleep 1
 # The longest run of missing replies: the seq numbers answered, in order.
 grep -o 'seq=[0-9]*' /tmp/ping | cut -d= -f2 | awk 'NR>1 && $1-p>g {g=$1-p} {p=$1} END {print "PVS-GAP", g-1, NR}'
 "#;
@@ -246,7 +251,9 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
     let root = env!("CARGO_MANIFEST_DIR");
     let peer_sock = if server { run.sw.sock("peer") } else { dir.join("peer.sock").display().to_string() };
     let mut peer_cmd = Command::new(format!("{root}/scripts/run-vm.sh"));
+    let peer_console = dir.join("peer-console.sock");
     peer_cmd.args(["--socket", &peer_sock, "--name", "peer", "--ip", "10.41.0.2/24"]);
+    peer_cmd.arg("--console-in").arg(&peer_console);
     if !server {
         peer_cmd.arg("--vhost-server");
     }
@@ -315,6 +322,18 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
             });
         }
     }
+    // Both moves done with the stream running: the peer stops sending (the connection kept
+    // until the peer has reported, so the line is read whole).
+    let _stop = (load == Load::Tcp).then(|| {
+        assert!(
+            !run.log("peer").contains("PVS-NC-EXIT"),
+            "the stream ended before the moves did:\n{}",
+            run.log("peer")
+        );
+        let mut c = UnixStream::connect(&peer_console).expect("the peer's console");
+        c.write_all(b"stop\n").unwrap();
+        c
+    });
     run.wait_log("peer", "PVS-GAP", 900);
     // The guest's console after the last move.
     let last = format!("vm-{MOVES}");
@@ -331,7 +350,10 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
             let sent = pick(&peer_log, "PVS-SENT").expect("the sender's SHA-256");
             let got = pick(&run.log(&last), "PVS-SHA").expect("the receiver's SHA-256");
             assert_eq!(pick(&peer_log, "PVS-NC-EXIT").as_deref(), Some("0"), "the TCP connection broke:\n{peer_log}");
-            assert_eq!(got, sent, "the 200 MiB arrived changed");
+            let chunks = pick(&peer_log, "PVS-CHUNKS").and_then(|c| c.parse::<u32>().ok()).unwrap_or(0);
+            eprintln!("TCP: {} MiB sent", chunks * CHUNK_MIB);
+            assert!(chunks > 0, "nothing was sent:\n{peer_log}");
+            assert_eq!(got, sent, "the stream arrived changed");
         }
         Load::Udp => {
             let udp = pick(&peer_log, "PVS-UDP").expect("iperf3's report");

@@ -63,10 +63,14 @@ fn two_linux_guests_switch_as_client() {
     );
 }
 
-/// A guest that reboots ten times in a row (the driver resets the device and re-creates its
+/// How many times the guest reboots: the first reboot resets a device that was set up once,
+/// the later ones one already reset (ten proved no more and cost the suite 40 s).
+const BOOTS: usize = 4;
+
+/// A guest that reboots several times in a row (the driver resets the device and re-creates its
 /// rings on the same vhost-user connection each time) reaches its peer after every boot.
 #[test]
-fn a_linux_guest_rebooting_ten_times_keeps_working() {
+fn a_linux_guest_rebooting_keeps_working() {
     let Some(_g) = run_alone(QEMU) else { return };
     let sw = Switch::start("qemu-reboot", &[1], &[PortSpec::server("vm1"), PortSpec::server("vm2")]);
     let root = env!("CARGO_MANIFEST_DIR");
@@ -116,11 +120,11 @@ fn a_linux_guest_rebooting_ten_times_keeps_working() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     };
-    boots(10);
+    boots(BOOTS);
     let p = sw.port("vm1");
     assert_eq!(p["connects"], 1, "the guest's reboots must reuse its connection: {p}");
     assert_eq!(p["drops"]["malformed"], 0, "{p}");
     let setups = sw.log().matches("vm1: features").count();
-    assert!(setups >= 10, "the driver set the device up {setups} times in 10 boots");
+    assert!(setups >= BOOTS, "the driver set the device up {setups} times in {BOOTS} boots");
     drop(vms);
 }

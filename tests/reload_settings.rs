@@ -39,7 +39,7 @@ enum At {
     Dpdk,
     /// A `[[vtep]]` on nic0, after everything else.
     Vtep,
-    /// A `[[security_group]]` of its own, after the base's group "web".
+    /// A `[[security_group]]` (or a `[[mirror]]`) of its own, after the base's group "web".
     Group,
 }
 
@@ -109,6 +109,22 @@ const GROUP_DATA_PATH: &str = "secgroups.rs";
 
 fn groups_changed(_: &Switch, _: &Path, summary: &str) {
     assert!(summary.contains("security groups changed"), "{summary}");
+}
+
+/// A `[[mirror]]` "m" of `$extra` lines (after its name and output, b).
+macro_rules! mirror {
+    ($extra:literal) => {
+        concat!("[[mirror]]\nname = \"m\"\noutput_port = \"b\"\n", $extra)
+    };
+}
+
+/// The running mirror, after a reload that said mirrors changed.
+fn mirror_now(sw: &Switch, summary: &str) -> Value {
+    assert!(summary.contains("mirrors changed"), "{summary}");
+    let m = sw.ctl("mirrors");
+    assert_eq!(m.as_array().map(Vec::len), Some(1), "{m}");
+    assert_eq!((&m[0]["name"], &m[0]["output_port"], &m[0]["active"]), (&"m".into(), &"b".into(), &true.into()), "{m}");
+    m[0].clone()
 }
 
 /// The tunnel port of a `vtep!` case's remote, and its `vxlan` object.
@@ -457,6 +473,45 @@ const CASES: &[Case] = &[
         Live(groups_changed),
     ),
     case("security_group.rule", "direction", At::Group, group!(""), Live(groups_changed)),
+    // Mirrors: made with each plan, as the data path tests (`datapath::tests::mirrors`) and
+    // tests/mirrors.rs (a mirror added by a reload, copies seen) check.
+    case("mirror", "name", At::Group, mirror!("select_all = true\n"), Live(|sw, _, s| drop(mirror_now(sw, s)))),
+    case("mirror", "output_port", At::Group, mirror!("select_all = true\n"), Live(|sw, _, s| drop(mirror_now(sw, s)))),
+    case(
+        "mirror",
+        "select_src_port",
+        At::Group,
+        mirror!("select_src_port = [\"a\"]\n"),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_src_port"], serde_json::json!(["a"]))),
+    ),
+    case(
+        "mirror",
+        "select_dst_port",
+        At::Group,
+        mirror!("select_dst_port = [\"a\", \"vm9\"]\n"),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["absent"], serde_json::json!(["vm9"]))),
+    ),
+    case(
+        "mirror",
+        "select_all",
+        At::Group,
+        mirror!("select_all = true\n"),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_all"], true)),
+    ),
+    case(
+        "mirror",
+        "select_vlan",
+        At::Group,
+        mirror!("select_all = true\nselect_vlan = [100]\n"),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_vlan"], serde_json::json!([100]))),
+    ),
+    case(
+        "mirror",
+        "snaplen",
+        At::Group,
+        mirror!("select_all = true\nsnaplen = 128\n"),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["snaplen"], 128)),
+    ),
     case("security_group.rule", "ethertype", At::Group, group!("ethertype = \"ipv6\"\n"), Elsewhere(GROUP_DATA_PATH)),
     case("security_group.rule", "protocol", At::Group, group!("protocol = \"udp\"\n"), Elsewhere(GROUP_DATA_PATH)),
     case(
@@ -699,7 +754,9 @@ fn example_keys() -> BTreeSet<(String, String)> {
     let mut keys = BTreeSet::new();
     for line in text.lines() {
         let l = line.trim();
-        if let Some(s) = l.strip_prefix('[') {
+        // A section header, or one shown commented out (`# [[mirror]]`).
+        let header = l.strip_prefix('#').map(str::trim).filter(|h| h.starts_with("[[") && h.ends_with("]]"));
+        if let Some(s) = header.or(Some(l)).and_then(|h| h.strip_prefix('[')) {
             section = s.trim_matches(|c| c == '[' || c == ']').to_string();
             continue;
         }

@@ -23,6 +23,7 @@ mod layering;
 mod libvirt;
 mod memtable;
 mod migration;
+mod mirrors;
 mod nic;
 mod offloads;
 mod placement;

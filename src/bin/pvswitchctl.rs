@@ -47,6 +47,8 @@ commands:
             port sent (in) and was given (out), --drops: frames dropped on the way in with their
             reason; FILTER is a tcpdump expression, run where the frame is; -w - (or a pipe):
             to standard output, e.g. pvswitchctl capture vm1 -w - icmp | tcpdump -nr -
+  mirrors   each [[mirror]]: what it selects, its output, the copies made and dropped, and the
+            ports it names that are absent
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,

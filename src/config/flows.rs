@@ -15,22 +15,22 @@ pub struct FlowSource {
 }
 
 /// Every flow, each parsed against `ports`' names (a port's id is its index). A flow may not
-/// name a VTEP's underlay (`underlays`: (vtep, underlay port)): its frames are the VTEP's,
-/// and a tunnel port stands for each remote.
+/// name a port of `reserved` (its name, and why): a VTEP's underlay (its frames are the
+/// VTEP's, and a tunnel port stands for each remote), a mirror's output.
 pub(super) fn validate(
     raw: Vec<Spanned<String>>,
     ports: &[PortConfig],
-    underlays: &[(&str, &str)],
+    reserved: &[(&str, String)],
     cx: &Ctx,
 ) -> Result<Vec<FlowSource>, ConfigError> {
-    // The first underlay the flow names, and the address of the name: the parser hands out
-    // slices of the flow's text, so that address less the text's is the name's column.
-    let named_underlay = std::cell::Cell::new(None);
+    // The first reserved port the flow names, and the address of the name: the parser hands
+    // out slices of the flow's text, so that address less the text's is the name's column.
+    let named = std::cell::Cell::new(None);
     let id = |name: &str| {
-        if let Some(u) = underlays.iter().find(|u| u.1 == name)
-            && named_underlay.get().is_none()
+        if let Some(i) = reserved.iter().position(|r| r.0 == name)
+            && named.get().is_none()
         {
-            named_underlay.set(Some((*u, name.as_ptr() as usize)));
+            named.set(Some((i, name.as_ptr() as usize)));
         }
         ports.iter().position(|p| p.name == name).map(|i| i as u16)
     };
@@ -45,15 +45,10 @@ pub(super) fn validate(
         if let Err(e) = crate::flow::parse_flow(&text, &id) {
             return Err(cx.err(Some(offset + e.offset..offset + e.offset), format!("flow: {}", e.message)));
         }
-        if let Some(((vtep, port), addr)) = named_underlay.take() {
+        if let Some((i, addr)) = named.take() {
             let at = offset + addr.checked_sub(text.as_ptr() as usize).filter(|&d| d < text.len()).unwrap_or(0);
-            return Err(cx.err(
-                Some(at..at),
-                format!(
-                    "flow: port \"{port}\" is vtep \"{vtep}\"'s underlay: it carries only the VTEP's \
-                     encapsulated frames (name a tunnel port, {vtep}-ADDRESS)"
-                ),
-            ));
+            let (port, why) = &reserved[i];
+            return Err(cx.err(Some(at..at), format!("flow: port \"{port}\" is {why}")));
         }
         flows.push(FlowSource { text, offset });
     }

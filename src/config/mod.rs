@@ -20,7 +20,8 @@
 //! (socket permissions), `port.rs` (a `[[port]]`, with `endpoint.rs` for its type's keys and
 //! `queue.rs` for its receive queues, `tenant.rs` for its VLANs and rate caps), `vtep.rs` (`[[vtep]]`: VXLAN
 //! tunnel endpoints, each remote endpoint a port of type "vxlan"), `flows.rs` (the `flows`
-//! array), `dpdk.rs` (`[dpdk]`).
+//! array), `dpdk.rs` (`[dpdk]`), `secgroup.rs` (`[[security_group]]`), `mirror.rs`
+//! (`[[mirror]]`).
 //! What involves more than one port or section (names, sockets and devices used once,
 //! affinities among the poll cores) is `checks.rs`. A port added at run time goes through the
 //! same port validator and checks (`Config::parse_port`).
@@ -34,6 +35,7 @@ mod endpoint;
 mod error;
 mod flows;
 pub mod ips;
+pub mod mirror;
 mod perms;
 mod port;
 mod queue;
@@ -53,6 +55,7 @@ pub use endpoint::{DpdkPortConfig, Endpoint, MAX_QUEUE_PAIRS, SocketMode, VhostU
 pub use error::ConfigError;
 use error::Ctx;
 pub use flows::FlowSource;
+pub use mirror::MirrorConfig;
 pub use perms::SocketPerms;
 pub use port::PortConfig;
 pub use queue::QueueConfig;
@@ -125,6 +128,8 @@ pub struct Config {
     /// Connection tracking's limits: every port's connections, and each port's.
     pub ct_max_connections: u32,
     pub ct_max_per_port: u32,
+    /// `[[mirror]]`s: copies of chosen frames to a port that receives nothing else.
+    pub mirrors: Vec<MirrorConfig>,
 }
 
 impl Config {
@@ -184,8 +189,30 @@ impl Config {
         let raw: RawConfig = raw::read(&cx)?;
         self.vteps = vtep::validate(raw.vtep, &self.ports, &cx)?;
         self.set_remotes(&Remotes::new());
-        let underlays: Vec<(&str, &str)> = self.vteps.iter().map(|v| (v.name.as_str(), v.underlay.as_str())).collect();
-        self.flows = flows::validate(raw.flows, &self.ports, &underlays, &cx)?;
+        self.mirrors = mirror::validate(&raw.mirror, &cx)?;
+        for (m, r) in self.mirrors.iter().zip(&raw.mirror) {
+            let out = &m.output_port;
+            let tunnel = self.ports.iter().any(|p| &p.name == out && p.vxlan().is_some());
+            if tunnel || self.vteps.iter().any(|v| &v.underlay == out) {
+                let what = if tunnel { "a tunnel port" } else { "a VTEP's underlay" };
+                let msg = format!("output_port: \"{out}\" is {what}: a mirror's output is a vhost-user or dpdk port");
+                return Err(cx.err(Some(r.output_port.span()), msg));
+            }
+        }
+        // Ports no flow may name: the VTEPs' underlays, the mirrors' outputs.
+        let underlays = self.vteps.iter().map(|v| {
+            let why = format!(
+                "vtep \"{0}\"'s underlay: it carries only the VTEP's encapsulated frames (name a tunnel port, \
+                 {0}-ADDRESS)",
+                v.name
+            );
+            (v.underlay.as_str(), why)
+        });
+        let outputs = self.mirrors.iter().map(|m| {
+            (m.output_port.as_str(), format!("mirror \"{}\"'s output: it receives the mirror's copies only", m.name))
+        });
+        let reserved: Vec<(&str, String)> = underlays.chain(outputs).collect();
+        self.flows = flows::validate(raw.flows, &self.ports, &reserved, &cx)?;
         Ok(self)
     }
 

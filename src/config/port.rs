@@ -173,20 +173,24 @@ pub(super) fn read_one(cx: &Ctx, defaults: &PortDefaults) -> Result<Located, Con
     validate(raw::read(cx)?, defaults, cx)
 }
 
+/// What a port's name may be, for messages.
+pub(super) const PORT_NAME: &str = "1-32 characters of A-Z a-z 0-9 - _ . beginning with a letter, a digit or _";
+
+/// Whether `name` may name a port: not beginning with `.` (a drop-in of a hidden name is never
+/// read back: the port directory skips hidden files) nor `-` (a command line would read it as
+/// an option).
+pub(super) fn is_port_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !name.starts_with(['.', '-'])
+}
+
 /// The port on its own: everything but what other ports and `poll_cores` decide.
 pub(super) fn validate(p: RawPort, d: &PortDefaults, cx: &Ctx) -> Result<Located, ConfigError> {
     let name = p.name.get_ref();
-    // Not beginning with `.` (a drop-in of a hidden name is never read back: the port
-    // directory skips hidden files) nor `-` (a command line would read it as an option).
-    if name.is_empty()
-        || name.len() > 32
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        || name.starts_with(['.', '-'])
-    {
-        return Err(cx.err(
-            Some(p.name.span()),
-            "name: expected 1-32 characters of A-Z a-z 0-9 - _ . beginning with a letter, a digit or _",
-        ));
+    if !is_port_name(name) {
+        return Err(cx.err(Some(p.name.span()), format!("name: expected {PORT_NAME}")));
     }
     let endpoint = endpoint::validate(&p, d, cx)?;
     let mtu = cx.range(&p.mtu, "mtu", 68, 9216, 1500)?;

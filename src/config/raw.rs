@@ -22,6 +22,24 @@ pub(super) struct RawConfig {
     pub vtep: Vec<RawVtep>,
     #[serde(default)]
     pub security_group: Vec<RawSecurityGroup>,
+    #[serde(default)]
+    pub mirror: Vec<RawMirror>,
+}
+
+/// A `[[mirror]]` table: which frames are copied to which port (`mirror.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMirror {
+    pub name: Spanned<String>,
+    pub output_port: Spanned<String>,
+    #[serde(default)]
+    pub select_src_port: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub select_dst_port: Vec<Spanned<String>>,
+    pub select_all: Option<bool>,
+    #[serde(default)]
+    pub select_vlan: Vec<Spanned<u32>>,
+    pub snaplen: Option<Spanned<u32>>,
 }
 
 /// A `[[security_group]]` table: named rules a port's `security_groups` attach (`secgroup.rs`).

@@ -241,6 +241,7 @@ mod placement_tests {
 }
 
 mod dropins;
+mod mirrors;
 mod one_port;
 mod sections;
 mod tenant;

@@ -6,9 +6,9 @@ use std::fmt::Write;
 use serde::de::DeserializeOwned;
 
 use super::proto::{
-    CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MoveReply, PortInfo,
-    PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo, StatsReply,
-    ThreadStats, TraceReply, VersionReply, VtepInfo,
+    CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MirrorInfo, MoveReply,
+    PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo,
+    StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -37,6 +37,7 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
             format!("{}\n", typed::<PortReply>(result)?.summary)
         }
         Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
+        Request::Mirrors => mirrors(&typed::<Vec<MirrorInfo>>(result)?),
         Request::Capture { .. } => capture_started(&typed(result)?),
     })
 }
@@ -108,6 +109,44 @@ fn vteps(v: &[VtepInfo]) -> String {
         }
         for m in &t.learned.macs {
             let _ = writeln!(s, "  remote  vni {:<8} {} behind {}", m.vni, m.mac, m.remote);
+        }
+    }
+    s
+}
+
+/// `mirrors`: a line a mirror (what it selects, where copies go, what they did), and the ports
+/// it names that are absent.
+fn mirrors(v: &[MirrorInfo]) -> String {
+    let mut s = String::new();
+    for m in v {
+        let mut sel = Vec::new();
+        if m.select_all {
+            sel.push("all".to_string());
+        }
+        if !m.select_src_port.is_empty() {
+            sel.push(format!("from {}", m.select_src_port.join(",")));
+        }
+        if !m.select_dst_port.is_empty() {
+            sel.push(format!("to {}", m.select_dst_port.join(",")));
+        }
+        if !m.select_vlan.is_empty() {
+            let v: Vec<String> = m.select_vlan.iter().map(|v| v.to_string()).collect();
+            sel.push(format!("vlan {}", v.join(",")));
+        }
+        let snap = m.snaplen.map(|n| format!(", {n} bytes a copy")).unwrap_or_default();
+        let state = if m.active { "" } else { " (inactive: no such output)" };
+        let _ = writeln!(
+            s,
+            "mirror {}: {} -> {}{state}{snap}  copies {} ({} bytes) dropped {}",
+            m.name,
+            sel.join(" "),
+            m.output_port,
+            m.copies,
+            m.copy_bytes,
+            m.dropped
+        );
+        if !m.absent.is_empty() {
+            let _ = writeln!(s, "  absent: {}", m.absent.join(", "));
         }
     }
     s

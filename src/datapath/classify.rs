@@ -38,6 +38,9 @@ use crate::wire::{MacAddr, VirtioNetHdr, virtio_net};
 #[inline]
 pub(super) fn classify_burst(env: &Env, emc: &Emc, recent: &mut Recent, sender: &Sender, frames: &mut [Frame]) {
     let (in_port, policy) = (sender.in_port.id, sender.policy);
+    if policy.mirrors.output {
+        return sender.refuse_all(frames, DropReason::MirrorOutput);
+    }
     let admitted = |f: &Frame| !matches!(f.out, Out::Drop(_));
     if env.flows.is_normal() {
         for f in frames.iter_mut() {
@@ -107,6 +110,16 @@ impl<'a> Sender<'a> {
 
     pub fn policy(&self) -> &'a PortPolicy {
         self.policy
+    }
+
+    /// Drops every frame of a burst for `why` (from a port that may send nothing).
+    #[cold]
+    fn refuse_all(&self, frames: &mut [Frame], why: DropReason) {
+        for f in frames {
+            f.place(self.hdr_len);
+            f.flow = FlowState::Unmatched;
+            f.out = Out::Drop(why);
+        }
     }
 
     /// Resets `f`'s classification and checks it: long enough for an Ethernet header, within

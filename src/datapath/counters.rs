@@ -73,6 +73,8 @@ drop_reasons! {
     OffloadHeaders = "offload_bad_headers",
     /// Offloads: a frame asked for an offload its port did not negotiate.
     OffloadNotNegotiated = "offload_not_negotiated",
+    /// Mirrors: a frame sent by a mirror's output port, which receives the mirror's copies only.
+    MirrorOutput = "mirror_output",
     /// VLANs: a tagged frame from an access port.
     VlanTagged = "vlan_tagged_on_access",
     /// VLANs: a frame on a VLAN its port does not carry (or untagged, on a trunk without VLAN 0).

@@ -42,6 +42,68 @@ pub struct PortPolicy {
     /// here, beside what delivery reads of the port anyway, so a port nobody captures costs
     /// the test of an empty slice on a line already loaded.
     pub taps: Taps,
+    /// The mirrors that copy its frames, and whether it is a mirror's output (set by
+    /// `PortTable::with_mirrors`).
+    pub mirrors: Mirrors,
+    /// Some capture or mirror watches what it sends (`taps` or `mirrors.as_src`): a visit
+    /// reads one flag for both.
+    pub watched_src: bool,
+    /// Some capture or mirror watches what it is given (`taps` or `mirrors.as_dst`): its
+    /// writes take delivery's slow path.
+    pub watched_dst: bool,
+}
+
+/// A port's mirrors (`[[mirror]]`, `config::mirror`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mirrors {
+    /// Where copies of the frames it sends go (`select_src_port`, `select_all`).
+    pub as_src: Box<[MirrorTo]>,
+    /// Where copies of the frames it is given go (`select_dst_port`).
+    pub as_dst: Box<[MirrorTo]>,
+    /// The mirrors that select it as a source (bit `MirrorTo::bit`): a frame from it to a
+    /// port one of them selects as a destination is copied once, as it was sent.
+    pub src_of: u64,
+    /// It is a mirror's output: it receives the copies only, and what it sends is dropped.
+    pub output: bool,
+}
+
+/// One mirror as a port it selects sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorTo {
+    /// The mirror's index (its bit in `Mirrors::src_of`).
+    pub bit: u8,
+    /// Its output port.
+    pub port: u16,
+    /// Only frames in these VLANs (None: any frame).
+    pub vlans: Option<Arc<VlanSet>>,
+    /// Copies cut to this many bytes (`u32::MAX`: whole).
+    pub snaplen: u32,
+}
+
+/// A set of VLAN ids, one bit each.
+#[derive(Clone, PartialEq, Eq)]
+pub struct VlanSet(pub [u64; 64]);
+
+impl VlanSet {
+    pub fn of(vids: &[u16]) -> VlanSet {
+        let mut s = VlanSet([0; 64]);
+        for &v in vids.iter().filter(|&&v| v < 4096) {
+            s.0[v as usize / 64] |= 1 << (v % 64);
+        }
+        s
+    }
+
+    #[inline]
+    pub fn contains(&self, vid: u16) -> bool {
+        vid < 4096 && self.0[vid as usize / 64] & (1 << (vid % 64)) != 0
+    }
+}
+
+impl std::fmt::Debug for VlanSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let n: u32 = self.0.iter().map(|w| w.count_ones()).sum();
+        write!(f, "{n} VLANs")
+    }
 }
 
 /// A port's captures.
@@ -82,6 +144,12 @@ impl PortPolicy {
         self.allowed_macs.is_empty() || self.allowed_macs.contains(src)
     }
 
+    /// Sets `watched_src` and `watched_dst` from its captures and mirrors.
+    fn watch(&mut self) {
+        self.watched_src = !self.taps.0.is_empty() || !self.mirrors.as_src.is_empty();
+        self.watched_dst = !self.taps.0.is_empty() || !self.mirrors.as_dst.is_empty();
+    }
+
     /// Whether every source is allowed (no port security): the frame need not be read.
     #[inline]
     pub fn allows_any(&self) -> bool {
@@ -94,8 +162,9 @@ impl PortPolicy {
 pub struct PortTable {
     pub by_id: Vec<Option<Arc<Port>>>,
     pub policy: Vec<PortPolicy>,
-    /// The ids of the ports in `by_id`, densely, for flooding: a flood reads ids, not ports,
-    /// until it opens one (a port it skips costs no line of the port's own).
+    /// The ids of the ports in `by_id` (but mirrors' outputs), densely, for flooding: a flood
+    /// reads ids, not ports, until it opens one (a port it skips costs no line of the port's
+    /// own).
     pub live: Vec<u16>,
     /// Some port has a VLAN config: NORMAL learns and floods per VLAN, and every frame it
     /// switches leaves each port tagged or not as that port sends its VLAN. Without, no VLAN
@@ -265,8 +334,74 @@ impl PortTable {
         }
         for (pol, t) in self.policy.iter_mut().zip(by_port) {
             pol.taps = Taps(t.into_boxed_slice());
+            pol.watch();
         }
         self
+    }
+
+    /// The table with `mirrors` (the configuration's, in order), each port's part in them
+    /// kept in its policy: a mirror whose output is absent (or not a vhost-user or dpdk port)
+    /// copies nothing; one that names ports that are absent selects the others. A mirror's
+    /// output leaves every flood, and is selected by none (`config::mirror` refuses that;
+    /// `select_all` passes over it).
+    pub fn with_mirrors(mut self, mirrors: &[crate::config::MirrorConfig]) -> PortTable {
+        let id_of = |name: &str| {
+            self.live.iter().copied().find(|&id| self.by_id[id as usize].as_ref().is_some_and(|p| p.name() == name))
+        };
+        let mut outputs = Vec::new();
+        let mut as_src: Vec<Vec<MirrorTo>> = vec![Vec::new(); self.by_id.len()];
+        let mut as_dst: Vec<Vec<MirrorTo>> = vec![Vec::new(); self.by_id.len()];
+        for (bit, m) in mirrors.iter().enumerate().take(64) {
+            let Some(out) = id_of(&m.output_port) else { continue };
+            if self.is_tunnel(out) || self.underlay_port[out as usize] {
+                continue;
+            }
+            outputs.push(out);
+            let to = MirrorTo {
+                bit: bit as u8,
+                port: out,
+                vlans: (!m.select_vlan.is_empty()).then(|| Arc::new(VlanSet::of(&m.select_vlan))),
+                snaplen: m.snaplen.unwrap_or(u32::MAX),
+            };
+            let sources: Vec<u16> = match m.select_all {
+                true => self.live.clone(),
+                false => m.select_src_port.iter().filter_map(|n| id_of(n)).collect(),
+            };
+            for id in sources {
+                as_src[id as usize].push(to.clone());
+            }
+            for id in m.select_dst_port.iter().filter_map(|n| id_of(n)) {
+                as_dst[id as usize].push(to.clone());
+            }
+        }
+        for &o in &outputs {
+            as_src[o as usize].clear();
+            as_dst[o as usize].clear();
+        }
+        for (id, pol) in self.policy.iter_mut().enumerate() {
+            let src = std::mem::take(&mut as_src[id]);
+            let src_of = src.iter().fold(0u64, |b, m| b | 1 << m.bit);
+            pol.mirrors = Mirrors {
+                as_src: src.into_boxed_slice(),
+                as_dst: std::mem::take(&mut as_dst[id]).into_boxed_slice(),
+                src_of,
+                output: outputs.contains(&(id as u16)),
+            };
+            pol.watch();
+        }
+        if !outputs.is_empty() {
+            // An output is no member of any flood.
+            self.live.retain(|id| !outputs.contains(id));
+            for list in &mut self.floods {
+                list.retain(|id| !outputs.contains(id));
+            }
+        }
+        self
+    }
+
+    /// The output ports of the table's mirrors.
+    pub fn mirror_outputs(&self) -> impl Iterator<Item = u16> + '_ {
+        self.policy.iter().enumerate().filter(|(_, p)| p.mirrors.output).map(|(id, _)| id as u16)
     }
 
     /// Whether a local port owns `mac` (lists it in `allowed_macs`): a tunnel may not learn it.

@@ -16,6 +16,7 @@ mod capture;
 pub mod client;
 mod conntrack;
 mod flows;
+mod mirrors;
 mod placement;
 mod ports;
 mod stats;
@@ -39,6 +40,7 @@ pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};
 pub use crate::port::nic::{NicInfo, NicOffloads, NicStats};
 pub use client::Client;
+pub use mirrors::MirrorInfo;
 pub use placement::{Moved as MoveReply, Rebalanced as RebalanceReply};
 pub use vteps::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
 
@@ -81,6 +83,8 @@ pub enum Request {
     SetPort { name: String, settings: Vec<(String, String)> },
     /// VTEPs as their control plane reads them.
     Vteps,
+    /// Each mirror as it runs (reply: `Vec<`[`MirrorInfo`]`>`).
+    Mirrors,
     /// A VTEP's remote endpoints and MACs, whole (JSON, `VtepState`).
     VtepSync { vtep: String, state: String },
     /// The connections security groups track, every port's or `port`'s (reply:
@@ -163,7 +167,7 @@ pub struct PortReply {
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture";
+pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -221,6 +225,7 @@ impl Request {
             "reload" => Request::Reload,
             "version" => Request::Version,
             "vteps" => Request::Vteps,
+            "mirrors" => Request::Mirrors,
             "vtep-sync" => match args {
                 [vtep, state] => Request::VtepSync { vtep: vtep.clone(), state: state.clone() },
                 _ => return Err("vtep-sync: expected VTEP STATE (JSON: {\"remotes\": [...], \"macs\": [...]})".into()),
@@ -257,6 +262,7 @@ impl Request {
             Request::DelPort { .. } => "del-port",
             Request::SetPort { .. } => "set-port",
             Request::Vteps => "vteps",
+            Request::Mirrors => "mirrors",
             Request::VtepSync { .. } => "vtep-sync",
             Request::Conntrack { .. } => "conntrack",
             Request::ConntrackFlush { .. } => "conntrack-flush",

@@ -58,6 +58,7 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
             Request::SetPort { name: "vm7".into(), settings: vec![("mac_limit".into(), "".into())] },
         ),
         (req("vteps", &[]), Request::Vteps),
+        (req("mirrors", &[]), Request::Mirrors),
         (
             req("capture", &["vm1", "vm2", "tcp", "port", "80"]),
             Request::Capture {
@@ -155,7 +156,7 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
         Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
-             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture)"
+             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors)"
             .into())
     );
 }
@@ -449,6 +450,7 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
         ..VtepInfo::default()
     };
     check(r, "vteps", vec![vtep], &[]).unwrap();
+    check(r, "mirrors", vec![MirrorInfo::default()], &[]).unwrap();
     check(r, "drops", samples::drops(), &[]).unwrap();
     check(r, "capture", CaptureStarted::default(), &[]).unwrap();
     check(r, "capture's end", CaptureEnd::default(), &[]).unwrap();

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod captures;
+pub mod mirrors;
 pub mod placement;
 pub mod portcmd;
 pub mod rebalance;
@@ -124,8 +125,11 @@ impl PortState {
             rules: None,
             vlan: self.cfg.vlan.clone(),
             learning,
-            // Added as plans are made (`captures.rs`).
+            // Added as plans are made (`captures.rs`, `PortTable::with_mirrors`).
             taps: Default::default(),
+            mirrors: Default::default(),
+            watched_src: false,
+            watched_dst: false,
         }
     }
 }
@@ -410,7 +414,8 @@ impl Switch {
             PortTable::new(&entries, &self.cfg.vteps)
                 .with_conntrack(ct)
                 .with_flow_conntrack(flow_ct)
-                .with_taps(self.taps()),
+                .with_taps(self.taps())
+                .with_mirrors(&self.cfg.mirrors),
         );
         self.threads
             .iter()
@@ -441,6 +446,7 @@ impl Switch {
     pub fn publish(&self) {
         let plans = self.plans();
         let rules = rules_of(&plans);
+        let outputs: Vec<u16> = plans.first().map(|p| p.ports.mirror_outputs().collect()).unwrap_or_default();
         let generations: Vec<u64> = self.threads.iter().zip(plans).map(|(t, p)| t.mailbox.post(p)).collect();
         for (i, (t, generation)) in self.threads.iter().zip(generations).enumerate() {
             if t.live && !t.mailbox.wait(generation, ADOPT_TIMEOUT) {
@@ -448,6 +454,11 @@ impl Switch {
             }
         }
         self.rules_published(rules);
+        // A mirror's output sends nothing the switch takes: what NORMAL learned of it before
+        // goes (it cannot learn again, its frames are dropped before).
+        for id in outputs.into_iter().filter(|&id| self.mac.learned(id) > 0) {
+            self.mac.flush_port(id);
+        }
     }
 
     /// Starts every configured poll thread with its plan.

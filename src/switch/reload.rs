@@ -140,6 +140,10 @@ impl Switch {
             self.cfg.security_groups = new.security_groups.clone();
             notes.push("security groups changed".into());
         }
+        if self.cfg.mirrors != new.mirrors {
+            self.cfg.mirrors = new.mirrors.clone();
+            notes.push("mirrors changed".into());
+        }
         self.publish();
         // What a port learned on the VLANs it had is not where its stations are now (OVS
         // flushes a port's entries the same way when its VLAN config changes).

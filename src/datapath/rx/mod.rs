@@ -24,10 +24,11 @@ use crate::datapath::counters::{DropReason, PortCounters, bump, cycles};
 use crate::datapath::firewall::filter_burst;
 use crate::datapath::frame::{FlowState, Frame, Out};
 use crate::datapath::pipeline::pipeline_burst;
-use crate::datapath::plan::RxqSpec;
+use crate::datapath::plan::{PortPolicy, RxqSpec};
 use crate::datapath::profile::Stages;
 use crate::datapath::tap;
-use crate::datapath::tx::deliver;
+use crate::datapath::tx::delivery::Delivery;
+use crate::datapath::tx::{deliver, mirror};
 use crate::datapath::{Env, Work};
 use crate::port::rate::Cost;
 use crate::port::{PortKind, VhostQueues};
@@ -246,9 +247,8 @@ fn visit_source<'a, S: Source<'a>>(
             src.give_back(got - consumed);
         }
         let bytes = count_consumed(env, &frames[..consumed], pc);
-        let taps = &sender.policy().taps.0;
-        if !taps.is_empty() {
-            tap::received(cx.index, taps, &frames[..consumed]);
+        if sender.policy().watched_src {
+            watched(env, dv, sender.policy(), &frames[..consumed]);
         }
         if capped {
             port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
@@ -293,6 +293,18 @@ fn visit_source<'a, S: Source<'a>>(
         bump(&qs.cycles, cycles().wrapping_sub(t0));
     }
     total
+}
+
+/// A watched port's consumed frames offered to its captures and copied to its mirrors.
+#[cold]
+#[inline(never)]
+fn watched(env: &Env, dv: &mut Delivery, policy: &PortPolicy, frames: &[Frame]) {
+    if !policy.taps.0.is_empty() {
+        tap::received(env.cx.index, &policy.taps.0, frames);
+    }
+    if !policy.mirrors.as_src.is_empty() {
+        mirror::as_src(env, dv, &policy.mirrors.as_src, frames);
+    }
 }
 
 /// One pass over a burst's consumed frames: their bytes (returned) and drops, and (with a flow

@@ -162,6 +162,8 @@ pub struct Bench {
     pub conntrack: Option<Arc<crate::conntrack::Conntrack>>,
     /// The flows' tracker (`ct` actions).
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
+    /// Mirrors, by the VMs' port names (`vmN`).
+    pub mirrors: Vec<crate::config::MirrorConfig>,
 }
 
 /// How to build a bench.
@@ -226,6 +228,7 @@ impl Bench {
             policies: vec![PortPolicy::default(); cfg.vms],
             conntrack: None,
             flow_conntrack: None,
+            mirrors: Vec::new(),
         };
         for t in 0..cfg.threads {
             let cx = Ctx {
@@ -264,7 +267,8 @@ impl Bench {
             ports: Arc::new(
                 PortTable::new(&entries, &[])
                     .with_conntrack(self.conntrack.clone())
-                    .with_flow_conntrack(self.flow_conntrack.clone()),
+                    .with_flow_conntrack(self.flow_conntrack.clone())
+                    .with_mirrors(&self.mirrors),
             ),
             flows: self.flows.clone(),
             tuning: None,

@@ -10,6 +10,7 @@ mod flows;
 mod harness;
 mod insn;
 mod migration;
+mod mirrors;
 mod offloads;
 mod park;
 mod rewrites;

@@ -53,6 +53,9 @@ pub(in crate::datapath) struct Delivery {
     pub stalled: Vec<bool>,
     /// Frames waiting to be sent to NIC ports, one burst per port.
     pub nic_tx: TxBatches,
+    /// The port whose burst is being delivered (a mirror of its destinations asks whether it
+    /// already copied the frame as its source's).
+    pub in_port: u16,
     /// Set when `deliver` dropped a frame on a full guest ring (a NIC's visit then ends).
     pub dropped_full: bool,
     /// Interrupts owed, sent when the visit ends.

@@ -7,6 +7,7 @@
 
 pub mod delivery;
 pub mod guest;
+pub(in crate::datapath) mod mirror;
 pub mod nic;
 pub(crate) mod offload;
 pub(crate) mod vxlan;
@@ -36,6 +37,7 @@ use crate::wire::{EthernetRepr, VirtioNetHdr, ethernet, tcp, virtio_net};
 /// A guest RX queue held open while consecutive frames go to the same port, so a burst to one
 /// destination costs one lock, one used-index store and at most one interrupt.
 struct Open<'a> {
+    env: &'a Env<'a>,
     cx: &'a Ctx,
     port: &'a Port,
     vq_index: usize,
@@ -45,10 +47,10 @@ struct Open<'a> {
     bytes: u64,
     /// The port has an egress rate cap (read once, when it is opened).
     capped: bool,
-    /// It has a cap or a capture: its frames take `write_slow`.
+    /// It has a cap, a capture or a mirror of what it is given: its frames take `write_slow`.
     slow: bool,
     /// Its policy: its VLAN config (how NORMAL's frames leave it, on a switch with VLANs),
-    /// its captures.
+    /// its captures and mirrors.
     policy: &'a PortPolicy,
     /// A tunnel port: its remote endpoint and the underlay its frames leave through.
     tunnel: Option<(&'a Tunnel, NicDest<'a>)>,
@@ -57,10 +59,11 @@ struct Open<'a> {
 }
 
 impl<'a> Open<'a> {
-    fn new(env: &'a Env, p: u16) -> Option<Open<'a>> {
+    fn new(env: &'a Env<'a>, p: u16) -> Option<Open<'a>> {
         let port = &**env.ports.get(p)?;
         let policy = &env.ports.policy[p as usize];
         let open = |guard, vq_index, capped: bool, tunnel| Open {
+            env,
             cx: env.cx,
             port,
             vq_index,
@@ -68,7 +71,7 @@ impl<'a> Open<'a> {
             packets: 0,
             bytes: 0,
             capped,
-            slow: capped || !policy.taps.0.is_empty(),
+            slow: capped || policy.watched_dst,
             policy,
             tunnel,
             now: env.now,
@@ -135,18 +138,19 @@ impl<'a> Open<'a> {
         self.write(f, retag(f, r, &mut buf), dv)
     }
 
-    /// [`Open::write`] to a port with an egress cap or a capture. A capped port's frame goes
-    /// only while its buckets hold tokens, and is charged what it costs on the wire once
-    /// written; a captured port's is offered to its captures as it was written (each segment
-    /// of one segmented here). The write itself is `write_uncapped`'s, with `TAP` the
-    /// captures' hook compiled in: a port without either never meets it.
+    /// [`Open::write`] to a port with an egress cap, a capture or a mirror of what it is
+    /// given. A capped port's frame goes only while its buckets hold tokens, and is charged
+    /// what it costs on the wire once written; a watched port's is offered to its captures and
+    /// copied to its mirrors as it was written (each segment of one segmented here). The write
+    /// itself is `write_uncapped`'s, with `TAP` the watchers' hook compiled in: a port without
+    /// any never meets it.
     #[cold]
     fn write_slow(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         let rates = &self.port.rates;
         if self.capped && !rates.egress_allows() {
             return Err(DropReason::RateCap);
         }
-        if self.policy.taps.0.is_empty() {
+        if !self.policy.watched_dst {
             self.write_uncapped::<false>(f, e, dv)?;
         } else {
             self.write_uncapped::<true>(f, e, dv)?;
@@ -194,7 +198,7 @@ impl<'a> Open<'a> {
                     )?;
                     bump(&pc.hw_offloaded, 1);
                     if TAP {
-                        self.tap(f, e);
+                        self.tap(f, e, dv);
                     }
                     return Ok(());
                 }
@@ -290,14 +294,14 @@ impl<'a> Open<'a> {
                 self.packets += 1;
                 self.bytes += len as u64;
                 if TAP {
-                    self.tap(f, e);
+                    self.tap(f, e, dv);
                 }
                 return Ok(0);
             }
             // A NIC port: copy into an mbuf of the thread's TX batch (counted when sent).
             dv.nic_tx.write(&self.nic_dest()?, f, e)?;
             if TAP {
-                self.tap(f, e);
+                self.tap(f, e, dv);
             }
             return Ok(0);
         };
@@ -320,7 +324,7 @@ impl<'a> Open<'a> {
                 self.packets += 1;
                 self.bytes += len as u64;
                 if TAP {
-                    self.tap(f, e);
+                    self.tap(f, e, dv);
                 }
                 Ok(bufs)
             }
@@ -338,10 +342,16 @@ impl<'a> Open<'a> {
         }
     }
 
-    /// Offers frame `f`, as shape `e` wrote it, to the port's captures.
+    /// Offers frame `f`, as shape `e` wrote it, to the port's captures, and copies it to its
+    /// mirrors' outputs.
     #[inline(always)]
-    fn tap(&self, f: &Frame, e: Shape) {
-        tap::sent(self.cx.index, &self.policy.taps.0, f, e);
+    fn tap(&self, f: &Frame, e: Shape, dv: &mut Delivery) {
+        if !self.policy.taps.0.is_empty() {
+            tap::sent(self.cx.index, &self.policy.taps.0, f, e);
+        }
+        if !self.policy.mirrors.as_dst.is_empty() {
+            mirror::as_dst(self.env, dv, &self.policy.mirrors.as_dst, f, e);
+        }
     }
 
     /// Publishes what was written with one used-index store; owes the guest an interrupt if it
@@ -390,6 +400,7 @@ pub(in crate::datapath) fn deliver(
     blocked_since: &mut Option<u64>,
     wait: bool,
 ) -> usize {
+    dv.in_port = in_port;
     let n = deliver_in_order(env, frames, dv, in_port, blocked_since, wait);
     if !dv.nic_tx.is_empty() {
         dv.nic_tx.flush(env.ports, env.cx.index, &env.cx.stats);

@@ -1,0 +1,128 @@
+//! `[[mirror]]`: copies of chosen frames sent to a port, as OVS's Mirror table means them
+//! (its column names are the keys): the frames some ports send (`select_src_port`), the frames
+//! some ports are given (`select_dst_port`), or every port's (`select_all`), optionally only
+//! those in some VLANs (`select_vlan`) and cut to `snaplen` bytes, go to `output_port`, which
+//! then receives nothing else (no flood, no NORMAL, no flow reaches it, and what it sends is
+//! dropped). A mirror may name ports that do not exist yet (a VM's port added later by
+//! libvirt's hook): it mirrors them once they do, and `pvswitchctl mirrors` says which are
+//! absent.
+#![forbid(unsafe_code)]
+
+use super::error::{ConfigError, Ctx};
+use super::port::{PORT_NAME, is_port_name};
+use super::raw::RawMirror;
+
+/// The most mirrors (each is one bit of a port's mirror set in the data path).
+pub const MAX_MIRRORS: usize = 64;
+/// The most ports a mirror selects by name, each way.
+pub const MAX_SELECTED: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorConfig {
+    pub name: String,
+    pub output_port: String,
+    pub select_src_port: Vec<String>,
+    pub select_dst_port: Vec<String>,
+    /// Every port's frames, as they are sent (so each frame once).
+    pub select_all: bool,
+    /// Only frames in these VLANs (empty: any frame, tagged or not).
+    pub select_vlan: Vec<u16>,
+    /// Copies cut to this many bytes (None: whole).
+    pub snaplen: Option<u32>,
+}
+
+impl MirrorConfig {
+    /// Whether the mirror names `port` in any role.
+    pub fn names(&self, port: &str) -> bool {
+        self.output_port == port || self.select_src_port.iter().chain(&self.select_dst_port).any(|p| p == port)
+    }
+}
+
+/// The file's `[[mirror]]` tables: names unique, ports well formed, no output port selected
+/// by any mirror or the output of two.
+pub(super) fn validate(raw: &[RawMirror], cx: &Ctx) -> Result<Vec<MirrorConfig>, ConfigError> {
+    if raw.len() > MAX_MIRRORS {
+        return Err(cx.err(None, format!("{} mirrors: at most {MAX_MIRRORS}", raw.len())));
+    }
+    let mut mirrors: Vec<MirrorConfig> = Vec::new();
+    for m in raw {
+        let name = m.name.get_ref();
+        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(cx.err(Some(m.name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
+        }
+        if mirrors.iter().any(|o| &o.name == name) {
+            return Err(cx.err(Some(m.name.span()), format!("duplicate mirror \"{name}\"")));
+        }
+        let ports = |v: &[toml::Spanned<String>], key: &str| -> Result<Vec<String>, ConfigError> {
+            if v.len() > MAX_SELECTED {
+                return Err(cx.err(Some(m.name.span()), format!("{key}: at most {MAX_SELECTED} ports")));
+            }
+            let mut out: Vec<String> = Vec::new();
+            for p in v {
+                if !is_port_name(p.get_ref()) {
+                    return Err(cx.err(Some(p.span()), format!("{key}: a port name is {PORT_NAME}")));
+                }
+                if !out.contains(p.get_ref()) {
+                    out.push(p.get_ref().clone());
+                }
+            }
+            Ok(out)
+        };
+        let output = m.output_port.get_ref();
+        if !is_port_name(output) {
+            return Err(cx.err(Some(m.output_port.span()), format!("output_port: a port name is {PORT_NAME}")));
+        }
+        let select_src_port = ports(&m.select_src_port, "select_src_port")?;
+        let select_dst_port = ports(&m.select_dst_port, "select_dst_port")?;
+        let select_all = m.select_all.unwrap_or(false);
+        if !select_all && select_src_port.is_empty() && select_dst_port.is_empty() {
+            return Err(cx.err(
+                Some(m.name.span()),
+                format!(
+                    "mirror \"{name}\" selects nothing: name select_src_port, select_dst_port, or select_all = true"
+                ),
+            ));
+        }
+        let mut select_vlan = Vec::new();
+        for v in &m.select_vlan {
+            if !(1..=4094).contains(v.get_ref()) {
+                return Err(cx.err(Some(v.span()), "select_vlan: expected VLAN ids from 1 to 4094"));
+            }
+            select_vlan.push(*v.get_ref() as u16);
+        }
+        select_vlan.sort_unstable();
+        select_vlan.dedup();
+        let snaplen = match &m.snaplen {
+            None => None,
+            Some(s) => Some(cx.range(&Some(s.clone()), "snaplen", 64, 65535, 0)?),
+        };
+        mirrors.push(MirrorConfig {
+            name: name.clone(),
+            output_port: output.clone(),
+            select_src_port,
+            select_dst_port,
+            select_all,
+            select_vlan,
+            snaplen,
+        });
+    }
+    // An output receives the copies and nothing else: no mirror selects it, none shares it.
+    for (i, (m, r)) in mirrors.iter().zip(raw).enumerate() {
+        let at = Some(r.output_port.span());
+        if let Some(o) = mirrors[..i].iter().find(|o| o.output_port == m.output_port) {
+            let msg = format!("output_port: \"{}\" is already mirror \"{}\"'s output", m.output_port, o.name);
+            return Err(cx.err(at, msg));
+        }
+        for o in &mirrors {
+            if o.select_src_port.contains(&m.output_port) || o.select_dst_port.contains(&m.output_port) {
+                let msg = format!(
+                    "output_port: mirror \"{}\" selects \"{}\": a mirror's output receives its copies only, and is \
+                     never mirrored",
+                    o.name, m.output_port
+                );
+                return Err(cx.err(at, msg));
+            }
+        }
+    }
+    Ok(mirrors)
+}

@@ -348,5 +348,10 @@ echo "$out" | grep -E "sender|receiver" | sed "s/^/PVS-IPERF /"
     assert_eq!(retr, 0, "vm1's TCP retransmitted: the cap lost its frames\n{sender}");
     let vm1 = sw.port("vm1");
     assert!(vm1["rate_held"].as_u64() > Some(0), "the cap never held vm1 back: {vm1}");
-    assert!(vm1["drops"].as_object().unwrap().values().all(|n| n == 0), "{vm1}");
+    // Nothing vm1 sent was dropped. Toward vm1, a unicast frame waits for room (1 s here); a
+    // broadcast does not (floods are best effort: an ARP from vm2 met vm1's full ring once on a
+    // loaded machine), so a few rx_ring_full are vm1's guest's speed, not the cap's doing.
+    let drops = vm1["drops"].as_object().unwrap();
+    assert!(drops.iter().all(|(k, n)| n == 0 || k == "rx_ring_full"), "{vm1}");
+    assert!(drops["rx_ring_full"].as_u64() <= Some(4), "{vm1}");
 }

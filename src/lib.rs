@@ -8,6 +8,7 @@ pub mod control;
 pub mod counter;
 pub mod ctl;
 pub mod datapath;
+pub mod export;
 pub mod flow;
 #[cfg(test)]
 mod fuzz;

@@ -111,6 +111,17 @@ fn groups_changed(_: &Switch, _: &Path, summary: &str) {
     assert!(summary.contains("security groups changed"), "{summary}");
 }
 
+/// An `[ipfix]` table exporting to a port nobody listens on, with `$extra` lines.
+macro_rules! ipfix {
+    ($extra:literal) => {
+        concat!("[ipfix]\ncollector = \"127.0.0.1:9\"\n", $extra)
+    };
+}
+
+fn export_changed(_: &Switch, _: &Path, summary: &str) {
+    assert!(summary.contains("flow export changed"), "{summary}");
+}
+
 /// A `[[mirror]]` "m" of `$extra` lines (after its name and output, b).
 macro_rules! mirror {
     ($extra:literal) => {
@@ -473,6 +484,13 @@ const CASES: &[Case] = &[
         Live(groups_changed),
     ),
     case("security_group.rule", "direction", At::Group, group!(""), Live(groups_changed)),
+    // Flow export: a new exporter in the plans (tests/ipfix.rs reads its records).
+    case("ipfix", "collector", At::Group, ipfix!(""), Live(export_changed)),
+    case("ipfix", "sampling", At::Group, ipfix!("sampling = 100\n"), Live(export_changed)),
+    case("ipfix", "active_timeout_s", At::Group, ipfix!("active_timeout_s = 10\n"), Live(export_changed)),
+    case("ipfix", "idle_timeout_s", At::Group, ipfix!("idle_timeout_s = 2\n"), Live(export_changed)),
+    case("ipfix", "max_flows", At::Group, ipfix!("max_flows = 1024\n"), Live(export_changed)),
+    case("ipfix", "observation_domain_id", At::Group, ipfix!("observation_domain_id = 9\n"), Live(export_changed)),
     // Mirrors: made with each plan, as the data path tests (`datapath::tests::mirrors`) and
     // tests/mirrors.rs (a mirror added by a reload, copies seen) check.
     case("mirror", "name", At::Group, mirror!("select_all = true\n"), Live(|sw, _, s| drop(mirror_now(sw, s)))),
@@ -755,7 +773,10 @@ fn example_keys() -> BTreeSet<(String, String)> {
     for line in text.lines() {
         let l = line.trim();
         // A section header, or one shown commented out (`# [[mirror]]`).
-        let header = l.strip_prefix('#').map(str::trim).filter(|h| h.starts_with("[[") && h.ends_with("]]"));
+        let header = l.strip_prefix('#').map(str::trim).filter(|h| {
+            let name = h.trim_matches(|c| c == '[' || c == ']');
+            h.starts_with('[') && h.ends_with(']') && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        });
         if let Some(s) = header.or(Some(l)).and_then(|h| h.strip_prefix('[')) {
             section = s.trim_matches(|c| c == '[' || c == ']').to_string();
             continue;

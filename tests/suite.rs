@@ -18,6 +18,7 @@ mod fairness;
 mod flows;
 mod hostile;
 mod hostile_memory;
+mod ipfix;
 mod isolation;
 mod layering;
 mod libvirt;

@@ -34,6 +34,7 @@ pub mod dropin;
 mod endpoint;
 mod error;
 mod flows;
+pub mod ipfix;
 pub mod ips;
 pub mod mirror;
 mod perms;
@@ -55,6 +56,7 @@ pub use endpoint::{DpdkPortConfig, Endpoint, MAX_QUEUE_PAIRS, SocketMode, VhostU
 pub use error::ConfigError;
 use error::Ctx;
 pub use flows::FlowSource;
+pub use ipfix::IpfixConfig;
 pub use mirror::MirrorConfig;
 pub use perms::SocketPerms;
 pub use port::PortConfig;
@@ -130,6 +132,8 @@ pub struct Config {
     pub ct_max_per_port: u32,
     /// `[[mirror]]`s: copies of chosen frames to a port that receives nothing else.
     pub mirrors: Vec<MirrorConfig>,
+    /// `[ipfix]`: flow export to a collector (None: none).
+    pub ipfix: Option<IpfixConfig>,
 }
 
 impl Config {
@@ -172,6 +176,7 @@ impl Config {
         config.dpdk = dpdk::validate(raw.dpdk, &cx)?;
         // Before the ports too: each names the groups it is in.
         config.security_groups = secgroup::validate(raw.security_group, &cx)?;
+        config.ipfix = ipfix::validate(raw.ipfix, &cx)?;
         if raw.port.len() > config.max_ports {
             return Err(cx.err(None, format!("{} ports: at most {} (max_ports)", raw.port.len(), config.max_ports)));
         }

@@ -24,6 +24,19 @@ pub(super) struct RawConfig {
     pub security_group: Vec<RawSecurityGroup>,
     #[serde(default)]
     pub mirror: Vec<RawMirror>,
+    pub ipfix: Option<RawIpfix>,
+}
+
+/// The `[ipfix]` table: flow export (`ipfix.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIpfix {
+    pub collector: Spanned<String>,
+    pub sampling: Option<Spanned<u32>>,
+    pub active_timeout_s: Option<Spanned<u32>>,
+    pub idle_timeout_s: Option<Spanned<u32>>,
+    pub max_flows: Option<Spanned<u32>>,
+    pub observation_domain_id: Option<Spanned<u32>>,
 }
 
 /// A `[[mirror]]` table: which frames are copied to which port (`mirror.rs`).

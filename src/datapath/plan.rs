@@ -196,6 +196,8 @@ pub struct PortTable {
     /// The flows' connection tracking (`ct` actions, `pipeline.rs`), if some flow has one: a
     /// table of its own, so a flow's zones never meet security groups'.
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
+    /// Flow export (`[ipfix]`), if configured: every burst's frames are offered to it.
+    pub export: Option<Arc<crate::export::FlowExport>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -321,6 +323,12 @@ impl PortTable {
     /// The table with the flows' connection tracking `ct`.
     pub fn with_flow_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
         self.flow_conntrack = ct;
+        self
+    }
+
+    /// The table with flow export `x`.
+    pub fn with_export(mut self, x: Option<Arc<crate::export::FlowExport>>) -> PortTable {
+        self.export = x;
         self
     }
 

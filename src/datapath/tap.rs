@@ -1,4 +1,4 @@
-//! Capture's two hooks in the data path (`capture`): a burst's consumed frames offered to the
+//! Capture's two hooks in the data path (`capture`), and flow export's (`exported`): a burst's consumed frames offered to the
 //! captures of the port that sent them (`received`: each frame as it came; with `--drops`, the
 //! dropped ones too, with their reason), and a frame as it was written to a port offered to
 //! that port's captures (`sent`: its shape's bytes, what the port was given). Both are reached
@@ -6,7 +6,8 @@
 //! an empty slice.
 
 use crate::capture::{Tap, Way};
-use crate::datapath::frame::{Frame, Out, Shape};
+use crate::datapath::frame::{FRONT_MAX, Frame, NO_VLAN, Out, Shape};
+use crate::export::{FlowExport, Observed};
 
 /// Offers the frames a port sent (those consumed from its burst) to its captures: each
 /// capture's slot locked once for the burst.
@@ -56,4 +57,26 @@ fn shaped(f: &Frame, e: Shape, buf: &mut [u8]) -> usize {
         }
     }
     n
+}
+
+/// Offers the frames port `in_port` sent (those consumed from its burst) to flow export, each
+/// with where it went; dropped frames are not flows. The table is taken once for the burst.
+#[cold]
+#[inline(never)]
+pub(in crate::datapath) fn exported(x: &FlowExport, thread: usize, in_port: u16, frames: &[Frame]) {
+    let Some(mut table) = x.table(thread) else { return };
+    let now = crate::export::now_ms();
+    let mut buf = [0u8; FRONT_MAX];
+    for f in frames.iter().filter(|f| !matches!(f.out, Out::Drop(_))) {
+        if !table.samples() {
+            continue;
+        }
+        let n = f.read_at(0, &mut buf);
+        let egress = match f.out {
+            Out::Port(p) => Some(p),
+            _ => None,
+        };
+        let vlan = (f.vlan != NO_VLAN).then_some(f.vlan);
+        table.record(now, Observed { front: &buf[..n], len: f.len, ingress: in_port, egress, vlan });
+    }
 }

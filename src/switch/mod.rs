@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod captures;
+pub mod exports;
 pub mod mirrors;
 pub mod placement;
 pub mod portcmd;
@@ -194,6 +195,8 @@ pub struct Switch {
     flow_ct_cursor: usize,
     /// Captures running (`captures.rs`), tapped into the plans.
     captures: Vec<captures::Hooked>,
+    /// Flow export (`[ipfix]`, `exports.rs`), in the plans while configured.
+    pub export: Option<Arc<crate::export::FlowExport>>,
 }
 
 impl Switch {
@@ -225,7 +228,9 @@ impl Switch {
             flow_conntrack: Default::default(),
             flow_ct_cursor: 0,
             captures: Vec::new(),
+            export: None,
         };
+        sw.export = sw.new_export();
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {
             sw.add_port(id as u16, p);
         }
@@ -415,7 +420,8 @@ impl Switch {
                 .with_conntrack(ct)
                 .with_flow_conntrack(flow_ct)
                 .with_taps(self.taps())
-                .with_mirrors(&self.cfg.mirrors),
+                .with_mirrors(&self.cfg.mirrors)
+                .with_export(self.export.clone()),
         );
         self.threads
             .iter()

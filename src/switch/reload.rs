@@ -144,7 +144,17 @@ impl Switch {
             self.cfg.mirrors = new.mirrors.clone();
             notes.push("mirrors changed".into());
         }
+        let old_export = (self.cfg.ipfix != new.ipfix).then(|| {
+            self.cfg.ipfix = new.ipfix.clone();
+            notes.push("flow export changed".into());
+            let next = self.new_export();
+            std::mem::replace(&mut self.export, next)
+        });
         self.publish();
+        // No thread observes the old export now: what its tables hold goes to its collector.
+        if let Some(Some(x)) = old_export {
+            x.tick(crate::export::now_ms(), true);
+        }
         // What a port learned on the VLANs it had is not where its stations are now (OVS
         // flushes a port's entries the same way when its VLAN config changes).
         for id in revlanned {

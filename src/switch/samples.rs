@@ -134,6 +134,9 @@ impl Switch {
         s.last = Some(snap);
         s.next = Some(Instant::now() + SAMPLE_EVERY);
         self.conntrack_tick();
+        if let Some(x) = &self.export {
+            x.tick(crate::export::now_ms(), false);
+        }
     }
 
     /// `stats --clear`: what `stats` shows starts again from zero. Totals elsewhere (`ports`,

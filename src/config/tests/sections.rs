@@ -85,3 +85,24 @@ fn queue_weights_and_port_limits() {
     let e = err(&format!("{PORT}mtu = 67\n"));
     assert_eq!((e.line, e.col, e.message.as_str()), (5, 7, "mtu: expected a value from 68 to 9216"));
 }
+
+#[test]
+fn ipfix_section() {
+    let c = Config::parse("t.toml", &format!("{PORT}[ipfix]\ncollector = \"[::1]:4739\"\nsampling = 100\n")).unwrap();
+    let x = c.ipfix.unwrap();
+    assert_eq!(
+        (x.collector.to_string().as_str(), x.sampling, x.active_timeout_s, x.idle_timeout_s),
+        ("[::1]:4739", 100, 60, 15)
+    );
+    assert!(Config::parse("t.toml", PORT).unwrap().ipfix.is_none());
+    for (text, line, msg) in [
+        ("[ipfix]\ncollector = \"collector.example\"\n", 2, "collector: expected an address and UDP port"),
+        ("[ipfix]\ncollector = \"10.0.0.1:0\"\n", 2, "collector: port 0"),
+        ("[ipfix]\ncollector = \"10.0.0.1:4739\"\nsampling = 0\n", 3, "sampling: expected a value from 1"),
+        ("[ipfix]\ncollector = \"10.0.0.1:4739\"\nidle_timeout_s = 0\n", 3, "idle_timeout_s: expected"),
+        ("[ipfix]\nsampling = 2\n", 1, "missing field `collector`"),
+    ] {
+        let e = err(text);
+        assert!(e.line == line && e.message.contains(msg), "{text}: {e}");
+    }
+}

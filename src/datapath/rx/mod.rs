@@ -250,6 +250,9 @@ fn visit_source<'a, S: Source<'a>>(
         if sender.policy().watched_src {
             watched(env, dv, sender.policy(), &frames[..consumed]);
         }
+        if let Some(x) = env.ports.export.as_deref() {
+            tap::exported(x, cx.index, port.id, &frames[..consumed]);
+        }
         if capped {
             port.rates.charge_ingress(ingress_cost(&frames[..consumed]));
         }

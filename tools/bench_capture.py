@@ -13,12 +13,11 @@ Needs root, hugepages and DPDK (scripts/install-deps.sh).
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSWITCHCTL, emit, measure  # noqa: E402
+from pvsbench import PVSWITCHCTL, alternated, emit, measure, ratio_table  # noqa: E402
 
 CASES = {
     "none": None,
@@ -54,21 +53,9 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     names = list(CASES)
-    rows = []
-    for rep in range(a.reps):
-        order = names[rep % len(names):] + names[:rep % len(names)]
-        r = {}
-        for c in order:
-            r[c] = measure("pvswitch", a.size, a.seconds, during=capturing(c))
-        rows.append(r)
-        print(f"rep {rep + 1}: " + "  ".join(f"{c} {r[c] / 1e6:.3f}" for c in names), flush=True)
+    rows = alternated(names, lambda c: measure("pvswitch", a.size, a.seconds, during=capturing(c)), a.reps)
     lines = [f"Port a captured while testpmd flowgen forwards {a.size} B frames a <-> b through one poll thread, "
-             f"{a.reps} reps of {a.seconds:g} s, cases rotated in each rep", "",
-             "| case | Mpps (median) | / none (median) | min..max |", "|---|---|---|---|"]
-    for c in names:
-        ratios = [x[c] / x["none"] for x in rows]
-        lines.append(f"| {c} | {statistics.median(x[c] for x in rows) / 1e6:.3f} | {statistics.median(ratios):.3f} | "
-                     f"{min(ratios):.3f}..{max(ratios):.3f} |")
+             f"{a.reps} reps of {a.seconds:g} s, cases rotated in each rep", "", ratio_table(names, rows, "none")]
     emit("\n".join(lines), a.out)
 
 

@@ -10,11 +10,10 @@ Needs root, hugepages and DPDK (scripts/install-deps.sh).
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import emit, measure  # noqa: E402
+from pvsbench import alternated, emit, measure, ratio_table  # noqa: E402
 
 CASES = {
     "no export": "",
@@ -31,21 +30,9 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     names = list(CASES)
-    rows = []
-    for rep in range(a.reps):
-        order = names[rep % len(names):] + names[:rep % len(names)]
-        r = {}
-        for c in order:
-            r[c] = measure("pvswitch", a.size, a.seconds, extra=CASES[c])
-        rows.append(r)
-        print(f"rep {rep + 1}: " + "  ".join(f"{c} {r[c] / 1e6:.3f}" for c in names), flush=True)
+    rows = alternated(names, lambda c: measure("pvswitch", a.size, a.seconds, extra=CASES[c]), a.reps)
     lines = [f"Flow export while testpmd flowgen forwards {a.size} B frames a <-> b through one poll thread, "
-             f"{a.reps} reps of {a.seconds:g} s, cases rotated in each rep", "",
-             "| case | Mpps (median) | / no export (median) | min..max |", "|---|---|---|---|"]
-    for c in names:
-        ratios = [x[c] / x["no export"] for x in rows]
-        lines.append(f"| {c} | {statistics.median(x[c] for x in rows) / 1e6:.3f} | {statistics.median(ratios):.3f} | "
-                     f"{min(ratios):.3f}..{max(ratios):.3f} |")
+             f"{a.reps} reps of {a.seconds:g} s, cases rotated in each rep", "", ratio_table(names, rows, "no export")]
     emit("\n".join(lines), a.out)
 
 

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -476,6 +477,29 @@ def emit(table, out=None):
     if out:
         with open(out, "w") as f:
             f.write(table + "\n")
+
+
+def alternated(names, run, reps):
+    """`run(name)` for each case of `names`, `reps` times, the order rotated in each rep (so no
+    case always runs first or last); prints each rep and returns its results, a dict a rep."""
+    rows = []
+    for rep in range(reps):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        r = {c: run(c) for c in order}
+        rows.append(r)
+        print(f"rep {rep + 1}: " + "  ".join(f"{c} {r[c] / 1e6:.3f}" for c in names), flush=True)
+    return rows
+
+
+def ratio_table(names, rows, base):
+    """A markdown table of each case's median Mpps and its ratio to case `base` (median, min..max
+    over the reps of `alternated`)."""
+    lines = [f"| case | Mpps (median) | / {base} (median) | min..max |", "|---|---|---|---|"]
+    for c in names:
+        ratios = [x[c] / x[base] for x in rows]
+        lines.append(f"| {c} | {statistics.median(x[c] for x in rows) / 1e6:.3f} | {statistics.median(ratios):.3f} | "
+                     f"{min(ratios):.3f}..{max(ratios):.3f} |")
+    return "\n".join(lines)
 
 
 def line_ns():

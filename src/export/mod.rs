@@ -155,18 +155,24 @@ impl Drop for Recorder<'_> {
 const TEMPLATE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl FlowExport {
-    /// An export for `threads` poll threads and its socket (not connected: a collector that is
+    /// An export for `threads` poll thread slots (`configured` of them running now) and its socket (not connected: a collector that is
     /// down for a while costs lost messages, not an error on the next send; a socket that
     /// cannot be made is logged, and records are then counted as send errors).
-    pub fn new(cfg: IpfixConfig, threads: usize) -> FlowExport {
+    pub fn new(cfg: IpfixConfig, configured: usize, threads: usize) -> FlowExport {
         let bind = if cfg.collector.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" };
         let socket = UdpSocket::bind(bind)
             .and_then(|s| s.set_nonblocking(true).map(|_| s))
             .map_err(|e| log::error!("ipfix: cannot open a socket to {}: {e}", cfg.collector))
             .ok();
         let skip = cfg.sampling - 1;
+        // The configured threads' tables are made at their full size here, so a poll thread
+        // never allocates for a new flow; a thread a later reload adds grows its table.
+        let table = |t: usize| {
+            let flows = if t < configured { HashMap::with_capacity(cfg.max_flows as usize) } else { HashMap::new() };
+            Mutex::new(Table { flows, skip })
+        };
         FlowExport {
-            slots: (0..threads).map(|_| Mutex::new(Table { flows: HashMap::new(), skip })).collect(),
+            slots: (0..threads).map(table).collect(),
             socket,
             cfg,
             observed: AtomicU64::new(0),

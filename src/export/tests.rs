@@ -39,7 +39,7 @@ fn observe(x: &FlowExport, frames: &[Vec<u8>], egress: Option<u16>, now: u64) {
 
 #[test]
 fn frames_are_counted_per_flow_and_expire_when_idle_or_long_active() {
-    let x = FlowExport::new(cfg(1, 1024), 1);
+    let x = FlowExport::new(cfg(1, 1024), 1, 1);
     let a = udp(1000);
     let b = udp(2000);
     observe(&x, &[a.clone(), a.clone(), b.clone()], Some(4), 1_000);
@@ -68,12 +68,12 @@ fn frames_are_counted_per_flow_and_expire_when_idle_or_long_active() {
 
 #[test]
 fn sampling_counts_one_frame_in_n_and_a_full_table_says_so() {
-    let x = FlowExport::new(cfg(4, 16), 1);
+    let x = FlowExport::new(cfg(4, 16), 1, 1);
     let a = udp(1000);
     observe(&x, &vec![a.clone(); 40], Some(1), 0);
     let r = x.expire(0, true);
     assert_eq!((r.len(), r[0].counts.packets, r[0].reason), (1, 10, EndReason::Forced));
-    let x = FlowExport::new(cfg(1, 16), 1);
+    let x = FlowExport::new(cfg(1, 16), 1, 1);
     let many: Vec<Vec<u8>> = (0..20).map(|p| udp(3000 + p)).collect();
     observe(&x, &many, None, 0);
     assert_eq!((x.expire(0, true).len(), x.full.load(Relaxed)), (16, 4));
@@ -81,7 +81,7 @@ fn sampling_counts_one_frame_in_n_and_a_full_table_says_so() {
 
 #[test]
 fn a_burst_that_finds_its_table_taken_is_not_counted_and_says_so() {
-    let x = FlowExport::new(cfg(1, 16), 1);
+    let x = FlowExport::new(cfg(1, 16), 1, 1);
     let held = x.slots[0].lock().unwrap();
     observe(&x, &[udp(1)], None, 0);
     drop(held);
@@ -92,7 +92,7 @@ fn a_burst_that_finds_its_table_taken_is_not_counted_and_says_so() {
 fn messages_read_back_as_the_records_sent() {
     use netflow_parser::variable_versions::ipfix::FlowSetBody;
     use netflow_parser::{NetflowPacket, NetflowParser};
-    let x = FlowExport::new(cfg(1, 64), 1);
+    let x = FlowExport::new(cfg(1, 64), 1, 1);
     let tcp = eth(0x0800, &build::ipv4(6, V4A, V4B, &build::tcp(40000, 5201, 0x02, 1, 0, 65535, None, 0)));
     let six = eth(0x86dd, &build::ipv6(17, [1; 16], [2; 16], &build::udp(7, 8, 10)));
     observe(&x, &[tcp.clone(), tcp.clone(), six.clone()], Some(9), 1_700_000_000_000);

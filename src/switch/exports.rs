@@ -24,6 +24,7 @@ impl Switch {
             cfg.active_timeout_s,
             cfg.idle_timeout_s
         );
-        Some(Arc::new(FlowExport::new(cfg, thread_slots(self.threads.len()))))
+        let n = self.threads.len();
+        Some(Arc::new(FlowExport::new(cfg, n, thread_slots(n))))
     }
 }

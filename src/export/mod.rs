@@ -76,6 +76,10 @@ struct Table {
     flows: HashMap<FlowKey, FlowCounts>,
     /// Frames until the next one observed.
     skip: u32,
+    /// Frames observed (sampled), new flows not recorded (the table was full): counted here,
+    /// under the thread's own lock, not in atomics every poll thread would write.
+    observed: u64,
+    full: u64,
 }
 
 /// The switch's flow export: its settings, each poll thread's table, the socket and counts.
@@ -83,11 +87,10 @@ pub struct FlowExport {
     pub cfg: IpfixConfig,
     slots: Box<[Mutex<Table>]>,
     socket: Option<UdpSocket>,
-    /// Frames observed (sampled), bursts not counted (their slot was taken), new flows not
-    /// recorded (the table was full), records and messages sent, messages the socket refused.
-    pub observed: AtomicU64,
+    /// Bursts not counted (their slot was taken: rare), records and messages sent, messages
+    /// the socket refused (the control thread's). Frames observed and flows not recorded are
+    /// each table's (`observed`, `full`).
     pub missed: AtomicU64,
-    pub full: AtomicU64,
     pub records: AtomicU64,
     pub messages: AtomicU64,
     pub send_errors: AtomicU64,
@@ -105,8 +108,6 @@ struct ExportState {
 pub struct Recorder<'a> {
     x: &'a FlowExport,
     t: std::sync::MutexGuard<'a, Table>,
-    seen: u64,
-    full: u64,
 }
 
 impl Recorder<'_> {
@@ -124,7 +125,7 @@ impl Recorder<'_> {
     /// Counts frame `o`, seen at `now_ms`, in its flow.
     pub fn record(&mut self, now_ms: u64, o: Observed) {
         let Some((key, flags, bytes)) = key_of(&o) else { return };
-        self.seen += 1;
+        self.t.observed += 1;
         let n = self.t.flows.len();
         match self.t.flows.get_mut(&key) {
             Some(c) => {
@@ -133,20 +134,11 @@ impl Recorder<'_> {
                 c.end_ms = now_ms;
                 c.tcp_flags |= flags;
             }
-            None if n >= self.x.cfg.max_flows as usize => self.full += 1,
+            None if n >= self.x.cfg.max_flows as usize => self.t.full += 1,
             None => {
                 let c = FlowCounts { packets: 1, bytes, start_ms: now_ms, end_ms: now_ms, tcp_flags: flags };
                 self.t.flows.insert(key, c);
             }
-        }
-    }
-}
-
-impl Drop for Recorder<'_> {
-    fn drop(&mut self) {
-        self.x.observed.fetch_add(self.seen, Relaxed);
-        if self.full > 0 {
-            self.x.full.fetch_add(self.full, Relaxed);
         }
     }
 }
@@ -169,15 +161,13 @@ impl FlowExport {
         // never allocates for a new flow; a thread a later reload adds grows its table.
         let table = |t: usize| {
             let flows = if t < configured { HashMap::with_capacity(cfg.max_flows as usize) } else { HashMap::new() };
-            Mutex::new(Table { flows, skip })
+            Mutex::new(Table { flows, skip, observed: 0, full: 0 })
         };
         FlowExport {
             slots: (0..threads).map(table).collect(),
             socket,
             cfg,
-            observed: AtomicU64::new(0),
             missed: AtomicU64::new(0),
-            full: AtomicU64::new(0),
             records: AtomicU64::new(0),
             messages: AtomicU64::new(0),
             send_errors: AtomicU64::new(0),
@@ -190,7 +180,7 @@ impl FlowExport {
     pub fn table(&self, thread: usize) -> Option<Recorder<'_>> {
         let slot = self.slots.get(thread)?;
         match slot.try_lock() {
-            Ok(t) => Some(Recorder { x: self, t, seen: 0, full: 0 }),
+            Ok(t) => Some(Recorder { x: self, t }),
             Err(_) => {
                 self.missed.fetch_add(1, Relaxed);
                 None
@@ -207,6 +197,19 @@ impl FlowExport {
                 }
             }
         }
+    }
+
+    /// Frames observed, and new flows not recorded, over every poll thread's table.
+    pub fn observed(&self) -> u64 {
+        self.sum(|t| t.observed)
+    }
+
+    pub fn full(&self) -> u64 {
+        self.sum(|t| t.full)
+    }
+
+    fn sum(&self, f: impl Fn(&Table) -> u64) -> u64 {
+        self.slots.iter().map(|s| f(&s.lock().unwrap_or_else(|e| e.into_inner()))).sum()
     }
 
     /// Takes the flows due at `now_ms` (every flow if `all`) from every poll thread's table.

@@ -142,5 +142,7 @@ fn a_guest_without_receive_offloads_gets_segmented_checksummed_frames_intact() {
     assert!(a["rx_gso"].as_u64().unwrap() > 0, "A sent no TSO frame: {a}");
     let takes = b["offloads"]["guest_takes"].as_array().unwrap().len();
     assert_eq!(takes, 0, "vm2 negotiated receive offloads: {b}");
-    assert!(b["sw_segmented"].as_u64().unwrap() > 1000, "the switch did not segment for vm2: {b}");
+    // Every TSO frame A sent went to B, which takes none: each was segmented once. (A floor
+    // on the count would depend on how the guest's stack sized its frames.)
+    assert_eq!(b["sw_segmented"], a["rx_gso"], "the switch did not segment each of A's TSO frames for vm2:\n{a}\n{b}");
 }

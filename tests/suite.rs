@@ -41,6 +41,7 @@ mod service;
 mod sockpaths;
 mod stats;
 mod testpmd;
+mod trace_live;
 mod unsafe_map;
 mod vlans;
 mod vm;

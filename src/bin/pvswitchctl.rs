@@ -27,6 +27,10 @@ commands:
   fdb       learned MAC addresses
   flows     the flow table with per-flow packet and byte counters (ovs-ofctl dump-flows style)
   trace F   which flow a frame with fields F (in_port=vm1,dl_dst=...,tcp,...) hits, and what happens
+  trace --live [-c COUNT] PORT [FILTER...]
+            the next COUNT (default 1) real frames PORT sends that match FILTER (a tcpdump
+            expression), each with what the data path did: offloads, VLAN, flows met, the MAC
+            table's answer, every output (and how the frame leaves it) or the drop and its reason
   reload    re-read the configuration file and apply it (as SIGHUP does)
   rebalance [roundrobin|cycles|group]
             recompute receive-queue placement (default: rxq_assign) and move queues live
@@ -74,7 +78,7 @@ fn main() -> ExitCode {
             "--" => operands = true,
             "--control" => control = args.next().unwrap_or_default(),
             "--json" => as_json = true,
-            "--clear" | "--may-exist" | "--if-exists" | "--drops" => rest.push(a.clone()),
+            "--clear" | "--may-exist" | "--if-exists" | "--drops" | "--live" => rest.push(a.clone()),
             // capture's options with a value (the value is a plain word that follows).
             "-c" | "-s" | "-Q" | "--direction" | "--count" | "--snaplen" if command.is_some() => rest.push(a.clone()),
             "-w" if command.is_some() => write_to = Some(args.next().unwrap_or_default()),
@@ -107,7 +111,14 @@ fn main() -> ExitCode {
     };
     let client = Client::new(&control);
     if let Request::Capture { .. } = request {
-        return capture(&client, &request, write_to.as_deref());
+        return capture(&client, &request, write_to.as_deref(), as_json);
+    }
+    if let Request::TraceLive { .. } = request {
+        if write_to.is_some() {
+            eprintln!("pvswitchctl: -w is capture's option (trace --live prints what it traces)");
+            return ExitCode::from(2);
+        }
+        return capture(&client, &request, None, as_json);
     }
     if write_to.is_some() {
         eprintln!("pvswitchctl: -w is capture's option");
@@ -147,9 +158,13 @@ fn output(request: &Request, result: &RawValue, as_json: bool) -> Result<String,
 
 /// `capture`: the stream's pcapng to `-w FILE` (or standard output: `-w -`, or no `-w` when it
 /// is not a terminal), as it comes; what was captured and how it ended to standard error.
-fn capture(client: &Client, request: &Request, write_to: Option<&str>) -> ExitCode {
+/// `trace --live`: each traced frame to standard output as it comes (`--json`: a line of JSON
+/// each).
+fn capture(client: &Client, request: &Request, write_to: Option<&str>, as_json: bool) -> ExitCode {
     use std::io::{IsTerminal, Read, Write};
+    let tracing = matches!(request, Request::TraceLive { .. });
     let mut out: Box<dyn Write> = match write_to {
+        None if tracing => Box::new(std::io::stdout().lock()),
         None if std::io::stdout().is_terminal() => {
             eprintln!("pvswitchctl: capture writes pcapng: give -w FILE, or pipe it (-w - | tcpdump -nr -)");
             return ExitCode::from(2);
@@ -171,6 +186,7 @@ fn capture(client: &Client, request: &Request, write_to: Option<&str>) -> ExitCo
         }
     };
     match serde_json::from_str(started.get()) {
+        Ok(s) if tracing => eprint!("{}", human::trace_started(&s)),
         Ok(s) => eprint!("{}", human::capture_started(&s)),
         Err(e) => {
             eprintln!("pvswitchctl: malformed reply: {e}");
@@ -198,8 +214,22 @@ fn capture(client: &Client, request: &Request, write_to: Option<&str>) -> ExitCo
                     return ExitCode::from(1);
                 }
             }
+            Some(pvswitch::proto::Chunk::Trace) => {
+                let text = match serde_json::from_slice::<pvswitch::proto::LiveTrace>(&buf) {
+                    Ok(_) if as_json => format!("{}\n", String::from_utf8_lossy(&buf)),
+                    Ok(t) => human::live_trace(&t),
+                    Err(e) => {
+                        eprintln!("pvswitchctl: malformed trace record: {e}");
+                        return ExitCode::from(1);
+                    }
+                };
+                if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+                    return ExitCode::from(1);
+                }
+            }
             Some(pvswitch::proto::Chunk::End) => {
                 match serde_json::from_slice(&buf) {
+                    Ok(end) if tracing => eprint!("{}", human::trace_end(&end)),
                     Ok(end) => eprint!("{}", human::capture_end(&end)),
                     Err(e) => eprintln!("pvswitchctl: malformed end of capture: {e}"),
                 }

@@ -93,6 +93,91 @@ pub struct Counts {
     pub lost: u64,
 }
 
+/// What the data path decided for a frame a live trace (`pvswitchctl trace --live`) records
+/// with its bytes: where it went as classify and the tables left it, its VLAN, the flows it met
+/// and what its sender's offload header asked. Plain numbers: the capture knows no data-path
+/// types (`datapath::tap` fills it in, `ctl::live` reads it back into words).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// `datapath::frame::Out`'s kind: see the `OUT_*` constants.
+    pub out: u8,
+    /// The port (`OUT_PORT`), the drop reason (`OUT_DROP`), or the first flow (`OUT_ACTIONS`).
+    pub value: u32,
+    /// The VLAN NORMAL switched it in ([`Verdict::NO_VLAN`]: it leaves as it came).
+    pub vlan: u16,
+    /// Its outer 802.1Q tag's TCI as it came (None: untagged).
+    pub tag: Option<u16>,
+    /// The table-0 flow it hit (None: no flow table, or dropped before a lookup;
+    /// `u32::MAX`: no flow matched).
+    pub flow: Option<u32>,
+    /// The flows its walk through the tables met, in order (`u32::MAX`: a table had none).
+    pub path: [u32; Verdict::MAX_PATH],
+    pub path_len: u8,
+    /// TSO asked for: the segment size (0: none), and whether over IPv6.
+    pub mss: u16,
+    pub v6: bool,
+    /// A partial checksum to complete (NEEDS_CSUM).
+    pub csum: bool,
+}
+
+/// `Verdict::out`'s values.
+pub const OUT_NOWHERE: u8 = 0;
+pub const OUT_DROP: u8 = 1;
+pub const OUT_PORT: u8 = 2;
+pub const OUT_FLOOD: u8 = 3;
+pub const OUT_ACTIONS: u8 = 4;
+pub const OUT_PATH: u8 = 5;
+
+impl Verdict {
+    /// `vlan` when NORMAL switched it in none (`datapath::frame::NO_VLAN`).
+    pub const NO_VLAN: u16 = u16::MAX;
+    /// Flows a path records (`flow::MAX_PATH`).
+    pub const MAX_PATH: usize = 16;
+    /// Its bytes in a record.
+    const LEN: usize = 24 + 4 * Verdict::MAX_PATH;
+
+    fn write(&self, b: &mut [u8; Verdict::LEN]) {
+        b[0] = self.out;
+        b[1] = self.path_len;
+        b[2] =
+            self.v6 as u8 | (self.csum as u8) << 1 | (self.tag.is_some() as u8) << 2 | (self.flow.is_some() as u8) << 3;
+        b[4..8].copy_from_slice(&self.value.to_le_bytes());
+        b[8..10].copy_from_slice(&self.vlan.to_le_bytes());
+        b[10..12].copy_from_slice(&self.tag.unwrap_or(0).to_le_bytes());
+        b[12..14].copy_from_slice(&self.mss.to_le_bytes());
+        b[16..20].copy_from_slice(&self.flow.unwrap_or(0).to_le_bytes());
+        for (i, f) in self.path.iter().enumerate() {
+            b[24 + 4 * i..28 + 4 * i].copy_from_slice(&f.to_le_bytes());
+        }
+    }
+
+    fn read(b: &[u8]) -> Verdict {
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut path = [0u32; Verdict::MAX_PATH];
+        for (i, f) in path.iter_mut().enumerate() {
+            *f = u32_at(24 + 4 * i);
+        }
+        Verdict {
+            out: b[0],
+            value: u32_at(4),
+            vlan: u16_at(8),
+            tag: (b[2] & 4 != 0).then(|| u16_at(10)),
+            flow: (b[2] & 8 != 0).then(|| u32_at(16)),
+            path,
+            path_len: b[1].min(Verdict::MAX_PATH as u8),
+            mss: u16_at(12),
+            v6: b[2] & 1 != 0,
+            csum: b[2] & 2 != 0,
+        }
+    }
+
+    /// The flows met, in order.
+    pub fn path(&self) -> &[u32] {
+        &self.path[..self.path_len as usize]
+    }
+}
+
 /// One poll thread's side of a capture, locked by that thread for a burst (or a frame) at a
 /// time, and by the capture's thread only once it is unhooked (its counts).
 pub struct Slot {
@@ -112,6 +197,8 @@ pub struct Capture {
     pub direction: Direction,
     /// Frames dropped on the way in are recorded too, with their reason.
     pub drops: bool,
+    /// A live trace: each record carries the data path's [`Verdict`] (it looks in, drops too).
+    pub trace: bool,
     pub snaplen: u32,
     slots: Box<[Mutex<Slot>]>,
     /// Its thread is done with it (count reached, client gone, or `end` set): unhook it.
@@ -122,8 +209,8 @@ pub struct Capture {
     ended: Mutex<Option<String>>,
 }
 
-/// A record's header in a ring: total length, interface, flags (way, drop reason + 1 in the
-/// upper half), the frame's length, the time (the TSC: the reader makes it a time).
+/// A record's header in a ring: total length, interface, flags (way, a verdict follows (4),
+/// drop reason + 1 in the upper half), the frame's length, the time (the TSC: the reader makes it a time).
 const HDR: usize = 24;
 
 /// One record, as the capture's thread reads it.
@@ -134,6 +221,8 @@ pub struct Record<'a> {
     pub drop: Option<u8>,
     pub len: u32,
     pub time_ns: u64,
+    /// A live trace's record: what the data path decided.
+    pub verdict: Option<Verdict>,
     pub data: &'a [u8],
 }
 
@@ -153,6 +242,25 @@ impl Slot {
     /// Filtered, then recorded; a full ring loses the record, counted. Never waits.
     #[inline]
     pub fn offer(&mut self, iface: u32, way: Way, drop: Option<u8>, len: u32, fill: impl FnOnce(&mut [u8]) -> usize) {
+        self.record(iface, way, drop, None, len, fill)
+    }
+
+    /// As [`Slot::offer`], a frame a live trace looks at, with what the data path decided.
+    #[inline]
+    pub fn offer_traced(&mut self, iface: u32, v: &Verdict, len: u32, fill: impl FnOnce(&mut [u8]) -> usize) {
+        let drop = (v.out == OUT_DROP).then_some(v.value as u8);
+        self.record(iface, Way::In, drop, Some(v), len, fill)
+    }
+
+    fn record(
+        &mut self,
+        iface: u32,
+        way: Way,
+        drop: Option<u8>,
+        verdict: Option<&Verdict>,
+        len: u32,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) {
         let Slot { ring, filter, scratch, counts } = self;
         let Some(counts) = counts.get_mut(iface as usize) else { return };
         counts.seen += 1;
@@ -165,20 +273,31 @@ impl Slot {
         let flags = match way {
             Way::In => 1,
             Way::Out => 2,
-        } | drop.map_or(0, |d| (d as u32 + 1) << 16);
+        } | (verdict.is_some() as u32) << 2
+            | drop.map_or(0, |d| (d as u32 + 1) << 16);
+        let mut v = [0u8; Verdict::LEN];
+        let vlen = match verdict {
+            Some(x) => {
+                x.write(&mut v);
+                Verdict::LEN
+            }
+            None => 0,
+        };
+        let total = HDR + vlen + n;
         let mut hdr = [0u8; HDR];
-        hdr[0..4].copy_from_slice(&((HDR + n) as u32).to_le_bytes());
+        hdr[0..4].copy_from_slice(&(total as u32).to_le_bytes());
         hdr[4..8].copy_from_slice(&iface.to_le_bytes());
         hdr[8..12].copy_from_slice(&flags.to_le_bytes());
         hdr[12..16].copy_from_slice(&len.to_le_bytes());
         hdr[16..24].copy_from_slice(&cycles().to_le_bytes());
-        let Ok(mut chunk) = ring.write_chunk(HDR + n) else {
+        let Ok(mut chunk) = ring.write_chunk(total) else {
             counts.lost += 1;
             return;
         };
         let (a, b) = chunk.as_mut_slices();
         put(a, b, 0, &hdr);
-        put(a, b, HDR, data);
+        put(a, b, HDR, &v[..vlen]);
+        put(a, b, HDR + vlen, data);
         chunk.commit_all();
     }
 }
@@ -190,6 +309,29 @@ impl Capture {
         ifaces: Vec<String>,
         direction: Direction,
         drops: bool,
+        snaplen: u32,
+        filter: &str,
+        threads: usize,
+    ) -> Result<(Arc<Capture>, Reader), String> {
+        Capture::make(ifaces, direction, drops, false, snaplen, filter, threads)
+    }
+
+    /// A live trace of `ifaces`: what they send (dropped frames too), each record with the data
+    /// path's [`Verdict`].
+    pub fn tracing(
+        ifaces: Vec<String>,
+        snaplen: u32,
+        filter: &str,
+        threads: usize,
+    ) -> Result<(Arc<Capture>, Reader), String> {
+        Capture::make(ifaces, Direction::In, true, true, snaplen, filter, threads)
+    }
+
+    fn make(
+        ifaces: Vec<String>,
+        direction: Direction,
+        drops: bool,
+        trace: bool,
         snaplen: u32,
         filter: &str,
         threads: usize,
@@ -212,6 +354,7 @@ impl Capture {
             ifaces,
             direction,
             drops,
+            trace,
             snaplen,
             slots: slots.into(),
             finished: AtomicBool::new(false),
@@ -312,13 +455,18 @@ impl Reader {
                 let flags = word(8);
                 let tsc = u64::from_le_bytes(hdr[16..24].try_into().expect("8 bytes"));
                 let since = (tsc.wrapping_sub(self.tsc0) as u128 * 1_000_000_000 / self.hz as u128) as u64;
+                let (verdict, data) = match flags & 4 != 0 && total >= HDR + Verdict::LEN {
+                    true => (Some(Verdict::read(&self.buf[HDR..])), &self.buf[HDR + Verdict::LEN..]),
+                    false => (None, &self.buf[HDR..]),
+                };
                 let rec = Record {
                     iface: word(4),
                     way: if flags & 3 == 2 { Way::Out } else { Way::In },
                     drop: (flags >> 16).checked_sub(1).map(|d| d as u8),
                     len: word(12),
                     time_ns: self.ns0 + since,
-                    data: &self.buf[HDR..],
+                    verdict,
+                    data,
                 };
                 n += 1;
                 if !f(rec) {
@@ -378,6 +526,43 @@ mod tests {
             true
         });
         assert_eq!(seen, vec![(Way::In, Some(0), 0), (Way::In, Some(1), 1), (Way::In, Some(2), 2)]);
+    }
+
+    #[test]
+    fn a_traced_record_carries_its_verdict_whole() {
+        let (cap, mut rd) = Capture::tracing(vec!["a".into()], 128, "", 1).unwrap();
+        assert!(cap.trace && cap.drops && cap.looks_in() && !cap.looks_out());
+        let mut path = [0u32; Verdict::MAX_PATH];
+        path[..3].copy_from_slice(&[4, u32::MAX, 9]);
+        let sent = [
+            Verdict { out: OUT_PORT, value: 3, vlan: 100, tag: Some(0x2064), flow: Some(7), ..Default::default() },
+            Verdict {
+                out: OUT_PATH,
+                value: 4,
+                path,
+                path_len: 3,
+                mss: 1448,
+                v6: true,
+                csum: true,
+                ..Default::default()
+            },
+            Verdict { out: OUT_DROP, value: 5, vlan: u16::MAX, flow: Some(u32::MAX), ..Default::default() },
+        ];
+        for v in &sent {
+            cap.slot(0).unwrap().offer_traced(0, v, 60, |buf| {
+                buf[..60].copy_from_slice(&frame(60, v.out));
+                60
+            });
+        }
+        let mut got = Vec::new();
+        rd.drain(|r| {
+            assert_eq!((r.data.len(), r.data[20]), (60, r.verdict.unwrap().out));
+            got.push((r.verdict.unwrap(), r.drop));
+            true
+        });
+        let want: Vec<_> = sent.iter().map(|v| (*v, (v.out == OUT_DROP).then_some(5))).collect();
+        assert_eq!(got, want);
+        assert_eq!(got[1].0.path(), &[4, u32::MAX, 9]);
     }
 
     #[test]

@@ -97,7 +97,8 @@ mod tests {
     fn what_is_written_reads_back() {
         let mut p = PcapNg::new(&[("vm1".into(), "pvswitch port vm1".into())], 1500).unwrap();
         let data = [0xaau8; 60];
-        let r = Record { iface: 0, way: Way::Out, drop: None, len: 70, time_ns: 1_500_000_123, data: &data };
+        let r =
+            Record { iface: 0, way: Way::Out, drop: None, len: 70, time_ns: 1_500_000_123, verdict: None, data: &data };
         p.packet(&r, Some("port_security")).unwrap();
         p.stats(0, 1_600_000_000, Counts { seen: 5, matched: 1, lost: 0 }).unwrap();
         let bytes = p.take();

@@ -21,7 +21,8 @@ use log::info;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::capture::pcapng::PcapNg;
-use crate::capture::{Capture, Reader};
+use crate::capture::{Capture, Reader, Record};
+use crate::ctl::live::Explainer;
 use crate::datapath::counters::DROP_REASONS;
 use crate::proto::{CaptureEnd, CaptureStarted, Chunk, Reply};
 
@@ -41,6 +42,47 @@ pub struct Job {
     pub count: Option<u64>,
     /// Written when the thread is done with the capture: the control thread unhooks it.
     pub done: Arc<EventFd>,
+    /// A live trace (`trace --live`): each record told in words, not written as pcapng.
+    pub explain: Option<Explainer>,
+}
+
+/// What the records become on the stream: pcapng, gathered into chunks; or a live trace's
+/// [`crate::proto::LiveTrace`]s, a chunk each.
+enum Sink {
+    Pcap(PcapNg),
+    Trace { explain: Explainer, pending: Vec<Vec<u8>>, bytes: usize },
+}
+
+impl Sink {
+    fn record(&mut self, r: &Record) -> Result<(), String> {
+        match self {
+            Sink::Pcap(p) => p.packet(r, drop_name(r)),
+            Sink::Trace { explain, pending, bytes } => {
+                let json = serde_json::to_vec(&explain.explain(r)).map_err(|e| e.to_string())?;
+                *bytes += json.len();
+                pending.push(json);
+                Ok(())
+            }
+        }
+    }
+
+    fn pending(&self) -> usize {
+        match self {
+            Sink::Pcap(p) => p.pending(),
+            Sink::Trace { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Sends what it holds.
+    fn flush(&mut self, stream: &mut UnixStream) -> std::io::Result<()> {
+        match self {
+            Sink::Pcap(p) => send(stream, Chunk::Pcapng, &p.take()),
+            Sink::Trace { pending, bytes, .. } => {
+                *bytes = 0;
+                std::mem::take(pending).iter().try_for_each(|j| send(stream, Chunk::Trace, j))
+            }
+        }
+    }
 }
 
 /// Starts the capture's thread.
@@ -49,15 +91,14 @@ pub fn spawn(job: Job) -> std::io::Result<()> {
 }
 
 fn run(job: Job) {
-    let Job { mut stream, started, capture, mut reader, count, done } = job;
+    let Job { mut stream, started, capture, mut reader, count, done, explain } = job;
     let ports = started.ports.join(",");
-    let (packets, reason) = match stream_records(&mut stream, &started, &capture, &mut reader, count) {
-        Ok((packets, reason, mut pcap)) => {
-            let packets = finish(&capture, &done, &mut reader, &mut pcap, packets, count);
+    let (packets, reason) = match stream_records(&mut stream, &started, &capture, &mut reader, count, explain) {
+        Ok((packets, reason, mut sink)) => {
+            let packets = finish(&capture, &done, &mut reader, &mut sink, packets, count);
             let end = summary(&capture, packets, reason.clone());
             let json = serde_json::to_vec(&end).unwrap_or_default();
-            let sent =
-                send(&mut stream, Chunk::Pcapng, &pcap.take()).and_then(|_| send(&mut stream, Chunk::End, &json));
+            let sent = sink.flush(&mut stream).and_then(|_| send(&mut stream, Chunk::End, &json));
             if let Err(e) = sent {
                 info!("capture of {ports}: its end not sent: {e}");
             }
@@ -73,14 +114,15 @@ fn run(job: Job) {
 }
 
 /// Streams records until the capture should end; returns the records written, why it ends,
-/// and the pcapng writer (for what is left). Err: the client left before it began.
+/// and the sink (for what is left). Err: the client left before it began.
 fn stream_records(
     stream: &mut UnixStream,
     started: &CaptureStarted,
     capture: &Capture,
     reader: &mut Reader,
     count: Option<u64>,
-) -> Result<(u64, String, PcapNg), String> {
+    explain: Option<Explainer>,
+) -> Result<(u64, String, Sink), String> {
     let fail = |e: std::io::Error| format!("the client: {e}");
     stream.set_nonblocking(false).map_err(fail)?;
     stream.set_write_timeout(Some(IDLE)).map_err(fail)?;
@@ -94,36 +136,39 @@ fn stream_records(
         .zip(&started.kinds)
         .map(|(p, k)| (p.clone(), format!("pvswitch port {p} ({k})")))
         .collect();
-    let mut pcap = PcapNg::new(&ifaces, capture.snaplen)?;
-    send(stream, Chunk::Pcapng, &pcap.take()).map_err(fail)?;
+    let mut sink = match explain {
+        Some(explain) => Sink::Trace { explain, pending: Vec::new(), bytes: 0 },
+        None => Sink::Pcap(PcapNg::new(&ifaces, capture.snaplen)?),
+    };
+    sink.flush(stream).map_err(fail)?;
     let mut packets = 0u64;
     let limit = count.unwrap_or(u64::MAX);
     loop {
         let mut bad = None;
         let got = reader.drain(|r| {
-            if let Err(e) = pcap.packet(&r, drop_name(&r)) {
+            if let Err(e) = sink.record(&r) {
                 bad = Some(e);
                 return false;
             }
             packets += 1;
-            packets < limit && pcap.pending() < CHUNK
+            packets < limit && sink.pending() < CHUNK
         });
         if let Some(e) = bad {
-            return Ok((packets, format!("pcapng: {e}"), pcap));
+            return Ok((packets, format!("pcapng: {e}"), sink));
         }
-        if pcap.pending() > 0
-            && let Err(e) = send(stream, Chunk::Pcapng, &pcap.take())
+        if sink.pending() > 0
+            && let Err(e) = sink.flush(stream)
         {
-            return Ok((packets, format!("the reader left ({e})"), pcap));
+            return Ok((packets, format!("the reader left ({e})"), sink));
         }
         if packets >= limit {
-            return Ok((packets, "count reached".into(), pcap));
+            return Ok((packets, "count reached".into(), sink));
         }
         if let Some(why) = capture.ended() {
-            return Ok((packets, why, pcap));
+            return Ok((packets, why, sink));
         }
         if got == 0 && client_left(stream) {
-            return Ok((packets, "the reader left".into(), pcap));
+            return Ok((packets, "the reader left".into(), sink));
         }
     }
 }
@@ -139,13 +184,13 @@ fn client_left(mut stream: &UnixStream) -> bool {
 }
 
 /// Has the capture unhooked (waiting for the control thread, at most `UNHOOK_WAIT`), then
-/// writes what the rings still hold (up to `count`) and each interface's statistics into
-/// `pcap`. Returns the records written in all.
+/// writes what the rings still hold (up to `count`) and, into pcapng, each interface's
+/// statistics. Returns the records written in all.
 fn finish(
     capture: &Capture,
     done: &EventFd,
     reader: &mut Reader,
-    pcap: &mut PcapNg,
+    sink: &mut Sink,
     mut packets: u64,
     count: Option<u64>,
 ) -> u64 {
@@ -155,14 +200,16 @@ fn finish(
         if packets >= limit {
             return false;
         }
-        if pcap.packet(&r, drop_name(&r)).is_ok() {
+        if sink.record(&r).is_ok() {
             packets += 1;
         }
         true
     });
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    for i in 0..capture.ifaces.len() {
-        let _ = pcap.stats(i as u32, now, capture.counts(i));
+    if let Sink::Pcap(pcap) = sink {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        for i in 0..capture.ifaces.len() {
+            let _ = pcap.stats(i as u32, now, capture.counts(i));
+        }
     }
     packets
 }
@@ -179,7 +226,7 @@ fn unhook(capture: &Capture, done: &EventFd) {
 }
 
 /// The name of the reason a recorded frame was dropped for, if it was.
-fn drop_name(r: &crate::capture::Record) -> Option<&'static str> {
+fn drop_name(r: &Record) -> Option<&'static str> {
     r.drop.and_then(|d| DROP_REASONS.get(d as usize)).map(|d| d.0)
 }
 

@@ -238,28 +238,35 @@ impl Control {
         self.ctl.reply(id, reply.into_bytes());
     }
 
-    /// `capture`: hooks the capture into the plans, then hands client `id`'s connection to the
-    /// capture's own thread. Err: the reply line (the capture was refused).
+    /// `capture` and `trace --live`: hooks the capture into the plans, then hands client `id`'s
+    /// connection to the capture's own thread. Err: the reply line (the capture was refused).
     fn start_capture(&mut self, id: u32, req: &[u8]) -> Result<(), String> {
+        use crate::proto::Request;
         let refuse = |e: crate::proto::CtlError| crate::proto::Reply::<()>::coded(Err(e)).to_line();
-        let Ok(crate::proto::Request::Capture { words, direction, drops, count, snaplen }) =
-            crate::proto::Request::parse(req)
-        else {
-            return Err(ctl::error_reply("capture: malformed request"));
+        let (capture, reader, started, count, explain) = match Request::parse(req) {
+            Ok(Request::Capture { words, direction, drops, count, snaplen }) => {
+                let ask = crate::switch::captures::CaptureAsk { words: &words, direction, drops, snaplen };
+                let (capture, reader, started) = self.sw.start_capture(&ask).map_err(refuse)?;
+                (capture, reader, started, count, None)
+            }
+            Ok(Request::TraceLive { port, count, filter }) => {
+                let (capture, reader, started, id) = self.sw.start_trace(&port, &filter).map_err(refuse)?;
+                (capture, reader, started, Some(count), Some(ctl::live::Explainer::new(&self.sw, id)))
+            }
+            _ => return Err(ctl::error_reply("capture: malformed request")),
         };
-        let ask = crate::switch::captures::CaptureAsk { words: &words, direction, drops, snaplen };
-        let (capture, reader, started) = self.sw.start_capture(&ask).map_err(refuse)?;
+        let what = if explain.is_some() { "live trace" } else { "capture" };
         let Some(stream) = self.ctl.detach(id) else {
             // The client went away meanwhile: undo.
             capture.finished.store(true, std::sync::atomic::Ordering::Release);
             self.sw.reap_captures();
             return Ok(());
         };
-        info!("capture of {} started (filter \"{}\")", started.ports.join(","), started.filter);
-        let job =
-            capture::Job { stream, started, capture: capture.clone(), reader, count, done: self.capture_done.clone() };
+        info!("{what} of {} started (filter \"{}\")", started.ports.join(","), started.filter);
+        let done = self.capture_done.clone();
+        let job = capture::Job { stream, started, capture: capture.clone(), reader, count, done, explain };
         if let Err(e) = capture::spawn(job) {
-            warn!("capture: cannot start its thread: {e}");
+            warn!("{what}: cannot start its thread: {e}");
             capture.finished.store(true, std::sync::atomic::Ordering::Release);
             self.sw.reap_captures();
         }

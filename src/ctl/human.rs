@@ -6,9 +6,9 @@ use std::fmt::Write;
 use serde::de::DeserializeOwned;
 
 use super::proto::{
-    CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, MigrationInfo, MirrorInfo, MoveReply,
-    PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request, RxqInfo,
-    StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
+    CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, LiveTrace, MigrationInfo, MirrorInfo,
+    MoveReply, PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request,
+    RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -38,7 +38,7 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
         }
         Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
         Request::Mirrors => mirrors(&typed::<Vec<MirrorInfo>>(result)?),
-        Request::Capture { .. } => capture_started(&typed(result)?),
+        Request::Capture { .. } | Request::TraceLive { .. } => capture_started(&typed(result)?),
     })
 }
 
@@ -52,6 +52,20 @@ pub fn capture_started(c: &CaptureStarted) -> String {
         ports.join(", "),
         c.direction,
         c.snaplen
+    )
+}
+
+/// `trace --live`'s first line.
+pub fn trace_started(c: &CaptureStarted) -> String {
+    let filter = if c.filter.is_empty() { String::new() } else { format!(" that match \"{}\"", c.filter) };
+    format!("tracing the frames {} ({}) sends{filter}\n", c.ports.join(", "), c.kinds.join(", "))
+}
+
+/// How a live trace ended.
+pub fn trace_end(e: &CaptureEnd) -> String {
+    format!(
+        "{} frames traced ({} matched of {} seen, {} lost: the reader was behind); trace ended: {}\n",
+        e.packets, e.matched, e.seen, e.lost, e.reason
     )
 }
 
@@ -356,6 +370,15 @@ pub fn flows(r: &FlowsReply) -> String {
 
 pub fn trace(r: &TraceReply) -> String {
     r.steps.iter().map(|step| format!("{step}\n")).collect()
+}
+
+/// `trace --live`: one traced frame, its time (UTC, as tcpdump prints it) then its steps.
+pub fn live_trace(r: &LiveTrace) -> String {
+    let secs = r.time_ns / 1_000_000_000;
+    let (h, m, sec, us) = (secs / 3600 % 24, secs / 60 % 60, secs % 60, r.time_ns / 1000 % 1_000_000);
+    let mut s = format!("{h:02}:{m:02}:{sec:02}.{us:06} {}\n", r.port);
+    s.extend(r.steps.iter().map(|step| format!("  {step}\n")));
+    s
 }
 
 pub fn rebalance(r: &RebalanceReply) -> String {

@@ -7,6 +7,7 @@
 mod conntrack;
 pub mod flows;
 pub mod human;
+pub mod live;
 pub mod stats;
 
 use serde::Serialize;
@@ -36,7 +37,7 @@ pub fn is_reload(req: &[u8]) -> bool {
 
 /// Whether a request line asks for a capture (a stream: the control loop serves it).
 pub fn is_capture(req: &[u8]) -> bool {
-    matches!(Request::parse(req), Ok(Request::Capture { .. }))
+    matches!(Request::parse(req), Ok(Request::Capture { .. } | Request::TraceLive { .. }))
 }
 
 /// Answers one request line. `ep` is the control loop's side of the ports (for reload).
@@ -94,10 +95,10 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
         Request::Mirrors => json(c.mirrors()),
         Request::VtepSync { vtep, state } => done(c.vtep_sync(ep, &vtep, &state)?),
         // A stream, not a reply: the control loop serves it (`control::capture`).
-        Request::Capture { .. } => {
+        Request::Capture { .. } | Request::TraceLive { .. } => {
             return Err(CtlError {
                 code: Some(ErrorCode::Invalid),
-                message: "capture: not a one-reply command".into(),
+                message: format!("{}: not a one-reply command", req.command()),
             });
         }
     }?)

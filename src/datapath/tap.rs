@@ -1,12 +1,12 @@
 //! Capture's two hooks in the data path (`capture`), and flow export's (`exported`): a burst's consumed frames offered to the
 //! captures of the port that sent them (`received`: each frame as it came; with `--drops`, the
-//! dropped ones too, with their reason), and a frame as it was written to a port offered to
+//! dropped ones too, with their reason; a live trace's with the data path's verdict on it), and a frame as it was written to a port offered to
 //! that port's captures (`sent`: its shape's bytes, what the port was given). Both are reached
 //! only through a port's non-empty `PortTable::taps`: a port nobody captures costs the test of
 //! an empty slice.
 
-use crate::capture::{Tap, Way};
-use crate::datapath::frame::{FRONT_MAX, Frame, NO_VLAN, Out, Shape};
+use crate::capture::{self, Tap, Verdict, Way};
+use crate::datapath::frame::{FRONT_MAX, FlowState, Frame, NO_VLAN, Out, Shape};
 use crate::export::{FlowExport, Observed};
 
 /// Offers the frames a port sent (those consumed from its burst) to its captures: each
@@ -20,6 +20,12 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
             continue;
         }
         let Some(mut slot) = cap.slot(thread) else { continue };
+        if cap.trace {
+            for f in frames {
+                slot.offer_traced(t.iface, &verdict(f), f.len, |buf| f.read_at(0, buf));
+            }
+            continue;
+        }
         for f in frames {
             let drop = match f.out {
                 Out::Drop(_) if !cap.drops => continue,
@@ -29,6 +35,40 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
             slot.offer(t.iface, Way::In, drop, f.len, |buf| f.read_at(0, buf));
         }
     }
+}
+
+/// What the data path decided for `f` (consumed: its `out` is final but for delivery), for a
+/// live trace.
+fn verdict(f: &Frame) -> Verdict {
+    let (out, value) = match f.out {
+        Out::Nowhere => (capture::OUT_NOWHERE, 0),
+        Out::Drop(why) => (capture::OUT_DROP, why as u32),
+        Out::Port(p) => (capture::OUT_PORT, p as u32),
+        Out::Flood => (capture::OUT_FLOOD, 0),
+        Out::Actions(i) | Out::Pipeline(i) => (capture::OUT_ACTIONS, i),
+        Out::Path(i) => (capture::OUT_PATH, i),
+    };
+    let mut v = Verdict {
+        out,
+        value,
+        vlan: f.vlan,
+        tag: f.tag,
+        flow: match f.flow {
+            FlowState::Hit(i) => Some(i),
+            _ => None,
+        },
+        mss: f.off.tso.map_or(0, |t| t.mss),
+        v6: f.off.tso.is_some_and(|t| t.v6),
+        csum: f.off.csum.is_some(),
+        ..Verdict::default()
+    };
+    if out == capture::OUT_PATH {
+        let met = f.path.flows();
+        let n = met.len().min(Verdict::MAX_PATH);
+        v.path[..n].copy_from_slice(&met[..n]);
+        v.path_len = n as u8;
+    }
+    v
 }
 
 /// Offers a frame written to a port, shaped by `e` (a prefix, then the sender's bytes from
@@ -80,3 +120,4 @@ pub(in crate::datapath) fn exported(x: &FlowExport, thread: usize, in_port: u16,
         table.record(now, Observed { front: &buf[..n], len: f.len, ingress: in_port, egress, vlan });
     }
 }
+const _: () = assert!(Verdict::MAX_PATH == crate::flow::MAX_PATH && Verdict::NO_VLAN == NO_VLAN);

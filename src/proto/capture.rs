@@ -14,6 +14,8 @@ pub enum Chunk {
     Pcapng = 0,
     /// The end: a [`CaptureEnd`] as JSON; nothing follows.
     End = 1,
+    /// One traced frame (`trace --live`): a [`super::LiveTrace`] as JSON.
+    Trace = 2,
 }
 
 impl Chunk {
@@ -21,6 +23,7 @@ impl Chunk {
         match b {
             0 => Some(Chunk::Pcapng),
             1 => Some(Chunk::End),
+            2 => Some(Chunk::Trace),
             _ => None,
         }
     }

@@ -38,3 +38,20 @@ pub struct TraceReply {
     pub outputs: Vec<String>,
     pub steps: Vec<String>,
 }
+
+/// `trace --live`: one real frame a port sent, and what the data path did with it, stage by
+/// stage (`steps`), ending in where it went (`outputs`, each with how it leaves that port) or
+/// why it was dropped (`dropped`: a drop reason's name, as `stats` counts it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveTrace {
+    pub port: String,
+    /// When the poll thread saw it (nanoseconds since the Unix epoch).
+    pub time_ns: u64,
+    /// Its length on the wire (the steps read its first bytes).
+    pub len: u32,
+    /// The table-0 flow it hit, as ovs-ofctl prints it (None: no flow table, or no flow).
+    pub flow: Option<String>,
+    pub outputs: Vec<String>,
+    pub dropped: Option<String>,
+    pub steps: Vec<String>,
+}

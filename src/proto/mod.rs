@@ -29,7 +29,7 @@ use serde_json::Value;
 
 pub use self::capture::{CaptureEnd, CaptureStarted, Chunk, Direction};
 pub use self::conntrack::{ConnInfo, ConntrackReply, FlowZone, MAX_LISTED, ZoneInfo};
-pub use self::flows::{FlowInfo, FlowsReply, TraceReply};
+pub use self::flows::{FlowInfo, FlowsReply, LiveTrace, TraceReply};
 pub use self::ports::{
     MigrationInfo, PortInfo, PortOffloads, PortVlanInfo, QueueInfo, QueueKind, RateCapsInfo, RateTokens, VxlanInfo,
 };
@@ -97,6 +97,10 @@ pub enum Request {
     /// (`--` may end the ports); `count`: stop after so many records; `snaplen`: bytes kept
     /// of each frame (0: all).
     Capture { words: Vec<String>, direction: Direction, drops: bool, count: Option<u64>, snaplen: u32 },
+    /// Traces the next `count` frames `port` sends that match `filter` (a pcap-filter
+    /// expression's words), each with what the data path did with it (reply: [`CaptureStarted`],
+    /// then a stream of [`LiveTrace`]s and a [`CaptureEnd`]: `Chunk`).
+    TraceLive { port: String, count: u64, filter: Vec<String> },
 }
 
 /// Whether a port name given to `ports` is a glob (`*` any run of characters, `?` one).
@@ -217,6 +221,7 @@ impl Request {
             "fdb" => Request::Fdb,
             "flows" => Request::Flows,
             "trace" if args.join(",").is_empty() => return Err(TRACE_USAGE.into()),
+            "trace" if args.first().is_some_and(|a| a == "--live") => parse_trace_live(&args[1..])?,
             "trace" => Request::Trace { fields: args.join(",") },
             "rebalance" => Request::Rebalance {
                 mode: args.first().map(|m| m.parse()).transpose().map_err(|e| format!("rebalance: {e}"))?,
@@ -267,6 +272,7 @@ impl Request {
             Request::Conntrack { .. } => "conntrack",
             Request::ConntrackFlush { .. } => "conntrack-flush",
             Request::Capture { .. } => "capture",
+            Request::TraceLive { .. } => "trace",
         }
     }
 
@@ -275,6 +281,11 @@ impl Request {
         match self {
             Request::Stats { clear: true } => vec!["--clear".into()],
             Request::Trace { fields } => vec![fields.clone()],
+            Request::TraceLive { port, count, filter } => {
+                let mut a = vec!["--live".to_string(), "-c".into(), count.to_string(), "--".into(), port.clone()];
+                a.extend(filter.iter().cloned());
+                a
+            }
             Request::Rebalance { mode: Some(m) } => vec![m.to_string()],
             Request::Move { port, queue, thread } => vec![format!("{port}:{queue}"), thread.to_string()],
             Request::Port { name } => vec![name.clone()],
@@ -398,6 +409,37 @@ fn parse_capture(args: &[String]) -> Result<Request, String> {
     }
     Ok(Request::Capture { words, direction, drops, count, snaplen })
 }
+
+const TRACE_LIVE_USAGE: &str = "trace --live: expected [-c COUNT] PORT [FILTER...]";
+
+/// `trace --live [-c COUNT] PORT [FILTER...]` (after `--live`): one port, then the filter's
+/// words; the count (default 1) before the port, or after it.
+fn parse_trace_live(args: &[String]) -> Result<Request, String> {
+    let (mut words, mut count) = (Vec::new(), 1u64);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-c" | "--count" => {
+                let v = it.next().ok_or_else(|| format!("{TRACE_LIVE_USAGE}: {a} needs a count"))?;
+                count = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&c| (1..=MAX_LIVE_TRACES).contains(&c))
+                    .ok_or(format!("trace --live: -c {v}: expected a count from 1 to {MAX_LIVE_TRACES}"))?;
+            }
+            "--" => words.extend(it.by_ref().cloned()),
+            o if o.starts_with('-') && o.len() > 1 && words.is_empty() => {
+                return Err(format!("trace --live: unknown option {o} ({TRACE_LIVE_USAGE})"));
+            }
+            _ => words.push(a.clone()),
+        }
+    }
+    let Some((port, filter)) = words.split_first() else { return Err(TRACE_LIVE_USAGE.into()) };
+    Ok(Request::TraceLive { port: port.clone(), count, filter: filter.to_vec() })
+}
+
+/// Most frames one `trace --live` traces (each is a reply of its own: a trace is for looking at).
+pub const MAX_LIVE_TRACES: u64 = 10_000;
 
 /// `move PORT:QUEUE THREAD` (a port name may itself hold ':'; the queue is after the last).
 fn parse_move(args: &[String]) -> Result<Request, String> {

@@ -80,6 +80,15 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
             },
         ),
         (
+            req("trace", &["--live", "vm1", "-c", "3", "icmp", "or", "arp"]),
+            Request::TraceLive {
+                port: "vm1".into(),
+                count: 3,
+                filter: ["icmp", "or", "arp"].map(String::from).to_vec(),
+            },
+        ),
+        (req("trace", &["--live", "--", "-odd"]), Request::TraceLive { port: "-odd".into(), count: 1, filter: vec![] }),
+        (
             req("vtep-sync", &["vt", r#"{"remotes": []}"#]),
             Request::VtepSync { vtep: "vt".into(), state: r#"{"remotes": []}"#.into() },
         ),
@@ -120,6 +129,12 @@ fn bad_arguments_say_what_was_expected() {
         let e = req("trace", args).unwrap_err();
         assert!(e.starts_with("trace: expected a frame description"), "{e}");
     }
+    for args in [&["--live"][..], &["--live", "-c", "3"], &["--live", "-x", "vm1"], &["--live", "-c", "0", "vm1"]] {
+        let e = req("trace", args).unwrap_err();
+        assert!(e.starts_with("trace --live: "), "{args:?}: {e}");
+    }
+    let e = req("trace", &["--live", "-c", "10001", "vm1"]).unwrap_err();
+    assert!(e.contains("from 1 to 10000"), "{e}");
     assert_eq!(req("add-port", &[]), Err("add-port: expected NAME KEY=VALUE...".into()));
     assert_eq!(req("add-port", &["vm1", "socket"]), Err("add-port: expected KEY=VALUE, found \"socket\"".into()));
     assert_eq!(req("add-port", &["vm1", "=x"]), Err("add-port: expected KEY=VALUE, found \"=x\"".into()));

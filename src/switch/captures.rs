@@ -13,8 +13,10 @@ use crate::proto::{CaptureStarted, CtlError, ErrorCode};
 
 use super::Switch;
 
-/// Most captures at once.
+/// Most captures at once (live traces count as captures).
 pub const MAX_CAPTURES: usize = 32;
+/// Bytes of a traced frame kept: its headers, for the trace's words (and its filter).
+const TRACE_SNAPLEN: u32 = 256;
 
 /// A capture the plans hold, and the ports it was made for (a port of the same name made
 /// again is another port: the capture ends).
@@ -80,6 +82,42 @@ impl Switch {
         self.captures.push(Hooked { capture: capture.clone(), ports });
         self.publish();
         Ok((capture, reader, started))
+    }
+
+    /// Starts a live trace of `port`: its next frames that match `filter` (dropped ones too),
+    /// each recorded with the data path's verdict. Returns the port's id with the capture.
+    pub fn start_trace(
+        &mut self,
+        port: &str,
+        filter: &[String],
+    ) -> Result<(Arc<Capture>, Reader, CaptureStarted, u16), CtlError> {
+        let invalid = |message: String| CtlError { code: Some(ErrorCode::Invalid), message };
+        if self.captures.len() >= MAX_CAPTURES {
+            return Err(invalid(format!("trace --live: {MAX_CAPTURES} captures and traces run already")));
+        }
+        let Some(ps) = self.port_by_name(port) else {
+            return Err(CtlError {
+                code: Some(ErrorCode::NotFound),
+                message: format!("trace --live: no port named \"{port}\""),
+            });
+        };
+        let p = ps.port.clone();
+        let filter = filter.join(" ");
+        let (capture, reader) =
+            Capture::tracing(vec![p.name().to_string()], TRACE_SNAPLEN, &filter, self.threads.len())
+                .map_err(|e| invalid(format!("trace --live: {e}")))?;
+        let started = CaptureStarted {
+            ports: vec![p.name().to_string()],
+            kinds: vec![kind(&p).to_string()],
+            direction: Direction::In,
+            drops: true,
+            snaplen: capture.snaplen,
+            filter,
+        };
+        let id = p.id;
+        self.captures.push(Hooked { capture: capture.clone(), ports: vec![p] });
+        self.publish();
+        Ok((capture, reader, started, id))
     }
 
     /// Unhooks the captures whose thread is done (and those the switch ended); each is told

@@ -46,7 +46,9 @@ fn a_collector_reads_each_flows_record_as_sent() {
     for f in fields.iter().chain(&more) {
         tshark.args(["-e", f]);
     }
-    let mut collector = tshark.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("tshark");
+    // A process group of its own: tshark's capturing child (dumpcap) goes with it at the end.
+    use std::os::unix::process::CommandExt;
+    let mut collector = tshark.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("tshark");
     // Something listens on the port, as a collector would (tshark only watches it).
     let _listener = std::net::UdpSocket::bind(("127.0.0.1", port)).expect("the collector's port");
     let mut err = BufReader::new(collector.stderr.take().unwrap());
@@ -95,7 +97,8 @@ fn a_collector_reads_each_flows_record_as_sent() {
             records.push(cols.iter().map(|c| c.get(r).copied().unwrap_or("").to_string()).collect());
         }
     }
-    let _ = collector.kill();
+    // SAFETY: signalling the process group of our own child.
+    unsafe { libc::kill(-(collector.id() as i32), libc::SIGKILL) };
     let _ = collector.wait();
     let find = |sport: &str| records.iter().find(|r| r[0] == sport).cloned();
     let a = find("1234")
@@ -107,4 +110,60 @@ fn a_collector_reads_each_flows_record_as_sent() {
     };
     assert_eq!(a, want("1234", "5678", 50, ip_bytes(&there), &in1, &in2, "10.9.0.1", "10.9.0.2"));
     assert_eq!(z, want("5678", "1234", 20, ip_bytes(&back), &in2, &in1, "10.9.0.2", "10.9.0.1"));
+}
+
+/// `stats` counts what the exporter did, and stopping pvswitchd sends the flows it holds (long
+/// timeouts: nothing went before), each with its end reason "forced end", read back by the
+/// netflow_parser crate from what a plain socket received.
+#[test]
+fn stats_count_what_went_and_a_stop_sends_the_flows_held() {
+    use netflow_parser::variable_versions::ipfix::FlowSetBody;
+    use netflow_parser::{NetflowPacket, NetflowParser};
+    use pvswitch::proto::{Request, StatsReply};
+    let Some(_g) = run_alone(&[Need::Root, Need::Hugepages(64)]) else { return };
+    let dir = test_dir("ipfix-stop");
+    let collector = std::net::UdpSocket::bind("127.0.0.1:0").expect("the collector's socket");
+    collector.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let port = collector.local_addr().unwrap().port();
+    let ports = [PortSpec::server("good1"), PortSpec::server("good2"), PortSpec::server("evil")];
+    let text = Switch::config_text(&dir, &[1], &ports, "")
+        + &format!("[ipfix]\ncollector = \"127.0.0.1:{port}\"\nidle_timeout_s = 3600\nactive_timeout_s = 3600\n");
+    let mut b = Bench::with_switch(Switch::start_config(dir, &text));
+    let sent: Vec<Vec<u8>> =
+        (0..30).map(|i| udp_frame(MAC_B, MAC_A, ([10, 9, 0, 1], [10, 9, 0, 2]), (4321, 8765), 64 + i)).collect();
+    for f in &sent {
+        b.good1.send(f);
+    }
+    assert_delivered(&sent, &recv_n(&mut b.good2, sent.len()));
+    // Bench's own frames before these are no IP: not flows.
+    let stats = wait_for("30 frames observed in one flow, its templates sent", || {
+        let s: StatsReply = b.sw.ask(&Request::Stats { clear: false });
+        let x = s.flow_export.clone().expect("stats has flow_export");
+        (x.observed == 30 && x.flows == 1 && x.messages > 0).then_some(x)
+    });
+    assert_eq!((stats.records, stats.flows_not_recorded, stats.send_errors), (0, 0, 0), "{stats:?}");
+    assert_eq!((stats.collector, stats.sampling), (format!("127.0.0.1:{port}"), 1));
+    b.sw.restart(false);
+    // What came: templates (at start and again from the new pvswitchd), then the held flow.
+    let mut p = NetflowParser::default();
+    let mut rows = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while rows.is_empty() && std::time::Instant::now() < deadline {
+        let Ok(n) = collector.recv(&mut buf) else { continue };
+        let parsed = p.parse_bytes(&buf[..n]);
+        assert!(parsed.error.is_none(), "{:?}", parsed.error);
+        for m in &parsed.packets {
+            let NetflowPacket::IPFix(msg) = m else { continue };
+            for s in &msg.flowsets {
+                if let FlowSetBody::Data(d) = &s.body {
+                    rows.extend(d.fields.iter().map(|r| format!("{r:?}")));
+                }
+            }
+        }
+    }
+    assert_eq!(rows.len(), 1, "the held flow's record, sent as pvswitchd stopped: {rows:?}\n{}", b.sw.log());
+    for want in ["U16(4321)", "U16(8765)", "PacketDeltaCount), DataNumber(U64(30))", "FlowEndReason(ForcedEnd)"] {
+        assert!(rows[0].contains(want), "{want} not in {}", rows[0]);
+    }
 }

@@ -178,6 +178,11 @@ impl Control {
                     }
                     Some(Token::Signal) if self.take_signal() => {
                         self.service.stopping();
+                        // Flows held are sent before the switch goes (their end reason:
+                        // forced), as a reload's replaced exporter sends its own.
+                        if let Some(x) = &self.sw.export {
+                            x.tick(crate::export::now_ms(), true);
+                        }
                         return;
                     }
                     _ => {}

@@ -296,6 +296,18 @@ pub fn stats(r: &StatsReply) -> String {
     let cleared = r.cleared_secs_ago.map_or(String::new(), |s| format!(", counters cleared {s:.0} s ago"));
     let mut s = format!("uptime {} s{cleared}\n", r.uptime_secs);
     s.extend(r.threads.iter().map(thread));
+    if let Some(x) = &r.flow_export {
+        let _ = writeln!(
+            s,
+            "flow export to {} (1 frame in {}): {} frames observed, {} flows held, {} records in {} messages",
+            x.collector, x.sampling, x.observed, x.flows, x.records, x.messages
+        );
+        let _ = writeln!(
+            s,
+            "  lost: {} flows not recorded (tables full), {} bursts missed, {} messages refused by the socket",
+            x.flows_not_recorded, x.bursts_missed, x.send_errors
+        );
+    }
     s
 }
 
@@ -444,8 +456,15 @@ vm1 (id 0): vhost-user server /run/pvswitch/vm1.sock [connected]
         assert!(text.starts_with("uptime 7 s, counters cleared 2 s ago\npoll thread 0 on core 0 (NUMA node 0):\n"));
         assert!(text.contains("  queues: vm1:0\n  iterations 0  busy 12.5% (0 cycles)  idle 0 cycles\n"), "{text}");
         assert!(text.contains("  last 1.0 s: rx 100 frames/s  tx 0 frames/s  busy 0.0%  0 cycles/frame\n"), "{text}");
-        assert!(text.ends_with("  drops: malformed=1 rx_ring_full=3\n"), "{text}");
-        let quiet = StatsReply { cleared_secs_ago: None, threads: vec![], ..samples::stats() };
+        assert!(text.contains("  drops: malformed=1 rx_ring_full=3\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "flow export to 192.0.2.10:4739 (1 frame in 1000): 0 frames observed, 0 flows held, 3 records in 0 messages\n  \
+                 lost: 0 flows not recorded (tables full), 0 bursts missed, 0 messages refused by the socket\n"
+            ),
+            "{text}"
+        );
+        let quiet = StatsReply { cleared_secs_ago: None, threads: vec![], flow_export: None, ..samples::stats() };
         assert_eq!(stats(&quiet), "uptime 7 s\n");
     }
 

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde_json::Value;
 
 use super::proto::{
-    Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats, WakeBucket, Wakeups,
+    FlowExportStats, Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats,
+    WakeBucket, Wakeups,
 };
 use crate::datapath::counters::{self, LoopCounters, PortCounters, RunningTuning, RxqStats, cycles_per_sec};
 use crate::switch::Switch;
@@ -42,6 +43,22 @@ pub fn stats(c: &Switch) -> StatsReply {
         tsc_hz: hz,
         cleared_secs_ago: c.samples.cleared_at().map(|t| t.elapsed().as_secs_f64()),
         threads,
+        flow_export: c.export.as_deref().map(flow_export),
+    }
+}
+
+/// Flow export's counts (totals: `stats --clear` does not restart them).
+pub fn flow_export(x: &crate::export::FlowExport) -> FlowExportStats {
+    FlowExportStats {
+        collector: x.cfg.collector.to_string(),
+        sampling: x.cfg.sampling,
+        observed: x.observed(),
+        flows: x.flows(),
+        records: x.records.load(Relaxed),
+        messages: x.messages.load(Relaxed),
+        flows_not_recorded: x.full(),
+        bursts_missed: x.missed.load(Relaxed),
+        send_errors: x.send_errors.load(Relaxed),
     }
 }
 
@@ -230,6 +247,7 @@ pub fn metrics(c: &Switch) -> String {
     }
     conntrack_metrics(c, &mut m);
     flow_conntrack_metrics(c, &mut m);
+    flow_export_metrics(c, &mut m);
     m
 }
 
@@ -247,6 +265,25 @@ fn flow_conntrack_metrics(c: &Switch, m: &mut String) {
     let _ = writeln!(m, "{name} {}", ct.len());
     let help = "ct(commit)s not stored: a zone's limit, or the table full.";
     refused_metrics(m, "pvswitch_flow_conntrack_refused_total", help, ct, "zone_limit");
+}
+
+/// Flow export's counts, while `[ipfix]` is configured.
+fn flow_export_metrics(c: &Switch, m: &mut String) {
+    let Some(x) = c.export.as_deref() else { return };
+    let s = flow_export(x);
+    let _ = writeln!(m, "# HELP pvswitch_flow_export_flows Flows the poll threads' tables hold.");
+    let _ = writeln!(m, "# TYPE pvswitch_flow_export_flows gauge\npvswitch_flow_export_flows {}", s.flows);
+    for (name, help, n) in [
+        ("observed", "Frames taken into a flow (one in sampling).", s.observed),
+        ("records", "Flow records sent.", s.records),
+        ("messages", "IPFIX messages sent.", s.messages),
+        ("flows_not_recorded", "New flows not recorded: a poll thread's table was full.", s.flows_not_recorded),
+        ("bursts_missed", "Bursts not looked at: the table was taken.", s.bursts_missed),
+        ("send_errors", "Messages the socket refused.", s.send_errors),
+    ] {
+        let name = format!("pvswitch_flow_export_{name}_total");
+        let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}");
+    }
 }
 
 /// A table's refused commits as a counter family by reason (`per_zone`: what its zones'

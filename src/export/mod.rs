@@ -208,6 +208,11 @@ impl FlowExport {
         self.sum(|t| t.full)
     }
 
+    /// Flows the tables hold now.
+    pub fn flows(&self) -> u64 {
+        self.sum(|t| t.flows.len() as u64)
+    }
+
     fn sum(&self, f: impl Fn(&Table) -> u64) -> u64 {
         self.slots.iter().map(|s| f(&s.lock().unwrap_or_else(|e| e.into_inner()))).sum()
     }

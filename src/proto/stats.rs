@@ -11,6 +11,30 @@ pub struct StatsReply {
     pub tsc_hz: u64,
     pub cleared_secs_ago: Option<f64>,
     pub threads: Vec<ThreadStats>,
+    /// Flow export's own counts since it was configured (None: no `[ipfix]`).
+    #[serde(default)]
+    pub flow_export: Option<FlowExportStats>,
+}
+
+/// What flow export (`[ipfix]`) did: frames it looked at, flows it holds, records and
+/// messages sent, and what it lost (never silently).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowExportStats {
+    pub collector: String,
+    pub sampling: u32,
+    /// Frames taken into a flow (one in `sampling`).
+    pub observed: u64,
+    /// Flows the poll threads' tables hold now.
+    pub flows: u64,
+    /// Flow records sent, and the messages that carried them (templates too).
+    pub records: u64,
+    pub messages: u64,
+    /// New flows not recorded: a poll thread's table held `max_flows` already.
+    pub flows_not_recorded: u64,
+    /// Bursts not looked at (a poll thread found its table taken by the control thread).
+    pub bursts_missed: u64,
+    /// Messages the socket refused (lost).
+    pub send_errors: u64,
 }
 
 /// One poll thread.

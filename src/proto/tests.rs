@@ -290,7 +290,19 @@ pub(crate) mod samples {
             last_interval: Some(ThreadInterval { seconds: 1.0, rx_pps: 100.0, ..Default::default() }),
             ..ThreadStats::default()
         };
-        StatsReply { uptime_secs: 7, tsc_hz: 2_000_000_000, cleared_secs_ago: Some(1.5), threads: vec![thread] }
+        let flow_export = Some(FlowExportStats {
+            collector: "192.0.2.10:4739".into(),
+            sampling: 1000,
+            records: 3,
+            ..Default::default()
+        });
+        StatsReply {
+            uptime_secs: 7,
+            tsc_hz: 2_000_000_000,
+            cleared_secs_ago: Some(1.5),
+            threads: vec![thread],
+            flow_export,
+        }
     }
 
     pub fn rxq() -> RxqInfo {

@@ -87,7 +87,14 @@ fn json_output_matches_its_documentation() {
     let _g = serial();
     let dir = test_dir("json");
     let ports = [PortSpec::server("a"), PortSpec::server("b").queues(2)];
-    let text = format!("flows = [\"priority=1,actions=normal\"]\n{}", Switch::config_text(&dir, &[1], &ports, ""));
+    // An [ipfix] table, so `stats` carries its `flow_export` object (null without one); the
+    // collector is a socket nobody reads.
+    let collector = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let text = format!(
+        "flows = [\"priority=1,actions=normal\"]\n{}[ipfix]\ncollector = \"{}\"\n",
+        Switch::config_text(&dir, &[1], &ports, ""),
+        collector.local_addr().unwrap()
+    );
     let sw = Switch::start_config(dir, &text);
     let ctl = |args: &[&str]| -> Value {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))

@@ -199,7 +199,7 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     assert_eq!(peer.ping("192.168.100.2", n), n, "VNI 100 ping\n{:#}", sw.ports().json());
     let (vm10, vm20) = (sw.port_info("vm10"), sw.port_info("vm20"));
     assert_eq!(vm20.counters.tx_packets, 0, "VNI 100 leaked into VLAN 20: {}", vm20.json());
-    assert!(vm10.counters.tx_packets >= n as u64 + 1, "{}", vm10.json());
+    assert!(vm10.counters.tx_packets > n as u64, "{}", vm10.json());
     let t = sw.port_info(tunnel);
     assert!(vxlan(&t).next_hop_mac.is_some(), "next hop resolved by ARP: {}", t.json());
     assert!(t.counters.rx_packets > n as u64 && t.counters.tx_packets >= n as u64, "{}", t.json());

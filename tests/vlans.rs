@@ -164,7 +164,10 @@ fn spec(sw: &Switch, name: &str, dst: Dst, size: usize, rate: Option<f64>) -> Vm
 /// second, as (lowest, highest) that the window's timing allows: each snapshot is one `ports`
 /// call, taken somewhere between the instants around it, so the counted interval lies between
 /// the inner and the outer pair of instants, whatever the machine's speed.
-fn rates_over(sw: &Switch, counters: &[(&str, fn(&Counters) -> u64)], window: Duration) -> Vec<(f64, f64)> {
+/// One counter of a port's, read from its `Counters`.
+type Counter = fn(&Counters) -> u64;
+
+fn rates_over(sw: &Switch, counters: &[(&str, Counter)], window: Duration) -> Vec<(f64, f64)> {
     let read = || {
         let before = Instant::now();
         let ports = sw.ports();
@@ -221,7 +224,7 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
     let generator = std::thread::spawn(move || pvsgen::run(&cfg).map_err(|e| e.to_string()));
     wait_for("traffic", || (sw.counters("honest").rx_packets > 1000).then_some(()));
     // A window well inside the run (a measurement, not a wait).
-    let counters: [(&str, fn(&Counters) -> u64); 3] =
+    let counters: [(&str, Counter); 3] =
         [("capped", |c| c.rx_packets), ("bits", |c| c.rx_bytes), ("slow", |c| c.tx_packets)];
     let r = rates_over(&sw, &counters, Duration::from_secs(2));
     let (pps, bps, slow) = (r[0], (r[1].0 * 8.0, r[1].1 * 8.0), r[2]);

@@ -247,8 +247,7 @@ fn ten_captures_at_once_each_get_every_frame() {
         assert!(recs.iter().all(|r| r.way == 1 && r.iface == 0));
     }
     // Every capture is unhooked: a capture of the same port starts and ends as the first did.
-    let stats = b.sw.ctl("ports");
-    assert!(stats.as_array().is_some());
+    let _ = b.sw.ports();
 }
 
 #[test]

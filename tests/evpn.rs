@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::Value;
+use pvswitch::proto::PortInfo;
 
 const NEEDS: &[Need] = &[
     Need::Root,
@@ -156,16 +156,18 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
 }
 
 /// Where `mac` on VLAN `vlan` is in `sw`'s MAC table.
-fn fdb_port(sw: &Switch, mac: &str, vlan: u64) -> Option<String> {
-    let fdb = sw.ctl("fdb");
-    fdb.as_array()?
-        .iter()
-        .find(|e| e["mac"] == mac && e["vlan"] == vlan)
-        .and_then(|e| e["port"].as_str().map(String::from))
+fn fdb_port(sw: &Switch, mac: &str, vlan: u16) -> Option<String> {
+    sw.fdb().into_iter().find(|e| e.mac == mac && e.vlan == vlan).and_then(|e| e.port)
 }
 
 fn tx_to(sw: &Switch, port: &str) -> u64 {
-    sw.counter(port, "tx_packets")
+    sw.counters(port).tx_packets
+}
+
+/// A tunnel port's next hop's MAC (None until ARP resolved it).
+fn next_hop_mac(sw: &Switch, tunnel: &str) -> Option<String> {
+    let p = sw.port_info(tunnel);
+    p.vxlan.unwrap_or_else(|| panic!("{tunnel} is not a tunnel")).next_hop_mac
 }
 
 /// What crossed the underlay, as seen by a raw socket on one end of it.
@@ -413,8 +415,13 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
         .then_some(())
     });
     eprintln!("EVPN converged {:?} after FRR started", t0.elapsed());
-    let pa = hosts.a.port(ta);
-    assert_eq!(pa["vxlan"]["vnis"], serde_json::json!(["100:10", "200:20"]), "flood lists from type-3 routes: {pa}");
+    let pa = hosts.a.port_info(ta);
+    assert_eq!(
+        pa.vxlan.as_ref().map(|x| x.vnis.clone()),
+        Some(vec!["100:10".to_string(), "200:20".to_string()]),
+        "flood lists from type-3 routes: {}",
+        pa.json()
+    );
     let macs = hosts.h2.vtysh("show evpn mac vni 100");
     assert!(macs.contains(MAC_A) && macs.contains(MAC_B), "zebra on host 2 knows both MACs:\n{macs}");
     let remote_line = macs.lines().find(|l| l.contains(MAC_A)).unwrap_or_default();
@@ -423,8 +430,7 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     // Each tunnel resolves its next hop (ARP on the underlay) as soon as it exists, before any
     // frame needs it: the first frames to cross are not lost to it.
     wait_for("both tunnels' next hops resolved, with no traffic", || {
-        (hosts.a.port(ta)["vxlan"]["next_hop_mac"].is_string() && hosts.b.port(tb)["vxlan"]["next_hop_mac"].is_string())
-            .then_some(())
+        (next_hop_mac(&hosts.a, ta).is_some() && next_hop_mac(&hosts.b, tb).is_some()).then_some(())
     });
     assert_eq!(tx_to(&hosts.b, "vm10"), 0);
     // Traffic: B's VM sends 4 bursts to A's VM, which sends each frame back (macswap): every
@@ -434,16 +440,16 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
     vm_b.cmd("set portlist 0");
     let before = tx_to(&hosts.b, "vm10");
     vm_b.cmd("start tx_first 4");
-    let mut last = Value::Null;
+    let mut last = PortInfo::default();
     let back = try_wait_for(|| {
-        last = hosts.b.port("vm10");
+        last = hosts.b.port_info("vm10");
         (tx_to(&hosts.b, "vm10") >= before + 128).then_some(())
     });
-    assert!(back.is_some(), "128 frames went out, not all came back: {last}\nA: {:#}", hosts.a.ctl("ports"));
+    assert!(back.is_some(), "128 frames went out, not all came back: {}\nA: {:#}", last.json(), hosts.a.ports().json());
     assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM saw VNI 100's traffic");
     assert!(tx_to(&hosts.a, "vm10") >= 128, "host 1's VM got them");
-    let up = hosts.a.port("uplink");
-    assert!(up["drops"].as_object().unwrap().values().all(|v| v.as_u64() == Some(0)), "underlay drops: {up}");
+    let up = hosts.a.port_info("uplink");
+    assert!(nonzero_drops(&up.counters.drops).is_empty(), "underlay drops: {}", up.json());
 
     // pvswitchd restarts: the companion gives it everything again within a tick or so.
     let t1 = Instant::now();
@@ -487,7 +493,7 @@ fn frr_evpn_carries_macs_and_flood_lists_between_two_pvswitchd() {
         "",
     ));
     let t3 = Instant::now();
-    hosts.b.ctl("reload");
+    hosts.b.reload();
     let moved = Testpmd::spawn(
         &format!("pvsem{pid}"),
         &[format!("net_virtio_user0,path={},queues=1,mac={MAC_A}", hosts.b.sock("vmmoved"))],
@@ -522,7 +528,7 @@ fn a_vm_announced_on_another_host_moves_there_by_mac_mobility() {
     let mut hosts = Hosts::new("m", &[("roam", 10, "")], &[("roam", 10, "")], 1500, "");
     hosts.start_control();
     let (ta, tb) = ("vt-192.168.100.2", "vt-192.168.100.1");
-    let has_port = |sw: &Switch, name: &str| sw.ctl("ports").as_array().unwrap().iter().any(|p| p["name"] == name);
+    let has_port = |sw: &Switch, name: &str| sw.ports().iter().any(|p| p.name == name);
     wait_for("EVPN's flood lists: a tunnel each way", || {
         (has_port(&hosts.a, ta) && has_port(&hosts.b, tb)).then_some(())
     });
@@ -618,8 +624,8 @@ fn qemu_guests_on_two_evpn_hosts_ping_and_run_tcp() {
     drop((client, server));
     assert_eq!(tx_to(&hosts.b, "vm20"), 0, "VNI 200's VM got VNI 100's frames");
     for sw in [&hosts.a, &hosts.b] {
-        let up = sw.port("uplink");
-        assert!(up["drops"].as_object().unwrap().values().all(|v| v.as_u64() == Some(0)), "underlay drops: {up}");
+        let up = sw.port_info("uplink");
+        assert!(nonzero_drops(&up.counters.drops).is_empty(), "underlay drops: {}", up.json());
     }
     assert!(hosts.underlay_only_vteps() > 1000, "the guests' TCP crossed the underlay");
     vm20.quit();

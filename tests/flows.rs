@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::*;
-use serde_json::Value;
+use pvswitch::proto::{FlowInfo, FlowsReply, TraceReply};
 
 const MAC_C: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
 
@@ -47,8 +47,8 @@ fn flows_config(dir: &std::path::Path, flows: &[&str]) -> String {
     )
 }
 
-fn flow_named<'a>(dump: &'a Value, text: &str) -> &'a Value {
-    dump["flows"].as_array().unwrap().iter().find(|f| f["flow"].as_str().unwrap().contains(text)).unwrap()
+fn flow_named<'a>(dump: &'a FlowsReply, text: &str) -> &'a FlowInfo {
+    dump.flows.iter().find(|f| f.flow.contains(text)).unwrap()
 }
 
 #[test]
@@ -88,8 +88,14 @@ fn flows_steer_rewrite_drop_and_count_exactly() {
     vm_a.cmd("set burst tx delay 100 retry 100000");
     vm_a.cmd("start");
     let want = expect.len() as u64;
-    let done = try_wait_for(|| (sw.counter("b", "tx_packets") == want).then_some(()));
-    assert!(done.is_some(), "a {}\nb {}\nflows {}", sw.port("a"), sw.port("b"), sw.ctl("flows"));
+    let done = try_wait_for(|| (sw.counters("b").tx_packets == want).then_some(()));
+    assert!(
+        done.is_some(),
+        "a {}\nb {}\nflows {}",
+        sw.port_info("a").json(),
+        sw.port_info("b").json(),
+        sw.flows().json()
+    );
     vm_a.quit();
     vm_b.quit();
     let got = read_pcap(&dir.join("out0.pcap"));
@@ -98,21 +104,21 @@ fn flows_steer_rewrite_drop_and_count_exactly() {
         assert!(g == e, "frame {i} differs: got {:02x?}, expected {:02x?}", &g[..20], &e[..20]);
     }
 
-    let dump = sw.ctl("flows");
-    let per = |t: &str| flow_named(&dump, t)["n_packets"].as_u64().unwrap();
-    assert_eq!(per("tp_dst=53"), n as u64 / 3, "{dump}");
-    assert_eq!(per("actions=drop"), n as u64 / 3, "{dump}");
-    assert_eq!(per("mod_vlan_vid:42"), n as u64 / 3, "{dump}");
-    assert_eq!(flow_named(&dump, "mod_vlan_vid:42")["n_bytes"].as_u64(), Some(64 * n as u64 / 3));
-    let a = sw.port("a");
-    assert_eq!(a["rx_packets"].as_u64(), Some(n as u64), "{a}");
-    assert_eq!(a["drops"]["flow_drop"].as_u64(), Some(n as u64 / 3), "{a}");
-    let b = sw.port("b");
+    let dump = sw.flows();
+    let per = |t: &str| flow_named(&dump, t).n_packets;
+    assert_eq!(per("tp_dst=53"), n as u64 / 3, "{}", dump.json());
+    assert_eq!(per("actions=drop"), n as u64 / 3, "{}", dump.json());
+    assert_eq!(per("mod_vlan_vid:42"), n as u64 / 3, "{}", dump.json());
+    assert_eq!(flow_named(&dump, "mod_vlan_vid:42").n_bytes, 64 * n as u64 / 3);
+    let a = sw.port_info("a");
+    assert_eq!(a.counters.rx_packets, n as u64, "{}", a.json());
+    assert_eq!(a.counters.drops.get(DropReason::FlowDrop), n as u64 / 3, "{}", a.json());
+    let b = sw.port_info("b");
     // B's hello matched no flow.
-    assert_eq!(b["drops"]["no_match"].as_u64(), Some(1), "{b}");
+    assert_eq!(b.counters.drops.get(DropReason::NoMatch), 1, "{}", b.json());
     let expect_bytes: u64 = expect.iter().map(|f| f.len() as u64).sum();
-    assert_eq!(b["tx_bytes"].as_u64(), Some(expect_bytes), "{b}");
-    assert_eq!(dump["missed_packets"].as_u64(), Some(1));
+    assert_eq!(b.counters.tx_bytes, expect_bytes, "{}", b.json());
+    assert_eq!(dump.missed_packets, 1);
 }
 
 #[test]
@@ -130,19 +136,19 @@ fn trace_shows_the_flow_and_the_outputs() {
             ],
         ),
     );
-    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80"]).unwrap();
-    assert!(t["flow"].as_str().unwrap().contains("tp_dst=80"), "{t}");
-    let outs: Vec<&str> = t["outputs"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
-    assert_eq!(outs.len(), 2, "{t}");
+    let t = sw.trace("in_port=a,tcp,tp_dst=80");
+    assert!(t.flow.as_deref().unwrap().contains("tp_dst=80"), "{}", t.json());
+    let outs = &t.outputs;
+    assert_eq!(outs.len(), 2, "{}", t.json());
     assert_eq!(outs[0], "b");
-    assert!(outs[1].starts_with("c (") && outs[1].contains("vid=7"), "{t}");
+    assert!(outs[1].starts_with("c (") && outs[1].contains("vid=7"), "{}", t.json());
 
     // NORMAL with nothing learned floods to the other ports.
-    let t = sw.try_ctl_args("trace", &["in_port=a,dl_dst=02:00:00:00:00:99"]).unwrap();
-    assert_eq!(t["outputs"], serde_json::json!(["b", "c"]), "{t}");
-    let t = sw.try_ctl_args("trace", &["in_port=b,ip"]).unwrap();
-    assert!(t["flow"].as_str().unwrap().contains("priority=50"), "{t}");
-    assert_eq!(t["outputs"].as_array().unwrap().len(), 0);
+    let t = sw.trace("in_port=a,dl_dst=02:00:00:00:00:99");
+    assert_eq!(t.outputs, ["b", "c"], "{}", t.json());
+    let t = sw.trace("in_port=b,ip");
+    assert!(t.flow.as_deref().unwrap().contains("priority=50"), "{}", t.json());
+    assert_eq!(t.outputs.len(), 0);
 
     for bad in ["", "in_port=zz", "tcp,tp_dst=80", "in_port=a,bogus=1"] {
         let e = sw.try_ctl_args("trace", &[bad]).unwrap_err();
@@ -174,29 +180,29 @@ fn trace_walks_the_tables_and_the_connection_state_and_flows_show_them() {
             ],
         ),
     );
-    let steps =
-        |t: &Value| t["steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let steps = |t: &TraceReply| t.steps.clone();
     // A new connection to 80 from a: tracked in zone 3, committed, to b.
-    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80"]).unwrap();
+    let t = sw.trace("in_port=a,tcp,tp_dst=80");
     let s = steps(&t);
-    assert!(s.iter().any(|l| l.contains("ct(zone=3): +new+trk")), "{t:#}");
-    assert!(s.iter().any(|l| l.starts_with("  table 1: table=1,priority=100,tcp,in_port=a")), "{t:#}");
-    assert_eq!(t["outputs"], serde_json::json!(["b"]), "{t:#}");
+    assert!(s.iter().any(|l| l.contains("ct(zone=3): +new+trk")), "{:#}", t.json());
+    assert!(s.iter().any(|l| l.starts_with("  table 1: table=1,priority=100,tcp,in_port=a")), "{:#}", t.json());
+    assert_eq!(t.outputs, ["b"], "{:#}", t.json());
     // The same from b: no flow of table 1 but the catch-all, dropped.
-    let t = sw.try_ctl_args("trace", &["in_port=b,tcp,tp_dst=80"]).unwrap();
-    assert!(steps(&t).iter().any(|l| l.contains("table 1: table=1,priority=1 actions=drop")), "{t:#}");
-    assert_eq!(t["outputs"], serde_json::json!([]), "{t:#}");
+    let t = sw.trace("in_port=b,tcp,tp_dst=80");
+    assert!(steps(&t).iter().any(|l| l.contains("table 1: table=1,priority=1 actions=drop")), "{:#}", t.json());
+    assert_eq!(t.outputs, Vec::<String>::new(), "{:#}", t.json());
     // Established (as the description says): table 2's tagged output, then table 1's rest.
-    let t = sw.try_ctl_args("trace", &["in_port=a,tcp,tp_dst=80,ct_state=+est"]).unwrap();
-    assert!(steps(&t).iter().any(|l| l.contains("ct(zone=3): +est+trk")), "{t:#}");
+    let t = sw.trace("in_port=a,tcp,tp_dst=80,ct_state=+est");
+    assert!(steps(&t).iter().any(|l| l.contains("ct(zone=3): +est+trk")), "{:#}", t.json());
     assert!(
         steps(&t).iter().any(|l| l.starts_with("    table 2: table=2,priority=32768,ip actions=mod_vlan_vid:9")),
-        "{t:#}"
+        "{:#}",
+        t.json()
     );
-    let outs = t["outputs"].as_array().unwrap();
-    assert_eq!(outs.len(), 2, "{t:#}");
-    assert!(outs[0].as_str().unwrap().starts_with("b (") && outs[0].as_str().unwrap().contains("vid=9"), "{t:#}");
-    assert!(outs[1].as_str().unwrap().starts_with("c (") && outs[1].as_str().unwrap().contains("vid=9"), "{t:#}");
+    let outs = &t.outputs;
+    assert_eq!(outs.len(), 2, "{:#}", t.json());
+    assert!(outs[0].starts_with("b (") && outs[0].contains("vid=9"), "{:#}", t.json());
+    assert!(outs[1].starts_with("c (") && outs[1].contains("vid=9"), "{:#}", t.json());
     // `flows` prints each flow's table as ovs-ofctl does, and a flow refused says where.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
         .args(["--control", sw.ctl.to_str().unwrap(), "flows"])
@@ -206,10 +212,10 @@ fn trace_walks_the_tables_and_the_connection_state_and_flows_show_them() {
     assert!(text.contains("table=1,priority=100,ip,ct_state=+est+trk actions=resubmit(,2),output:c"), "{text}");
     assert!(text.contains("actions=ct(zone=3,table=1)"), "{text}");
     sw.write_config(&flows_config(&dir, &["ip,actions=ct(commit,nat),normal"]));
-    let e = sw.try_ctl("reload").unwrap_err();
+    let e = sw.try_reload().unwrap_err();
     assert!(e.contains("ct: nat is not supported"), "{e}");
     // The flows' table answers `conntrack zone=N` (nothing tracked: trace touches nothing).
-    let ct = sw.try_ctl_args("conntrack", &["zone=3"]).unwrap();
-    assert_eq!((ct["flow_total"].as_u64(), ct["connections"].as_array().map(Vec::len)), (Some(0), Some(0)), "{ct}");
+    let ct = sw.conntrack(Some("zone=3"));
+    assert_eq!((ct.flow_total, ct.connections.len()), (0, 0), "{}", ct.json());
     assert!(sw.try_ctl_args("conntrack", &["zone=x"]).unwrap_err().contains("zone=0..65535"));
 }

@@ -130,7 +130,9 @@ fn wait_pings(sw: &Switch, dom: &str, from: usize, n: usize, what: &str) {
             "{what}: {dom} reached its peer {} times, wanted {}\nserial:\n{serial}\nqemu log:\n{qlog}\nports:\n{}\npvswitchd:\n{}",
             pings(dir, dom),
             from + n,
-            sw.try_ctl("ports").map(|v| v.to_string()).unwrap_or_default(),
+            sw.try_ask::<Vec<pvswitch::proto::PortInfo>>(&pvswitch::proto::Request::Ports)
+                .map(|v| v.json().to_string())
+                .unwrap_or_default(),
             sw.log()
         );
     }
@@ -138,9 +140,7 @@ fn wait_pings(sw: &Switch, dom: &str, from: usize, n: usize, what: &str) {
 
 /// The port's state, None when there is no such port.
 fn port_state(sw: &Switch, name: &str) -> Option<String> {
-    let ports = sw.ctl("ports");
-    let p = ports.as_array().unwrap().iter().find(|p| p["name"] == name)?;
-    p["state"].as_str().map(str::to_string)
+    sw.ports().into_iter().find(|p| p.name == name).map(|p| p.state)
 }
 
 fn wait_connected(sw: &Switch, name: &str) {
@@ -209,9 +209,9 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
     }
     let m = std::fs::metadata(dir.join("vm1.sock")).unwrap();
     assert_eq!((m.gid(), m.mode() & 0o777), (gid_of("kvm"), 0o660), "vm1.sock's group and mode");
-    let v1 = sw.port(A);
-    assert_eq!(v1["mode"], "server", "{v1}");
-    assert_eq!(sw.port(B)["mode"], "client");
+    let v1 = sw.port_info(A);
+    assert_eq!(v1.mode, "server", "{}", v1.json());
+    assert_eq!(sw.port_info(B).mode, "client");
     wait_connected(&sw, A);
     wait_connected(&sw, B);
     wait_pings(&sw, "pvs-lva", 0, 3, "first boot");
@@ -237,8 +237,8 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
     let n = pings(&dir, "pvs-lva");
     wait_pings(&sw, "pvs-lva", n, 3, "after a pvswitchd restart");
     for p in [A, B] {
-        let s = sw.port(p);
-        assert_eq!(s["drops"]["malformed"], 0, "{s}");
+        let s = sw.port_info(p);
+        assert_eq!(s.counters.drops.get(DropReason::Malformed), 0, "{}", s.json());
     }
 
     // The hook as an orchestrator's front door (issue 55), beside the two pinging domains.
@@ -252,10 +252,10 @@ fn libvirt_domains_in_both_port_modes_through_the_hook() {
     let c = domain_xml(&dir, "pvs-lvc", "10.10.0.3/24", idle, &c_iface);
     define(&dir, "pvs-lvc", &c);
     start(&sw, "pvs-lvc");
-    let pc = sw.port("pvs-lvc-0");
-    assert_eq!(pc["socket"].as_str(), Some(dir.join("other/vm1.sock").to_str().unwrap()), "{pc}");
-    assert_eq!(pc["allowed_macs"], serde_json::json!(["52:54:00:00:00:03"]), "ports shows what the hook set: {pc}");
-    assert_eq!(sw.port(A)["socket"].as_str(), Some(dir.join("vm1.sock").to_str().unwrap()));
+    let pc = sw.port_info("pvs-lvc-0");
+    assert_eq!(Some(pc.socket.as_str()), dir.join("other/vm1.sock").to_str(), "{}", pc.json());
+    assert_eq!(pc.allowed_macs, ["52:54:00:00:00:03"], "ports shows what the hook set: {}", pc.json());
+    assert_eq!(Some(sw.port_info(A).socket.as_str()), dir.join("vm1.sock").to_str());
     wait_connected(&sw, "pvs-lvc-0");
     virsh(&["destroy", "pvs-lvc"]).unwrap();
     wait_for("lvc's port removed", || port_state(&sw, "pvs-lvc-0").is_none().then_some(()));
@@ -315,10 +315,10 @@ fn socket_group_without_cap_chown_fails_the_port_and_says_why() {
         unit_capabilities().into_iter().map(|a| a.replace(",+chown", "").replace("+chown,", "")).collect();
     assert!(!wrap.iter().any(|a| a.contains("chown")), "{wrap:?}");
     let sw = Switch::start_wrapped(dir, &text, wrap);
-    let p = sw.port("vm1");
-    assert_eq!(p["state"], "failed", "{p}");
-    assert!(p["last_error"].as_str().unwrap_or("").contains("CAP_CHOWN"), "{p}");
-    assert_eq!(sw.port("vm2")["state"], "connecting");
+    let p = sw.port_info("vm1");
+    assert_eq!(p.state, "failed", "{}", p.json());
+    assert!(p.last_error.as_deref().unwrap_or("").contains("CAP_CHOWN"), "{}", p.json());
+    assert_eq!(sw.port_info("vm2").state, "connecting");
 }
 
 fn id_of(file: &str, name: &str) -> u32 {
@@ -393,7 +393,7 @@ fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
     std::os::unix::fs::symlink(dir.join("a/real"), dir.join("a/lnk")).unwrap();
     let (u1, u2) = ("11111111-0000-0000-0000-000000000001", "22222222-0000-0000-0000-000000000002");
     let (s_a, s_b) = (format!("{d}/a/vm.sock"), format!("{d}/b/vm.sock"));
-    let socket_of = |p: &str| sw.port(p)["socket"].as_str().unwrap_or_default().to_string();
+    let socket_of = |p: &str| sw.port_info(p).socket;
     // Two domains, sockets of the same file name in two directories: a port each.
     let one = hook_xml(u1, &[(&s_a, "client", "52:54:00:00:00:01")]);
     let two = hook_xml(
@@ -403,8 +403,8 @@ fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
     assert_eq!(run_hook(&conf, "one", "prepare begin", &one), (0, String::new()));
     assert_eq!(run_hook(&conf, "two", "prepare begin", &two), (0, String::new()));
     assert_eq!((socket_of("one-0"), socket_of("two-0")), (s_a.clone(), s_b.clone()));
-    assert_eq!(sw.port("two-1")["mode"], "client");
-    assert_eq!(sw.port("one-0")["allowed_macs"], serde_json::json!(["52:54:00:00:00:01"]));
+    assert_eq!(sw.port_info("two-1").mode, "client");
+    assert_eq!(sw.port_info("one-0").allowed_macs, ["52:54:00:00:00:01"]);
     let text = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
         .args(["--control", sw.ctl.to_str().unwrap(), "ports", "one-0"])
         .output()
@@ -422,15 +422,14 @@ fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
     assert!(code != 0 && err.contains("with another socket"), "{code} {err}");
     // Releasing a domain removes its ports only, and only while they are its own.
     assert_eq!(run_hook(&conf, "two", "release end", &two).0, 0);
-    assert!(sw.try_ctl_args("ports", &["two-0"]).is_err() && sw.try_ctl_args("ports", &["two-1"]).is_err());
+    assert!(sw.try_port_info("two-0").is_err() && sw.try_port_info("two-1").is_err());
     assert_eq!(socket_of("one-0"), s_a, "another domain's release took one-0");
     assert_eq!(run_hook(&conf, "one", "release end", &hook_xml(u1, &[(&s_b, "client", "52:54:00:00:00:01")])).0, 0);
     assert_eq!(socket_of("one-0"), s_a, "a release for another socket removed one-0");
     // Names and paths a command line or a directory check could misread.
     let names = hook_xml(u1, &[(&format!("{d}/a/--help.sock"), "client", "52:54:00:00:00:04")]);
     assert_eq!(run_hook(&conf, "-x --help", "prepare begin", &names), (0, String::new()), "a dashed domain name");
-    let made: Vec<String> =
-        sw.ctl("ports").as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let made: Vec<String> = sw.ports().into_iter().map(|p| p.name).collect();
     assert!(made.iter().any(|n| n.starts_with("_x_--help-") && n.ends_with("-0")), "{made:?}");
     for (path, why) in [
         (format!("{d}/a/lnk/../vm9.sock"), "'..'"),
@@ -446,11 +445,11 @@ fn the_hook_refuses_hostile_domains_and_keeps_each_domains_ports_its_own() {
         hook_xml(u2, &[(&format!("{d}/a/q.sock"), "client", "52:54:00:00:00:06&quot;, &quot;00:00:00:00:00:00")]);
     let (code, err) = run_hook(&conf, "quoted", "prepare begin", &quoted);
     assert!(code == 1 && err.contains("is not a MAC address"), "{code} {err}");
-    assert!(sw.try_ctl_args("ports", &["quoted-0"]).is_err(), "a port was made with a forged MAC list");
+    assert!(sw.try_port_info("quoted-0").is_err(), "a port was made with a forged MAC list");
     // Another switch's interface is left alone; a domain with none of pvswitch's too.
     let ovs = hook_xml(u2, &[(&format!("{d}/ovs/vhu1"), "client", "52:54:00:00:00:07")]);
     assert_eq!(run_hook(&conf, "ovs", "prepare begin", &ovs), (0, String::new()));
-    assert!(sw.try_ctl_args("ports", &["ovs-0"]).is_err());
+    assert!(sw.try_port_info("ovs-0").is_err());
     // A broken line refuses pvswitch domains, naming file and line; the others start.
     std::fs::write(&conf, format!("{settings}port_security = on\n")).unwrap();
     let (code, err) = run_hook(&conf, "one", "prepare begin", &one);

@@ -9,7 +9,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 
 use common::*;
-use serde_json::Value;
+use pvswitch::proto::{MoveReply, PortInfo, ThreadStats};
 
 /// The veth pair and namespace a test sets up.
 const NETNS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping")];
@@ -38,14 +38,8 @@ fn config(dir: &std::path::Path, vhost: &[&str], dpdk: &[(&str, &str)], flows: &
     c
 }
 
-fn drops(p: &Value) -> Vec<(String, u64)> {
-    p["drops"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        .filter(|(_, v)| *v > 0)
-        .collect()
+fn drops(p: &PortInfo) -> Vec<(&'static str, u64)> {
+    nonzero_drops(&p.counters.drops)
 }
 
 /// VM A -> pvswitchd -> net_ring0 (its transmit ring is its receive ring) -> pvswitchd -> VM B,
@@ -86,15 +80,15 @@ fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
     if !switch_extra.is_empty() {
         // Idle: the thread sleeps, and its timer (no guest kicked) wakes it.
         let th = wait_for("the poll thread to sleep on its NIC timer", || {
-            let th = sw.ctl("stats")["threads"][0].clone();
-            (th["sleeps"].as_u64() > Some(10) && th["wakeups"]["timeout"].as_u64() > Some(10)).then_some(th)
+            let th = sw.thread_stats(0);
+            (th.sleeps > 10 && th.wakeups.timeout > 10).then_some(th)
         });
-        eprintln!("adaptive: sleeps {} wakeups {}", th["sleeps"], th["wakeups"]);
+        eprintln!("adaptive: sleeps {} wakeups {}", th.sleeps, th.wakeups.json());
     }
-    let ring = sw.port("ring");
-    assert_eq!(ring["type"], "dpdk", "{ring}");
-    assert_eq!(ring["state"], "running", "{ring}");
-    assert_eq!(ring["dpdk"]["driver"], "net_ring", "{ring}");
+    let ring = sw.port_info("ring");
+    assert_eq!(ring.kind, "dpdk", "{}", ring.json());
+    assert_eq!(ring.state, "running", "{}", ring.json());
+    assert_eq!(ring.dpdk.as_ref().map(|d| d.driver.as_str()), Some("net_ring"), "{}", ring.json());
     // Fewer frames than either ring holds: a NIC cannot be held back, so a VM B that is
     // descheduled for a while must still find room.
     let sizes = [64usize, 65, 128, 511, 1000, 1514];
@@ -105,35 +99,36 @@ fn ring_loopback(name: &str, switch_extra: &str, dpdk: &str) {
     let PcapVms { a: mut vm_a, b: vm_b } = pcap_vms_opts(&dir, &sw, 1, false, false);
     vm_a.cmd("start");
     let n = n as u64;
-    let mut last = Value::Null;
+    let mut last = Vec::new();
     let done = try_wait_for(|| {
-        last = sw.ctl("ports");
-        (sw.counter("b", "tx_packets") >= n).then_some(())
+        last = sw.ports();
+        (sw.counters("b").tx_packets >= n).then_some(())
     });
-    assert!(done.is_some(), "not everything arrived: {last:#}");
+    assert!(done.is_some(), "not everything arrived: {:#}", last.json());
     // Let stragglers (there must be none) show up.
     std::thread::sleep(std::time::Duration::from_millis(300));
     vm_a.quit();
     vm_b.quit();
     assert_delivered(&sent, &read_pcap(&dir.join("out0.pcap")));
-    let (a, b, ring) = (sw.port("a"), sw.port("b"), sw.port("ring"));
-    assert_eq!((a["rx_packets"].as_u64(), a["rx_bytes"].as_u64()), (Some(n), Some(bytes)), "{a}");
-    assert_eq!((ring["tx_packets"].as_u64(), ring["tx_bytes"].as_u64()), (Some(n), Some(bytes)), "{ring}");
-    assert_eq!((ring["rx_packets"].as_u64(), ring["rx_bytes"].as_u64()), (Some(n), Some(bytes)), "{ring}");
-    assert_eq!((b["tx_packets"].as_u64(), b["tx_bytes"].as_u64()), (Some(n), Some(bytes)), "{b}");
-    assert_eq!(a["tx_packets"].as_u64(), Some(0), "{a}");
+    let (a, b, ring) = (sw.port_info("a"), sw.port_info("b"), sw.port_info("ring"));
+    let (ac, bc, rc) = (&a.counters, &b.counters, &ring.counters);
+    assert_eq!((ac.rx_packets, ac.rx_bytes), (n, bytes), "{}", a.json());
+    assert_eq!((rc.tx_packets, rc.tx_bytes), (n, bytes), "{}", ring.json());
+    assert_eq!((rc.rx_packets, rc.rx_bytes), (n, bytes), "{}", ring.json());
+    assert_eq!((bc.tx_packets, bc.tx_bytes), (n, bytes), "{}", b.json());
+    assert_eq!(ac.tx_packets, 0, "{}", a.json());
     // B's hello matched the catch-all drop.
-    assert_eq!(b["rx_packets"].as_u64(), Some(1), "{b}");
-    assert_eq!(drops(&b), vec![("flow_drop".to_string(), 1)], "{b}");
-    assert!(drops(&a).is_empty() && drops(&ring).is_empty(), "{a}\n{ring}");
+    assert_eq!(bc.rx_packets, 1, "{}", b.json());
+    assert_eq!(drops(&b), vec![("flow_drop", 1)], "{}", b.json());
+    assert!(drops(&a).is_empty() && drops(&ring).is_empty(), "{}\n{}", a.json(), ring.json());
     // DPDK's own counters agree.
-    let st = &ring["dpdk"]["stats"];
-    assert_eq!((st["opackets"].as_u64(), st["ipackets"].as_u64()), (Some(n), Some(n)), "{ring}");
-    assert_eq!((st["imissed"].as_u64(), st["oerrors"].as_u64()), (Some(0), Some(0)), "{ring}");
+    let st = ring.dpdk.as_ref().and_then(|d| d.stats).unwrap_or_else(|| panic!("no DPDK stats: {}", ring.json()));
+    assert_eq!((st.opackets, st.ipackets), (n, n), "{}", ring.json());
+    assert_eq!((st.imissed, st.oerrors), (0, 0), "{}", ring.json());
     // The NIC's receive queue is polled by thread 0 and shows in rxq.
-    let rxq = sw.ctl("rxq");
-    let q = rxq.as_array().unwrap().iter().find(|q| q["port"] == "ring").expect("ring rxq");
-    assert_eq!(q["packets"].as_u64(), Some(n), "{rxq}");
+    let rxq = sw.rxq();
+    let q = rxq.iter().find(|q| q.port == "ring").expect("ring rxq");
+    assert_eq!(q.counters.packets, n, "{}", rxq.json());
 }
 
 /// A dpdk port whose device does not exist: shown failed with the error, and the vhost-user
@@ -144,10 +139,10 @@ fn failed_nic_leaves_vhost_ports_working() {
     let dir = test_dir("nicfail");
     let text = config(&dir, &["a", "b"], &[("bad", "net_bogus0")], &[]);
     let sw = Switch::start_config(dir.clone(), &text);
-    let bad = sw.port("bad");
-    assert_eq!(bad["state"], "failed", "{bad}");
-    let err = bad["last_error"].as_str().unwrap_or_default();
-    assert!(err.contains("net_bogus0") && err.contains("device not found"), "{bad}");
+    let bad = sw.port_info("bad");
+    assert_eq!(bad.state, "failed", "{}", bad.json());
+    let err = bad.last_error.as_deref().unwrap_or_default();
+    assert!(err.contains("net_bogus0") && err.contains("device not found"), "{}", bad.json());
     assert!(sw.log().contains("net_bogus0"), "{}", sw.log());
     let n = 2000u32;
     let sent: Vec<Vec<u8>> = (0..n).map(|i| frame(MAC_B, MAC_A, 64, 0, i)).collect();
@@ -156,15 +151,15 @@ fn failed_nic_leaves_vhost_ports_working() {
     vm_a.cmd("set fwd io retry");
     vm_a.cmd("set burst tx delay 100 retry 100000");
     vm_a.cmd("start");
-    let ok = try_wait_for(|| (sw.counter("b", "tx_packets") >= n as u64).then_some(()));
-    assert!(ok.is_some(), "frames to B: {:#}\nVM A: {}", sw.ctl("ports"), vm_a.output());
+    let ok = try_wait_for(|| (sw.counters("b").tx_packets >= n as u64).then_some(()));
+    assert!(ok.is_some(), "frames to B: {:#}\nVM A: {}", sw.ports().json(), vm_a.output());
     vm_a.quit();
     vm_b.quit();
     assert_delivered(&sent, &read_pcap(&dir.join("out0.pcap")));
     // B's hello was flooded; the failed port got none of it, and no drop is charged to it.
-    let bad = sw.port("bad");
-    assert_eq!((bad["tx_packets"].as_u64(), bad["rx_packets"].as_u64()), (Some(0), Some(0)), "{bad}");
-    assert!(drops(&bad).is_empty(), "{bad}");
+    let bad = sw.port_info("bad");
+    assert_eq!((bad.counters.tx_packets, bad.counters.rx_packets), (0, 0), "{}", bad.json());
+    assert!(drops(&bad).is_empty(), "{}", bad.json());
 }
 
 /// Linux behind a NIC port: a network namespace (`net`) and the name of the switch's end
@@ -238,9 +233,9 @@ fn ping_through_af_packet_veth() {
     let dev = format!("net_af_packet0,iface={}", ns.host_if);
     let text = config(&dir, &["vm"], &[("eth", dev.as_str())], &[]);
     let sw = Switch::start_config(dir.clone(), &text);
-    let eth = sw.port("eth");
-    assert_eq!(eth["state"], "running", "{eth}\n{}", sw.log());
-    assert_eq!(eth["dpdk"]["driver"], "net_af_packet", "{eth}");
+    let eth = sw.port_info("eth");
+    assert_eq!(eth.state, "running", "{}\n{}", eth.json(), sw.log());
+    assert_eq!(eth.dpdk.as_ref().map(|d| d.driver.as_str()), Some("net_af_packet"), "{}", eth.json());
     let mut vm = Testpmd::spawn(
         &format!("pvsvm{}", std::process::id()),
         &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:77:02", sw.sock("vm"))],
@@ -256,21 +251,21 @@ fn ping_through_af_packet_veth() {
         .unwrap();
     assert!(std::path::Path::new("/usr/bin/ping").exists(), "ping missing: apt-get install iputils-ping");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&format!("{count} received")), "ping failed:\n{text}\nswitch: {:#}", sw.ctl("ports"));
+    assert!(text.contains(&format!("{count} received")), "ping failed:\n{text}\nswitch: {:#}", sw.ports().json());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (rx1, tx1) = ns.peer_counts();
     let (ns_rx, ns_tx) = (rx1 - rx0, tx1 - tx0);
-    let (eth, vmp) = (sw.port("eth"), sw.port("vm"));
+    let (eth, vmp) = (sw.port_info("eth"), sw.port_info("vm"));
     // Before the pings nothing crossed; everything the namespace sent reached the VM, and
     // everything the VM answered reached the namespace.
     assert!(ns_tx >= count && ns_rx >= count, "namespace sent {ns_tx}, received {ns_rx}");
-    assert_eq!(eth["rx_packets"].as_u64(), Some(ns_tx), "{eth}");
-    assert_eq!(vmp["tx_packets"].as_u64(), Some(ns_tx), "{vmp}");
-    assert_eq!(vmp["rx_packets"].as_u64(), Some(ns_rx), "{vmp}");
-    assert_eq!(eth["tx_packets"].as_u64(), Some(ns_rx), "{eth}");
-    let st = &eth["dpdk"]["stats"];
-    assert_eq!((st["ipackets"].as_u64(), st["opackets"].as_u64()), (Some(ns_tx), Some(ns_rx)), "{eth}");
-    assert!(drops(&eth).is_empty() && drops(&vmp).is_empty(), "{eth}\n{vmp}");
+    assert_eq!(eth.counters.rx_packets, ns_tx, "{}", eth.json());
+    assert_eq!(vmp.counters.tx_packets, ns_tx, "{}", vmp.json());
+    assert_eq!(vmp.counters.rx_packets, ns_rx, "{}", vmp.json());
+    assert_eq!(eth.counters.tx_packets, ns_rx, "{}", eth.json());
+    let st = eth.dpdk.as_ref().and_then(|d| d.stats).unwrap_or_else(|| panic!("no DPDK stats: {}", eth.json()));
+    assert_eq!((st.ipackets, st.opackets), (ns_tx, ns_rx), "{}", eth.json());
+    assert!(drops(&eth).is_empty() && drops(&vmp).is_empty(), "{}\n{}", eth.json(), vmp.json());
     let vs = vm.port_stats();
     assert_eq!(vs[0], (ns_tx, ns_rx), "VM port stats");
     vm.quit();
@@ -296,7 +291,7 @@ fn trunk_dpdk_port_carries_two_vlans_to_linux() {
         t + &format!("[[port]]\nname = \"{p}\"\ntype = \"vhost-user\"\nsocket = \"{p}.sock\"\ntag = {}\n", &p[1..])
     });
     let sw = Switch::start_config(dir.clone(), &text);
-    assert_eq!(sw.port("eth")["state"], "running", "{}", sw.log());
+    assert_eq!(sw.port_info("eth").state, "running", "{}", sw.log());
     let root = env!("CARGO_MANIFEST_DIR");
     let write_job = |name: &str, text: String| {
         let p = dir.join(format!("job-{name}.sh"));
@@ -374,14 +369,14 @@ done
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let (rx10, rx20) = counts(&read("net")).expect("the network guest's counters");
     drop(vms);
-    let (eth, fdb) = (sw.port("eth"), sw.ctl("fdb"));
+    let (eth, fdb) = (sw.port_info("eth"), sw.fdb());
     for v in ["v10", "v20"] {
         let out = read(v);
         eprintln!(
             "{v}: {}",
             out.lines().filter(|l| l.contains("PVS-") || l.contains("loss")).collect::<Vec<_>>().join(" | ")
         );
-        assert!(out.contains(" 0% packet loss"), "{v} -> its VLAN's interface, ping:\n{out}\n{eth}");
+        assert!(out.contains(" 0% packet loss"), "{v} -> its VLAN's interface, ping:\n{out}\n{}", eth.json());
         assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "{v}: iperf3 both ways:\n{out}");
     }
     // Each VLAN interface received its guest's TCP (thousands of segments), none the other's.
@@ -389,16 +384,17 @@ done
     // Nothing the guests or the network sent on a VLAN was refused. What the trunk did refuse
     // is the network guest's own untagged IPv6 on eth0 (router solicitations, MLD, DAD: a
     // handful at boot), which a trunk without VLAN 0 drops as not allowed.
-    assert_eq!(eth["drops"]["vlan_stacked"], 0, "{eth}");
-    assert!(eth["drops"]["vlan_not_allowed"].as_u64() < Some(50), "{eth}");
+    assert_eq!(eth.counters.drops.get(DropReason::VlanStacked), 0, "{}", eth.json());
+    assert!(eth.counters.drops.get(DropReason::VlanNotAllowed) < 50, "{}", eth.json());
     for v in ["v10", "v20"] {
-        let p = sw.port(v);
-        let refused = ["vlan_not_allowed", "vlan_tagged_on_access", "vlan_stacked"].map(|w| &p["drops"][w]);
-        assert!(refused.iter().all(|n| **n == 0), "{v}: {p}");
+        let p = sw.port_info(v);
+        let refused = [DropReason::VlanNotAllowed, DropReason::VlanTagged, DropReason::VlanStacked]
+            .map(|w| p.counters.drops.get(w));
+        assert!(refused.iter().all(|n| *n == 0), "{v}: {}", p.json());
     }
-    let on = |vlan: u64| fdb.as_array().unwrap().iter().find(|e| e["mac"] == NET_MAC && e["vlan"] == vlan).cloned();
+    let on = |vlan: u16| fdb.iter().find(|e| e.mac == NET_MAC && e.vlan == vlan).cloned();
     for vlan in [10, 20] {
-        assert_eq!(on(vlan).map(|e| e["port"].clone()), Some(Value::from("eth")), "VLAN {vlan}: {fdb}");
+        assert_eq!(on(vlan).map(|e| e.port), Some(Some("eth".to_string())), "VLAN {vlan}: {}", fdb.json());
     }
 }
 
@@ -414,12 +410,13 @@ fn qemu_guest_ping_and_iperf3_through_af_packet_veth() {
     // The guest sends 64 KiB TSO frames with partial checksums (offloads are on); af_packet
     // has no offloads, so the switch cut them into segments with complete checksums, which
     // the namespace's kernel verified (`qemu_guest_through` checks its counter).
-    assert_eq!(eth["dpdk"]["offloads"]["tx_tso4"], false, "{eth}");
-    assert!(eth["sw_segmented"].as_u64().unwrap() > 0, "no TSO frame was segmented for the NIC: {eth}");
-    assert_eq!(eth["hw_offloaded"].as_u64(), Some(0), "{eth}");
-    assert!(eth["tx_packets"].as_u64() > vmp["rx_packets"].as_u64(), "{eth}\n{vmp}");
-    assert_eq!(vmp["data_valid"].as_u64(), Some(0), "af_packet verifies no checksum: {vmp}");
-    assert_eq!(&eth["dpdk"]["stats"]["opackets"], &eth["tx_packets"], "{eth}");
+    let nic = eth.dpdk.as_ref().unwrap_or_else(|| panic!("not a NIC: {}", eth.json()));
+    assert!(!nic.offloads.tx_tso4, "{}", eth.json());
+    assert!(eth.counters.sw_segmented > 0, "no TSO frame was segmented for the NIC: {}", eth.json());
+    assert_eq!(eth.counters.hw_offloaded, 0, "{}", eth.json());
+    assert!(eth.counters.tx_packets > vmp.counters.rx_packets, "{}\n{}", eth.json(), vmp.json());
+    assert_eq!(vmp.counters.data_valid, 0, "af_packet verifies no checksum: {}", vmp.json());
+    assert_eq!(nic.stats.map(|s| s.opackets), Some(eth.counters.tx_packets), "{}", eth.json());
 }
 
 /// The same through net_tap, whose interface is moved into the namespace: a device with TX
@@ -437,24 +434,22 @@ fn qemu_guest_iperf3_through_tap_with_device_offloads() {
     // most) counting the Ethernet header; an MTU of 1480 in the namespace makes TCP choose
     // segments that fit (the switch sends larger ones to software segmentation).
     let (eth, vmp) = qemu_guest_through(&ns, "nictap", &dev, &[], |_| ns.adopt(&iface, 1480));
-    let o = &eth["dpdk"]["offloads"];
-    assert_eq!(
-        (&o["tx_tso4"], &o["tx_checksum"], &o["rx_checksum"]),
-        (&true.into(), &true.into(), &true.into()),
-        "{eth}"
-    );
+    let nic = eth.dpdk.as_ref().unwrap_or_else(|| panic!("not a NIC: {}", eth.json()));
+    let o = &nic.offloads;
+    assert_eq!((o.tx_tso4, o.tx_checksum, o.rx_checksum), (true, true, true), "{}", eth.json());
     // Handed whole: no segmentation in software, and fewer frames sent than the device put on
     // the wire (it segmented them).
-    assert!(eth["hw_offloaded"].as_u64().unwrap() > 0, "no frame was handed to the device whole: {eth}");
-    assert_eq!(eth["sw_segmented"].as_u64(), Some(0), "{eth}");
-    assert_eq!(eth["drops"]["nic_tx_refused"].as_u64(), Some(0), "{eth}");
-    let wire = eth["dpdk"]["stats"]["opackets"].as_u64().unwrap();
+    assert!(eth.counters.hw_offloaded > 0, "no frame was handed to the device whole: {}", eth.json());
+    assert_eq!(eth.counters.sw_segmented, 0, "{}", eth.json());
+    assert_eq!(eth.counters.drops.get(DropReason::NicRefused), 0, "{}", eth.json());
+    let wire = nic.stats.unwrap_or_else(|| panic!("no DPDK stats: {}", eth.json())).opackets;
     assert!(
-        wire > eth["tx_packets"].as_u64().unwrap(),
-        "the device should have sent more frames than it was given: {eth}"
+        wire > eth.counters.tx_packets,
+        "the device should have sent more frames than it was given: {}",
+        eth.json()
     );
     // The guest negotiated GUEST_CSUM: the namespace's TCP frames reached it marked DATA_VALID.
-    assert!(vmp["data_valid"].as_u64().unwrap() > 1000, "{vmp}");
+    assert!(vmp.counters.data_valid > 1000, "{}", vmp.json());
 }
 
 /// The same with flows that rewrite the guest's source MAC on the way out: each 64 KiB frame
@@ -473,25 +468,31 @@ fn qemu_guest_iperf3_through_tap_with_a_rewritten_source_mac() {
         "priority=10,in_port=eth,actions=output:vm",
     ];
     let (eth, vmp) = qemu_guest_through(&ns, "nictapmac", &dev, &flows, |_| ns.adopt(&iface, 1480));
-    assert!(eth["hw_offloaded"].as_u64().unwrap() > 0, "no frame was handed to the device whole: {eth}");
-    assert_eq!(eth["sw_segmented"].as_u64(), Some(0), "{eth}");
-    assert_eq!(eth["drops"]["nic_tx_refused"].as_u64(), Some(0), "{eth}");
-    assert!(vmp["data_valid"].as_u64().unwrap() > 1000, "{vmp}");
+    assert!(eth.counters.hw_offloaded > 0, "no frame was handed to the device whole: {}", eth.json());
+    assert_eq!(eth.counters.sw_segmented, 0, "{}", eth.json());
+    assert_eq!(eth.counters.drops.get(DropReason::NicRefused), 0, "{}", eth.json());
+    assert!(vmp.counters.data_valid > 1000, "{}", vmp.json());
 }
 
 /// Starts pvswitchd with VM port `vm` and NIC port `eth` (device `dev`), calls `adopt` once
 /// it runs, then has a QEMU guest ping the namespace (10.77.0.1) and run iperf3 both ways to
 /// it; the namespace pings back. Checks that everything the NIC received reached the guest,
 /// that the namespace's kernel saw no bad TCP checksum, and returns `ports` for eth and vm.
-fn qemu_guest_through(ns: &Lan, name: &str, dev: &str, flows: &[&str], adopt: impl FnOnce(&Switch)) -> (Value, Value) {
+fn qemu_guest_through(
+    ns: &Lan,
+    name: &str,
+    dev: &str,
+    flows: &[&str],
+    adopt: impl FnOnce(&Switch),
+) -> (PortInfo, PortInfo) {
     let dir = test_dir(name);
     let text = config(&dir, &["vm"], &[("eth", dev)], flows);
     let sw = Switch::start_config(dir.clone(), &text);
-    assert_eq!(sw.port("eth")["state"], "running", "{}", sw.log());
+    assert_eq!(sw.port_info("eth").state, "running", "{}", sw.log());
     adopt(&sw);
     // What the NIC received before the guest is there (net_tap's interface talks IPv6 in the
     // host's namespace until it moves) went nowhere: count from once its queue is drained.
-    let rx = || sw.port("eth")["rx_packets"].as_u64().unwrap();
+    let rx = || sw.counters("eth").rx_packets;
     let mut before = rx();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -517,21 +518,21 @@ fn qemu_guest_through(ns: &Lan, name: &str, dev: &str, flows: &[&str], adopt: im
         .unwrap();
     let text = String::from_utf8_lossy(&p.stdout);
     assert!(text.contains(" 0% packet loss"), "namespace -> guest ping:\n{text}");
-    let (eth, vmp) = (sw.port("eth"), sw.port("vm"));
+    let (eth, vmp) = (sw.port_info("eth"), sw.port_info("vm"));
     // Everything the NIC received went to the guest (the guest and the namespace are the only
     // talkers; flooding with two ports is a copy to the other one). A NIC cannot be held back:
     // what found the guest's ring full was dropped, and counted.
-    let to_vm = vmp["tx_packets"].as_u64().unwrap() + vmp["drops"]["rx_ring_full"].as_u64().unwrap();
-    assert_eq!(eth["rx_packets"].as_u64(), Some(before + to_vm), "{eth}\n{vmp}");
+    let to_vm = vmp.counters.tx_packets + vmp.counters.drops.get(DropReason::RxRingFull);
+    assert_eq!(eth.counters.rx_packets, before + to_vm, "{}\n{}", eth.json(), vmp.json());
     // TCP would have stalled on a bad checksum; the namespace kernel's counter stays 0.
     let snmp = ns.net.ex(&["cat", "/proc/net/snmp"]);
     let tcp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Tcp:")).collect();
     let (names, vals): (Vec<&str>, Vec<&str>) = (tcp[0].split(' ').collect(), tcp[1].split(' ').collect());
     let csum_errors = names.iter().position(|n| *n == "InCsumErrors").map(|i| vals[i]).unwrap();
     assert_eq!(csum_errors, "0", "the namespace's kernel saw bad TCP checksums:\n{snmp}");
-    assert!(eth["rx_packets"].as_u64().unwrap() > 1000, "{eth}");
-    let st = &eth["dpdk"]["stats"];
-    assert_eq!(&st["ipackets"], &eth["rx_packets"], "{eth}");
+    assert!(eth.counters.rx_packets > 1000, "{}", eth.json());
+    let st = eth.dpdk.as_ref().and_then(|d| d.stats);
+    assert_eq!(st.map(|s| s.ipackets), Some(eth.counters.rx_packets), "{}", eth.json());
     drop(vm);
     iperf.0.kill().ok();
     (eth, vmp)
@@ -548,11 +549,11 @@ fn pings(ns: &Lan, n: u32) -> u32 {
 }
 
 /// The thread polling `eth`'s receive queue, and its stats.
-fn nic_thread(sw: &Switch) -> (u64, Value) {
-    let rxq = sw.ctl("rxq");
-    let q = rxq.as_array().unwrap().iter().find(|q| q["port"] == "eth").unwrap_or_else(|| panic!("{rxq:#}")).clone();
-    let t = q["thread"].as_u64().unwrap();
-    (t, sw.ctl("stats")["threads"][t as usize].clone())
+fn nic_thread(sw: &Switch) -> (usize, ThreadStats) {
+    let rxq = sw.rxq();
+    let q = rxq.iter().find(|q| q.port == "eth").unwrap_or_else(|| panic!("{:#}", rxq.json()));
+    let t = q.thread;
+    (t, sw.thread_stats(t))
 }
 
 /// An idle host with a NIC sleeps (issue 54): with adaptive polling, an af_packet NIC on a veth
@@ -582,18 +583,11 @@ fn an_idle_host_with_a_nic_sleeps_and_wakes_for_its_frames() {
     // The backoff reaches its ceiling while nothing comes.
     let (t, _) = nic_thread(&sw);
     wait_for("the NIC's thread to back off to nic_poll_max_us", || {
-        let th = &sw.ctl("stats")["threads"][t as usize];
-        (th["running"]["nic_sleep_us"] == th["running"]["nic_poll_max_us"]).then_some(())
+        let th = sw.thread_stats(t);
+        (th.running.nic_sleep_us == th.running.nic_poll_max_us).then_some(())
     });
-    let hz = sw.ctl("stats")["tsc_hz"].as_f64().unwrap();
-    let sample = |th: &Value| {
-        let cycles = |k: &str| th[k].as_u64().unwrap() as f64;
-        (
-            (cycles("busy_cycles") + cycles("idle_cycles")) / hz,
-            th["asleep_secs"].as_f64().unwrap(),
-            th["sleeps"].as_u64().unwrap(),
-        )
-    };
+    let hz = sw.stats().tsc_hz as f64;
+    let sample = |th: &ThreadStats| ((th.busy_cycles as f64 + th.idle_cycles as f64) / hz, th.asleep_secs, th.sleeps);
     let (_, th0) = nic_thread(&sw);
     std::thread::sleep(std::time::Duration::from_secs(3));
     let (_, th1) = nic_thread(&sw);
@@ -604,18 +598,18 @@ fn an_idle_host_with_a_nic_sleeps_and_wakes_for_its_frames() {
         "idle 3 s: {polling:.4} s polling, {asleep:.3} s asleep ({:.2}% awake), {} sleeps; running {}",
         awake * 100.0,
         s1 - s0,
-        th1["running"]
+        th1.running.json()
     );
     assert!(asleep > 2.0, "asleep only {asleep} s of 3");
     assert!(awake < 0.02, "the NIC's thread was awake {:.1}% of the time", awake * 100.0);
 
     // The first frames after the idle period: pings answered.
-    assert_eq!(pings(&ns, 5), 5, "pings after an idle period\n{:#}", sw.ctl("ports"));
+    assert_eq!(pings(&ns, 5), 5, "pings after an idle period\n{:#}", sw.ports().json());
     // A flood after an idle period, within the NIC's ring (net_af_packet's: 512 frames) and
     // the VM's (testpmd's: 256; a NIC's frames to a full guest ring drop at once, and testpmd
     // on a loaded machine may not drain 400 in time): every frame arrives.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let (before, eth_before) = (sw.counter("vm", "tx_packets"), sw.counter("eth", "rx_packets"));
+    let (before, eth_before) = (sw.counters("vm").tx_packets, sw.counters("eth").rx_packets);
     let flood = r#"import socket
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind(('pvsns0', 0))
@@ -624,22 +618,23 @@ for i in range(200):
     s.send(f)
 "#;
     ns.net.ex(&["python3", "-c", flood]);
-    let arrived = try_wait_for(|| (sw.counter("vm", "tx_packets") >= before + 200).then_some(()));
+    let arrived = try_wait_for(|| (sw.counters("vm").tx_packets >= before + 200).then_some(()));
     assert!(
         arrived.is_some(),
         "of 200 frames, the NIC took {} and the VM got {}: {:#}",
-        sw.counter("eth", "rx_packets") - eth_before,
-        sw.counter("vm", "tx_packets") - before,
-        sw.ctl("ports")
+        sw.counters("eth").rx_packets - eth_before,
+        sw.counters("vm").tx_packets - before,
+        sw.ports().json()
     );
-    assert!(drops(&sw.port("eth")).is_empty(), "{}", sw.port("eth"));
+    let eth = sw.port_info("eth");
+    assert!(drops(&eth).is_empty(), "{}", eth.json());
 
     // The NIC's queue moves to the other thread while both sleep; it is served there.
     std::thread::sleep(std::time::Duration::from_millis(500));
     let other = 1 - t;
-    sw.try_ctl_args("move", &["eth:0", &other.to_string()]).unwrap();
+    let _: MoveReply = sw.ask_args("move", &["eth:0", &other.to_string()]);
     assert_eq!(nic_thread(&sw).0, other);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert_eq!(pings(&ns, 5), 5, "pings after the move\n{:#}", sw.ctl("rxq"));
+    assert_eq!(pings(&ns, 5), 5, "pings after the move\n{:#}", sw.rxq().json());
     vm.quit();
 }

@@ -4,6 +4,7 @@
 use crate::common;
 
 use common::*;
+use pvswitch::proto::MoveReply;
 
 /// Two sequence-numbered streams of `count` frames, one per queue of VM A, toward VM B (both
 /// testpmd, through pcap files), started: returns the VMs and every frame sent.
@@ -58,7 +59,7 @@ fn hundreds_of_moves_while_frames_flow() {
         };
         r.unwrap_or_else(|e| panic!("move {moves}: {e}"));
         moves += 1;
-        let after = sw.counter("b", "tx_packets");
+        let after = sw.counters("b").tx_packets;
         if before > 0 && after < total {
             during += 1;
         }
@@ -66,21 +67,20 @@ fn hundreds_of_moves_while_frames_flow() {
         if after == total && moves >= 200 {
             break;
         }
-        assert!(moves < 100_000, "traffic does not finish: b {}", sw.port("b"));
+        assert!(moves < 100_000, "traffic does not finish: b {}", sw.port_info("b").json());
     }
     assert!(during >= 100, "only {during} of {moves} moves and rebalances happened while frames were flowing");
     check_streams(&sw, vms, &sent);
     for p in ["a", "b"] {
-        let p = sw.port(p);
-        for (k, v) in p["drops"].as_object().unwrap() {
-            assert_eq!(v.as_u64(), Some(0), "{} drop {k}", p["name"]);
+        let p = sw.port_info(p);
+        for ((k, _), v) in pvswitch::datapath::counters::DROP_REASONS.iter().zip(p.counters.drops.0) {
+            assert_eq!(v, 0, "{} drop {k}", p.name);
         }
     }
     // The per-queue counters followed the queues across threads.
-    let rxq = sw.ctl("rxq");
-    let from_a: u64 =
-        rxq.as_array().unwrap().iter().filter(|q| q["port"] == "a").map(|q| q["packets"].as_u64().unwrap()).sum();
-    assert_eq!(from_a, total, "{rxq}");
+    let rxq = sw.rxq();
+    let from_a: u64 = rxq.iter().filter(|q| q.port == "a").map(|q| q.counters.packets).sum();
+    assert_eq!(from_a, total, "{}", rxq.json());
 }
 
 #[test]
@@ -93,9 +93,9 @@ fn bad_move_requests_get_errors() {
     }
     let e = sw.try_ctl_args("rebalance", &["sideways"]).unwrap_err();
     assert!(e.contains("rebalance"), "{e}");
-    let r = sw.try_ctl_args("move", &["a:0", "1"]).unwrap();
-    assert_eq!(r["to"], 1);
-    assert_eq!(sw.ctl("stats")["threads"][1]["queues"], serde_json::json!(["a:0"]));
+    let r: MoveReply = sw.ask_args("move", &["a:0", "1"]);
+    assert_eq!(r.to, 1);
+    assert_eq!(sw.thread_stats(1).queues, ["a:0"]);
 }
 
 /// A reload that adds a poll core starts a thread and moves queues onto it; one that removes a
@@ -110,20 +110,18 @@ fn reload_adds_and_removes_poll_cores_under_traffic() {
     let (vms, sent) = two_streams(&sw, 100_000, |_| 64);
     let total = sent.len() as u64;
     let cores_of = |sw: &Switch| -> Vec<u64> {
-        let mut c: Vec<u64> =
-            sw.ctl("stats")["threads"].as_array().unwrap().iter().map(|t| t["core"].as_u64().unwrap()).collect();
+        let mut c: Vec<u64> = sw.stats().threads.iter().map(|t| t.core as u64).collect();
         c.sort();
         c
     };
     let mut round = 0;
-    while sw.counter("b", "tx_packets") < total || round < 4 {
+    while sw.counters("b").tx_packets < total || round < 4 {
         let cores: &[usize] = if round % 2 == 0 { &[0, 1] } else { &[0] };
         sw.write_config(&cfg(cores));
-        let r = sw.ctl("reload");
-        assert!(r["summary"].as_str().unwrap().contains("poll cores"), "{r}");
+        let r = sw.reload();
+        assert!(r.summary.contains("poll cores"), "{}", r.json());
         assert_eq!(cores_of(&sw), cores.iter().map(|&c| c as u64).collect::<Vec<_>>());
-        let polled: usize =
-            sw.ctl("stats")["threads"].as_array().unwrap().iter().map(|t| t["queues"].as_array().unwrap().len()).sum();
+        let polled: usize = sw.stats().threads.iter().map(|t| t.queues.len()).sum();
         assert_eq!(polled, 4, "every queue polled once");
         round += 1;
         assert!(round < 10_000, "traffic does not finish");

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use common::*;
 use frontend::Vm;
+use pvswitch::proto::{PortInfo, PortReply};
 use serde_json::Value;
 
 /// `pvswitchctl --json ARGS`: exit status, the JSON reply (Null if none), stderr.
@@ -29,6 +30,12 @@ fn ok(sw: &Switch, args: &[&str]) -> Value {
     v
 }
 
+/// `ok`, its JSON read as the command's reply type (`PortReply`, `PortInfo`).
+fn ok_as<T: serde::de::DeserializeOwned>(sw: &Switch, args: &[&str]) -> T {
+    let v = ok(sw, args);
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("pvswitchctl {args:?}: {e}: {v}"))
+}
+
 /// Refused with exit status `code`, stderr holding `text`.
 fn refused(sw: &Switch, args: &[&str], code: i32, text: &str) {
     let (got, _, err) = ctl(sw, args);
@@ -37,7 +44,7 @@ fn refused(sw: &Switch, args: &[&str], code: i32, text: &str) {
 }
 
 fn names(sw: &Switch) -> Vec<String> {
-    sw.ctl("ports").as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+    sw.ports().into_iter().map(|p| p.name).collect()
 }
 
 /// a forwards a broadcast to b.
@@ -54,13 +61,14 @@ fn an_added_port_carries_traffic_survives_a_restart_and_goes_with_del_port() {
     let _g = serial();
     let dir = test_dir("portcmd");
     let mut sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &[PortSpec::server("a")], ""));
-    let added = ok(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock", "mac_limit=4", "weight_packets=16"]);
-    assert!(added["summary"].as_str().unwrap().starts_with("added port c (kept in "), "{added}");
+    let added: PortReply =
+        ok_as(&sw, &["add-port", "c", "type=vhost-user", "socket=c.sock", "mac_limit=4", "weight_packets=16"]);
+    assert!(added.summary.starts_with("added port c (kept in "), "{}", added.json());
     let file = dir.join("ports.d/c.toml");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("mac_limit = 4") && text.contains("socket = \"c.sock\""), "{text}");
-    let c = ok(&sw, &["ports", "c"]);
-    assert_eq!((c["mac_limit"].as_u64(), c["weight_packets"].as_u64()), (Some(4), Some(16)), "{c}");
+    let c: PortInfo = ok_as(&sw, &["ports", "c"]);
+    assert_eq!((c.mac_limit, c.weight_packets), (4, 16), "{}", c.json());
     assert_eq!(names(&sw), ["a", "c"]);
 
     let mut vm_a = Vm::connect(&sw.sock("a"));
@@ -73,11 +81,11 @@ fn an_added_port_carries_traffic_survives_a_restart_and_goes_with_del_port() {
 
     // set-port changes it in place: the same connection, the new limit in the data path's
     // view and in the file.
-    let set = ok(&sw, &["set-port", "c", "mac_limit=9", "weight_packets="]);
-    assert_eq!(set["summary"], "port c: weights, queues, mac_limit", "{set}");
-    let c = sw.port("c");
-    assert_eq!((c["mac_limit"].as_u64(), c["connects"].as_u64()), (Some(9), Some(1)), "{c}");
-    assert_eq!(c["weight_packets"], sw.port("a")["weight_packets"], "weight_packets= is the default again");
+    let set: PortReply = ok_as(&sw, &["set-port", "c", "mac_limit=9", "weight_packets="]);
+    assert_eq!(set.summary, "port c: weights, queues, mac_limit", "{}", set.json());
+    let c = sw.port_info("c");
+    assert_eq!((c.mac_limit, c.connects), (9, 1), "{}", c.json());
+    assert_eq!(c.weight_packets, sw.port_info("a").weight_packets, "weight_packets= is the default again");
     assert!(std::fs::read_to_string(&file).unwrap().contains("mac_limit = 9"));
     forwards(&sw, &mut vm_a, &mut vm_c, 1);
     drop((vm_a, vm_c));
@@ -85,13 +93,13 @@ fn an_added_port_carries_traffic_survives_a_restart_and_goes_with_del_port() {
     // A restart reads the drop-in: c is back as set.
     sw.restart(false);
     assert_eq!(names(&sw), ["a", "c"]);
-    assert_eq!(sw.port("c")["mac_limit"], 9);
+    assert_eq!(sw.port_info("c").mac_limit, 9);
     // So does a reload of the main file.
-    let r = sw.ctl("reload");
-    assert_eq!(names(&sw), ["a", "c"], "{r}");
+    let r = sw.reload();
+    assert_eq!(names(&sw), ["a", "c"], "{}", r.json());
 
-    let gone = ok(&sw, &["del-port", "c"]);
-    assert_eq!(gone["summary"], "removed port c");
+    let gone: PortReply = ok_as(&sw, &["del-port", "c"]);
+    assert_eq!(gone.summary, "removed port c");
     assert_eq!(names(&sw), ["a"]);
     assert!(!file.exists(), "c.toml stays after del-port");
     assert!(!Path::new(&sw.sock("c")).exists(), "c's socket stays after del-port");
@@ -185,7 +193,7 @@ fn port_commands_refuse_with_exit_codes_and_disturb_nothing() {
     let files = std::fs::read_dir(dir.join("ports.d")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(files, 0, "a refused command left a file");
     forwards(&sw, &mut vm_a, &mut vm_b, 1);
-    assert_eq!(sw.port("a")["connects"], 1);
+    assert_eq!(sw.port_info("a").connects, 1);
 }
 
 #[test]
@@ -221,7 +229,7 @@ fn two_orchestrators_adding_and_removing_at_once_leave_files_and_ports_agreeing(
     for n in &running {
         assert!(Path::new(&sw.sock(n)).exists(), "{n} runs without its socket");
     }
-    assert_eq!(sw.port("a")["state"], "listening");
+    assert_eq!(sw.port_info("a").state, "listening");
 }
 
 #[test]
@@ -245,6 +253,6 @@ fn a_broken_port_file_fails_alone_at_startup() {
     let log = sw.log();
     assert!(log.contains("ports.d/bad.toml:4:7") && log.contains("mtu"), "{log}");
     // A reload says so too.
-    let r = sw.ctl("reload");
-    assert!(r["summary"].as_str().unwrap().contains("1 port files failed"), "{r}");
+    let r = sw.reload();
+    assert!(r.summary.contains("1 port files failed"), "{}", r.json());
 }

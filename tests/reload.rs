@@ -6,10 +6,11 @@ use crate::frontend;
 
 use common::*;
 use frontend::Vm;
+use pvswitch::proto::PollMode;
 use std::path::Path;
 
 fn ports_named(sw: &Switch) -> Vec<String> {
-    sw.ctl("ports").as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+    sw.ports().into_iter().map(|p| p.name).collect()
 }
 
 fn base(dir: &Path, extra_ports: &[PortSpec], tail: &str) -> String {
@@ -26,12 +27,12 @@ fn reload_adds_changes_and_removes_ports() {
     assert_eq!(ports_named(&sw), ["a", "b"]);
 
     sw.write_config(&base(&dir, &[PortSpec::server("c").queues(2)], ""));
-    let r = sw.ctl("reload");
-    assert!(r["summary"].as_str().unwrap().contains("1 added: c"), "{r}");
+    let r = sw.reload();
+    assert!(r.summary.contains("1 added: c"), "{}", r.json());
     assert_eq!(ports_named(&sw), ["a", "b", "c"]);
     assert!(Path::new(&sw.sock("c")).exists());
-    let c = sw.port("c");
-    assert_eq!(c["queue_pairs"], 2, "{c}");
+    let c = sw.port_info("c");
+    assert_eq!(c.queue_pairs, 2, "{}", c.json());
 
     // MTU and weights change in place: same port, same id, same socket, and the data path
     // applies them. Before: a 3000-byte frame from a is over its MTU; 100 frames made
@@ -43,8 +44,8 @@ fn reload_adds_changes_and_removes_ports() {
     vm_b.post_rx_buffers(256, 4096);
     let big = frame(MAC_B, MAC_A, 3000, 0, 0);
     vm_a.send(&big);
-    wait_for("the big frame dropped", || (sw.port("a")["drops"]["mtu_exceeded"] == 1).then_some(()));
-    let bursts = |sw: &Switch| sw.counter("a", "rx_bursts");
+    wait_for("the big frame dropped", || (sw.counters("a").drops.get(DropReason::Mtu) == 1).then_some(()));
+    let bursts = |sw: &Switch| sw.counters("a").rx_bursts;
     let send_100 = |vm_a: &mut Vm, vm_b: &mut Vm, seq: u32| {
         let frames: Vec<Vec<u8>> = (0..100).map(|i| frame(MAC_B, MAC_A, 60, 1, seq + i)).collect();
         vm_a.send_all(&frames);
@@ -64,14 +65,10 @@ fn reload_adds_changes_and_removes_ports() {
         .replace("mtu = 1500", "mtu = 9000")
         .replace("name = \"a\"\n", "name = \"a\"\nweight_packets = 1\n");
     sw.write_config(&text);
-    sw.ctl("reload");
-    let a = sw.port("a");
-    assert_eq!(
-        (a["mtu"].as_u64(), a["id"].as_u64(), a["weight_packets"].as_u64()),
-        (Some(9000), Some(0), Some(1)),
-        "{a}"
-    );
-    assert_eq!(a["connects"], 1, "the port was replaced, not changed: {a}");
+    sw.reload();
+    let a = sw.port_info("a");
+    assert_eq!((a.mtu, a.id, a.weight_packets), (9000, 0, 1), "{}", a.json());
+    assert_eq!(a.connects, 1, "the port was replaced, not changed: {}", a.json());
     // After: the big frame goes through; a visit takes one frame, so every burst is one frame.
     vm_a.send(&big);
     let got = wait_for("the big frame at b", || vm_b.recv().pop());
@@ -84,15 +81,13 @@ fn reload_adds_changes_and_removes_ports() {
 
     // Removing c closes its socket; a new port takes the freed slot.
     sw.write_config(&base(&dir, &[], ""));
-    sw.ctl("reload");
+    sw.reload();
     assert_eq!(ports_named(&sw), ["a", "b"]);
     assert!(!Path::new(&sw.sock("c")).exists(), "c's socket is still there");
     sw.write_config(&base(&dir, &[PortSpec::server("d")], ""));
-    sw.ctl("reload");
-    assert_eq!(sw.port("d")["id"], 2);
-    let threads = sw.ctl("stats")["threads"].clone();
-    let queues: Vec<&str> = threads[0]["queues"].as_array().unwrap().iter().map(|q| q.as_str().unwrap()).collect();
-    assert_eq!(queues, ["a:0", "b:0", "d:0"]);
+    sw.reload();
+    assert_eq!(sw.port_info("d").id, 2);
+    assert_eq!(sw.thread_stats(0).queues, ["a:0", "b:0", "d:0"]);
 }
 
 #[test]
@@ -102,7 +97,7 @@ fn bad_reload_is_rejected_and_changes_nothing() {
     let mut sw = Switch::start_config(dir.clone(), &base(&dir, &[], ""));
     let bad = "[[port]]\nname = \"c\"\ntype = \"vhost-user\"\nsocket = \"c.sock\"\nbogus = 1\n";
     sw.write_config(&base(&dir, &[], bad));
-    let e = sw.try_ctl("reload").unwrap_err();
+    let e = sw.try_reload().unwrap_err();
     assert!(e.contains("pvswitch.toml:") && e.contains("unknown field `bogus`"), "{e}");
     assert!(e.contains("running configuration unchanged"), "{e}");
     assert_eq!(ports_named(&sw), ["a", "b"]);
@@ -130,13 +125,13 @@ fn reload_names_the_settings_that_wait_for_a_restart() {
     let dir = test_dir("rl-restart");
     let ports = [PortSpec::server("a"), PortSpec::server("b")];
     let sw = Switch::start_config(dir.clone(), &Switch::config_text(&dir, &[1], &ports, "rx_retry_us = 1000"));
-    let r = sw.ctl("reload");
-    assert!(!r["summary"].as_str().unwrap().contains("restart"), "nothing changed: {r}");
+    let r = sw.reload();
+    assert!(!r.summary.contains("restart"), "nothing changed: {}", r.json());
 
     let changed = "rx_retry_us = 2000\nburst = 16\npoll_mode = \"adaptive\"\nmetrics_listen = \"127.0.0.1:0\"\n[dpdk]\nmbufs = 16384";
     sw.write_config(&Switch::config_text(&dir, &[1], &ports, changed));
-    let r = sw.ctl("reload");
-    let summary = r["summary"].as_str().unwrap();
+    let r = sw.reload();
+    let summary = &r.summary;
     for name in ["metrics_listen", "[dpdk] eal_args and mbufs"] {
         assert!(summary.contains(name), "{name} not named: {summary}");
     }
@@ -161,27 +156,27 @@ fn reload_retunes_running_poll_threads() {
     let mut vm_b = Vm::connect(&sw.sock("b"));
     sw.wait_running("a", 1);
     sw.wait_running("b", 1);
-    let thread = |sw: &Switch| sw.ctl("stats")["threads"][0].clone();
+    let thread = |sw: &Switch| sw.thread_stats(0);
 
     // rx_retry_us: once b's MAC is learned, a frame toward b, whose ring has no buffer,
     // waits (60 s) ...
     vm_b.send(&frame([0xff; 6], MAC_B, 60, 9, 0));
-    wait_for("b's MAC learned", || sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
+    wait_for("b's MAC learned", || sw.fdb().iter().any(|e| e.port.as_deref() == Some("b")).then_some(()));
     vm_a.send(&frame(MAC_B, MAC_A, 60, 0, 0));
     // (It stays in a's ring meanwhile: nothing counts it yet.)
-    assert_eq!(sw.port("b")["drops"]["rx_ring_full"], 0);
+    assert_eq!(sw.counters("b").drops.get(DropReason::RxRingFull), 0);
     // ... until a reload says frames wait 0 us: the thread holding it drops it at once.
     sw.write_config(&text("rx_retry_us = 0"));
-    sw.ctl("reload");
+    sw.reload();
     wait_for("the waiting frame dropped under the new retry time", || {
-        (sw.port("b")["drops"]["rx_ring_full"] == 1).then_some(())
+        (sw.counters("b").drops.get(DropReason::RxRingFull) == 1).then_some(())
     });
 
     // burst: 100 frames made available at once go in visits of at most 4.
     vm_b.post_rx_buffers(256, 4096);
     sw.write_config(&text("rx_retry_us = 60000000\nburst = 4"));
-    sw.ctl("reload");
-    let b0 = sw.counter("a", "rx_bursts");
+    sw.reload();
+    let b0 = sw.counters("a").rx_bursts;
     let frames: Vec<Vec<u8>> = (0..100).map(|i| frame(MAC_B, MAC_A, 60, 1, i)).collect();
     vm_a.send_all(&frames);
     let mut got = Vec::new();
@@ -190,19 +185,19 @@ fn reload_retunes_running_poll_threads() {
         (got.len() >= 100).then_some(())
     });
     assert_eq!(got, frames);
-    let bursts = sw.counter("a", "rx_bursts") - b0;
+    let bursts = sw.counters("a").rx_bursts - b0;
     assert!(bursts >= 25, "100 frames in {bursts} bursts under burst = 4");
 
     // The polling mode: busy never sleeps; adaptive sleeps once idle; busy again wakes it.
-    assert_eq!(thread(&sw)["sleeps"], 0);
+    assert_eq!(thread(&sw).sleeps, 0);
     sw.write_config(&text("rx_retry_us = 60000000\npoll_mode = \"adaptive\"\nidle_before_sleep_us = 1000"));
-    sw.ctl("reload");
-    wait_for("the thread asleep", || (thread(&sw)["sleeping"] == true).then_some(()));
-    assert_eq!(thread(&sw)["poll_mode"], "adaptive");
+    sw.reload();
+    wait_for("the thread asleep", || (thread(&sw).sleeping).then_some(()));
+    assert_eq!(thread(&sw).poll_mode, PollMode::Adaptive);
     sw.write_config(&text("rx_retry_us = 60000000"));
-    sw.ctl("reload");
-    wait_for("the thread awake", || (thread(&sw)["sleeping"] == false).then_some(()));
-    let sleeps = thread(&sw)["sleeps"].as_u64().unwrap();
+    sw.reload();
+    wait_for("the thread awake", || (!thread(&sw).sleeping).then_some(()));
+    let sleeps = thread(&sw).sleeps;
     // Frames still flow, and a thread told to poll busily does not sleep again.
     vm_b.post_rx_buffers(100, 4096);
     let more: Vec<Vec<u8>> = (0..50).map(|i| frame(MAC_B, MAC_A, 60, 2, i)).collect();
@@ -214,7 +209,7 @@ fn reload_retunes_running_poll_threads() {
     });
     assert_eq!(got, more);
     let t = thread(&sw);
-    assert_eq!((t["sleeps"].as_u64(), t["poll_mode"].as_str()), (Some(sleeps), Some("busy")), "{t}");
+    assert_eq!((t.sleeps, t.poll_mode), (sleeps, PollMode::Busy), "{}", t.json());
 }
 
 /// 64-byte frames from VM A to VM B through pvswitchd while the file is reloaded again and
@@ -240,18 +235,18 @@ fn reload_under_traffic_loses_nothing() {
     let mut reloads = 0;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     loop {
-        let before = sw.counter("b", "tx_packets");
+        let before = sw.counters("b").tx_packets;
         sw.write_config(&configs[reloads % 2]);
-        sw.ctl("reload");
+        sw.reload();
         reloads += 1;
-        let after = sw.counter("b", "tx_packets");
+        let after = sw.counters("b").tx_packets;
         if before > 0 && after > before && after < total {
             during += 1;
         }
         if after == total {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "not everything arrived: port b {}", sw.port("b"));
+        assert!(std::time::Instant::now() < deadline, "not everything arrived: port b {}", sw.port_info("b").json());
     }
     assert!(during >= 3, "only {during} of {reloads} reloads happened while frames were flowing");
     let (sa, sb) = (vm_a.port_stats(), vm_b.port_stats());
@@ -262,9 +257,9 @@ fn reload_under_traffic_loses_nothing() {
     }
     assert_delivered(&frames, &read_pcap(&dir.join("out0.pcap")));
     for p in ["a", "b"] {
-        let p = sw.port(p);
-        for (k, v) in p["drops"].as_object().unwrap() {
-            assert_eq!(v.as_u64(), Some(0), "{} drop {k}", p["name"]);
+        let p = sw.port_info(p);
+        for ((k, _), v) in pvswitch::datapath::counters::DROP_REASONS.iter().zip(p.counters.drops.0) {
+            assert_eq!(v, 0, "{} drop {k}", p.name);
         }
     }
 }

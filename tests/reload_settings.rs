@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::*;
-use serde_json::Value;
+use pvswitch::proto::{MirrorInfo, PollMode, PortInfo, RebalanceReply, Request, ThreadStats, VtepInfo, VxlanInfo};
 
 enum Expect {
     Live(fn(&Switch, &Path, &str)),
@@ -130,33 +130,39 @@ macro_rules! mirror {
 }
 
 /// The running mirror, after a reload that said mirrors changed.
-fn mirror_now(sw: &Switch, summary: &str) -> Value {
+fn mirror_now(sw: &Switch, summary: &str) -> MirrorInfo {
     assert!(summary.contains("mirrors changed"), "{summary}");
-    let m = sw.ctl("mirrors");
-    assert_eq!(m.as_array().map(Vec::len), Some(1), "{m}");
-    assert_eq!((&m[0]["name"], &m[0]["output_port"], &m[0]["active"]), (&"m".into(), &"b".into(), &true.into()), "{m}");
-    m[0].clone()
+    let mut m = sw.mirrors();
+    assert_eq!(m.len(), 1, "{}", m.json());
+    assert_eq!((m[0].name.as_str(), m[0].output_port.as_str(), m[0].active), ("m", "b", true), "{}", m.json());
+    m.remove(0)
 }
 
-/// The tunnel port of a `vtep!` case's remote, and its `vxlan` object.
-fn tunnel(sw: &Switch, remote: &str) -> Value {
-    let p = sw.port(&format!("vt-{remote}"));
-    assert_eq!(p["type"], "vxlan", "{p}");
+/// The tunnel port of a `vtep!` case's remote.
+fn tunnel(sw: &Switch, remote: &str) -> PortInfo {
+    let p = sw.port_info(&format!("vt-{remote}"));
+    assert_eq!(p.kind, "vxlan", "{}", p.json());
     p
 }
 
-fn vtep(sw: &Switch) -> Value {
-    let v = sw.ctl("vteps");
-    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
-    v[0].clone()
+/// The tunnel port of a `vtep!` case's remote: its `vxlan` object.
+fn tunnel_vxlan(sw: &Switch, remote: &str) -> VxlanInfo {
+    let p = tunnel(sw, remote);
+    p.vxlan.clone().unwrap_or_else(|| panic!("no vxlan: {}", p.json()))
 }
 
-fn thread(sw: &Switch) -> Value {
-    sw.ctl("stats")["threads"][0].clone()
+fn vtep(sw: &Switch) -> VtepInfo {
+    let mut v = sw.vteps();
+    assert_eq!(v.len(), 1, "{}", v.json());
+    v.remove(0)
 }
 
-fn running(sw: &Switch, key: &str) -> Value {
-    thread(sw)["running"][key].clone()
+fn thread(sw: &Switch) -> ThreadStats {
+    sw.thread_stats(0)
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }
 
 fn stat(sw: &Switch, port: &str) -> std::fs::Metadata {
@@ -200,7 +206,7 @@ const CASES: &[Case] = &[
             replaced(s, "a", "socket");
             assert!(s.contains("control socket changes take effect at restart"), "{s}");
             assert!(dir.join("alt/a.sock").exists());
-            assert_eq!(sw.port("a")["socket"], dir.join("alt/a.sock").display().to_string());
+            assert_eq!(sw.port_info("a").socket, dir.join("alt/a.sock").display().to_string());
         }),
     ),
     case("switch", "control_socket", At::Switch, "control_socket = \"other.sock\"", Restart("control socket changes")),
@@ -219,7 +225,7 @@ const CASES: &[Case] = &[
         Live(|sw, _, s| {
             assert!(s.contains("socket_mode/socket_group"), "{s}");
             assert_eq!(stat(sw, "a").mode() & 0o777, 0o604);
-            assert_eq!(sw.port("a")["id"], 0, "not replaced");
+            assert_eq!(sw.port_info("a").id, 0, "not replaced");
         }),
     ),
     case(
@@ -252,7 +258,7 @@ const CASES: &[Case] = &[
         At::Switch,
         "ports_dir = \"pd2\"",
         Live(|sw, _, _| {
-            assert!(sw.ctl("ports").as_array().unwrap().iter().any(|p| p["name"] == "c"), "port c from pd2/c.toml");
+            assert!(sw.ports().iter().any(|p| p.name == "c"), "port c from pd2/c.toml");
         }),
     ),
     case(
@@ -265,13 +271,13 @@ const CASES: &[Case] = &[
             assert!(e.contains("at most 3 ports"), "{e}");
         }),
     ),
-    case("switch", "burst", At::Switch, "burst = 7", Live(|sw, _, _| assert_eq!(running(sw, "burst"), 7))),
+    case("switch", "burst", At::Switch, "burst = 7", Live(|sw, _, _| assert_eq!(thread(sw).running.burst, 7))),
     case(
         "switch",
         "rx_retry_us",
         At::Switch,
         "rx_retry_us = 2500",
-        Live(|sw, _, _| assert_eq!(running(sw, "rx_retry_us"), 2500)),
+        Live(|sw, _, _| assert_eq!(thread(sw).running.rx_retry_us, 2500)),
     ),
     case("switch", "metrics_listen", At::Switch, "metrics_listen = \"127.0.0.1:0\"", Restart("metrics_listen")),
     case(
@@ -280,9 +286,9 @@ const CASES: &[Case] = &[
         At::Switch,
         "poll_mode = \"busy\"",
         Live(|sw, _, _| {
-            assert_eq!(running(sw, "idle_before_sleep_us"), Value::Null);
-            assert_eq!(thread(sw)["poll_mode"], "busy");
-            wait_for("the thread awake", || (thread(sw)["sleeping"] == false).then_some(()));
+            assert_eq!(thread(sw).running.idle_before_sleep_us, None);
+            assert_eq!(thread(sw).poll_mode, PollMode::Busy);
+            wait_for("the thread awake", || (!thread(sw).sleeping).then_some(()));
         }),
     ),
     case(
@@ -290,7 +296,7 @@ const CASES: &[Case] = &[
         "idle_before_sleep_us",
         At::Switch,
         "idle_before_sleep_us = 1234",
-        Live(|sw, _, _| assert_eq!(running(sw, "idle_before_sleep_us"), 1234)),
+        Live(|sw, _, _| assert_eq!(thread(sw).running.idle_before_sleep_us, Some(1234))),
     ),
     case(
         "switch",
@@ -298,8 +304,8 @@ const CASES: &[Case] = &[
         At::Switch,
         "park_after_us = 0",
         Live(|sw, _, _| {
-            assert_eq!(running(sw, "park_after_us"), 0);
-            wait_for("no queue parked", || (thread(sw)["parked"] == 0).then_some(()));
+            assert_eq!(thread(sw).running.park_after_us, 0);
+            wait_for("no queue parked", || (thread(sw).parked == 0).then_some(()));
         }),
     ),
     case(
@@ -307,21 +313,21 @@ const CASES: &[Case] = &[
         "park_check_us",
         At::Switch,
         "park_check_us = 777",
-        Live(|sw, _, _| assert_eq!(running(sw, "park_check_us"), 777)),
+        Live(|sw, _, _| assert_eq!(thread(sw).running.park_check_us, 777)),
     ),
     case(
         "switch",
         "core_poll_mode",
         At::Switch,
         "core_poll_mode = { \"1\" = \"busy\" }",
-        Live(|sw, _, _| assert_eq!(thread(sw)["poll_mode"], "busy")),
+        Live(|sw, _, _| assert_eq!(thread(sw).poll_mode, PollMode::Busy)),
     ),
     case(
         "switch",
         "rxq_assign",
         At::Switch,
         "rxq_assign = \"cycles\"",
-        Live(|sw, _, _| assert_eq!(sw.ctl("rebalance")["policy"], "cycles")),
+        Live(|sw, _, _| assert_eq!(sw.ask::<RebalanceReply>(&Request::Rebalance { mode: None }).policy, "cycles")),
     ),
     case("switch", "rxq_isolate", At::Switch, "rxq_isolate = false", AtUse("placement")),
     case("switch", "auto_rebalance", At::Switch, "auto_rebalance = true", AtUse("the rebalancing timer")),
@@ -347,7 +353,7 @@ const CASES: &[Case] = &[
         "mac_limit = 3",
         Live(|sw, _, s| {
             assert!(s.contains("mac_limit"), "{s}");
-            assert_eq!(sw.port("b")["mac_limit"], 3);
+            assert_eq!(sw.port_info("b").mac_limit, 3);
         }),
     ),
     case(
@@ -386,7 +392,7 @@ const CASES: &[Case] = &[
         "",
         Live(|sw, _, s| {
             assert!(s.contains("1 added: a2"), "{s}");
-            assert!(sw.ctl("ports").as_array().unwrap().iter().all(|p| p["name"] != "a"));
+            assert!(sw.ports().iter().all(|p| p.name != "a"));
         }),
     ),
     case(
@@ -396,7 +402,7 @@ const CASES: &[Case] = &[
         "",
         Live(|sw, _, s| {
             replaced(s, "a", "type");
-            assert_eq!(sw.port("a")["type"], "dpdk");
+            assert_eq!(sw.port_info("a").kind, "dpdk");
         }),
     ),
     case(
@@ -416,7 +422,7 @@ const CASES: &[Case] = &[
         "mode = \"client\"",
         Live(|sw, _, s| {
             replaced(s, "a", "mode");
-            assert_eq!(sw.port("a")["mode"], "client");
+            assert_eq!(sw.port_info("a").mode, "client");
         }),
     ),
     case(
@@ -426,7 +432,7 @@ const CASES: &[Case] = &[
         "queues = 2",
         Live(|sw, _, s| {
             replaced(s, "a", "queues");
-            assert_eq!(sw.port("a")["queue_pairs"], 2);
+            assert_eq!(sw.port_info("a").queue_pairs, 2);
         }),
     ),
     case("port", "mtu", At::PortA, "mtu = 9000", Elsewhere("reload.rs reload_adds_changes_and_removes_ports")),
@@ -458,7 +464,7 @@ const CASES: &[Case] = &[
         "allowed_ips = [\"10.0.0.5\", \"fd00::/64\"]",
         Live(|sw, _, s| {
             assert!(s.contains("allowed_ips"), "{s}");
-            assert_eq!(sw.port("a")["allowed_ips"], serde_json::json!(["10.0.0.5/32", "fd00::/64"]));
+            assert_eq!(sw.port_info("a").allowed_ips, strings(&["10.0.0.5/32", "fd00::/64"]));
         }),
     ),
     case(
@@ -468,11 +474,8 @@ const CASES: &[Case] = &[
         "security_groups = [\"web\"]",
         Live(|sw, _, s| {
             assert!(s.contains("security_groups"), "{s}");
-            let a = sw.port("a");
-            assert_eq!(
-                (&a["security_groups"], &a["connections"]),
-                (&serde_json::json!(["web"]), &serde_json::json!(0))
-            );
+            let a = sw.port_info("a");
+            assert_eq!((a.security_groups, a.connections), (strings(&["web"]), Some(0)));
         }),
     ),
     case("security_group", "name", At::Group, "[[security_group]]\nname = \"g\"\n", Live(groups_changed)),
@@ -500,35 +503,35 @@ const CASES: &[Case] = &[
         "select_src_port",
         At::Group,
         mirror!("select_src_port = [\"a\"]\n"),
-        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_src_port"], serde_json::json!(["a"]))),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s).select_src_port, strings(&["a"]))),
     ),
     case(
         "mirror",
         "select_dst_port",
         At::Group,
         mirror!("select_dst_port = [\"a\", \"vm9\"]\n"),
-        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["absent"], serde_json::json!(["vm9"]))),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s).absent, strings(&["vm9"]))),
     ),
     case(
         "mirror",
         "select_all",
         At::Group,
         mirror!("select_all = true\n"),
-        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_all"], true)),
+        Live(|sw, _, s| assert!(mirror_now(sw, s).select_all)),
     ),
     case(
         "mirror",
         "select_vlan",
         At::Group,
         mirror!("select_all = true\nselect_vlan = [100]\n"),
-        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["select_vlan"], serde_json::json!([100]))),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s).select_vlan, vec![100])),
     ),
     case(
         "mirror",
         "snaplen",
         At::Group,
         mirror!("select_all = true\nsnaplen = 128\n"),
-        Live(|sw, _, s| assert_eq!(mirror_now(sw, s)["snaplen"], 128)),
+        Live(|sw, _, s| assert_eq!(mirror_now(sw, s).snaplen, Some(128))),
     ),
     case("security_group.rule", "ethertype", At::Group, group!("ethertype = \"ipv6\"\n"), Elsewhere(GROUP_DATA_PATH)),
     case("security_group.rule", "protocol", At::Group, group!("protocol = \"udp\"\n"), Elsewhere(GROUP_DATA_PATH)),
@@ -554,7 +557,7 @@ const CASES: &[Case] = &[
         "mac_limit = 4",
         Live(|sw, _, s| {
             assert!(s.contains("a (mac_limit)"), "{s}");
-            assert_eq!(sw.port("a")["mac_limit"], 4);
+            assert_eq!(sw.port_info("a").mac_limit, 4);
         }),
     ),
     case(
@@ -573,7 +576,7 @@ const CASES: &[Case] = &[
             // Not replaced: a connected guest keeps what it negotiated; the next one is offered none.
             assert!(s.contains("offloads (from the guest's next connection)"), "{s}");
             assert!(!s.contains("replaced"), "{s}");
-            assert_eq!(sw.port("a")["offloads"]["offered"], false);
+            assert_eq!(sw.port_info("a").offloads.map(|o| o.offered), Some(false));
         }),
     ),
     case("port", "affinity", At::PortA, "affinity = 1", AtUse("placement")),
@@ -591,8 +594,8 @@ const CASES: &[Case] = &[
         "vlan_mode = \"trunk\"\ntrunks = [20]",
         Live(|sw, _, s| {
             assert!(!s.contains("replaced"), "{s}");
-            let v = sw.port("a")["vlan"].clone();
-            assert_eq!((v["mode"].as_str(), v["trunks"].clone()), (Some("trunk"), serde_json::json!(["20"])), "{v}");
+            let v = sw.port_info("a").vlan;
+            assert_eq!((v.mode.as_str(), v.trunks.clone()), ("trunk", strings(&["20"])), "{}", v.json());
         }),
     ),
     case(
@@ -600,28 +603,28 @@ const CASES: &[Case] = &[
         "ingress_pps",
         At::PortA,
         "ingress_pps = 1000",
-        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["ingress_pps"].is_i64())),
+        Live(|sw, _, _| assert!(sw.port_info("a").rate_caps.tokens.ingress_pps.is_some())),
     ),
     case(
         "port",
         "ingress_bps",
         At::PortA,
         "ingress_bps = 1000000",
-        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["ingress_bps"].is_i64())),
+        Live(|sw, _, _| assert!(sw.port_info("a").rate_caps.tokens.ingress_bps.is_some())),
     ),
     case(
         "port",
         "egress_pps",
         At::PortA,
         "egress_pps = 1000",
-        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["egress_pps"].is_i64())),
+        Live(|sw, _, _| assert!(sw.port_info("a").rate_caps.tokens.egress_pps.is_some())),
     ),
     case(
         "port",
         "egress_bps",
         At::PortA,
         "egress_bps = 1000000",
-        Live(|sw, _, _| assert!(sw.port("a")["rate_caps"]["tokens"]["egress_bps"].is_i64())),
+        Live(|sw, _, _| assert!(sw.port_info("a").rate_caps.tokens.egress_bps.is_some())),
     ),
     case(
         "port",
@@ -630,7 +633,7 @@ const CASES: &[Case] = &[
         "egress_pps = 1000\nrate_burst_ms = 500",
         Live(|sw, _, _| {
             // The bucket holds 500 ms of 1000 frames/s.
-            assert_eq!(sw.port("a")["rate_caps"]["tokens"]["egress_pps"], 500)
+            assert_eq!(sw.port_info("a").rate_caps.tokens.egress_pps, Some(500))
         }),
     ),
     case(
@@ -662,7 +665,7 @@ const CASES: &[Case] = &[
         "",
         Live(|sw, _, s| {
             replaced(s, "nic0", "device");
-            assert_eq!(sw.port("nic0")["device"], "net_ring1");
+            assert_eq!(sw.port_info("nic0").device.as_deref(), Some("net_ring1"));
         }),
     ),
     case("port", "rx_queues", At::Nic, "rx_queues = 2", Live(|_, _, s| replaced(s, "nic0", "rx_queues/tx_queues"))),
@@ -682,14 +685,14 @@ const CASES: &[Case] = &[
         "nic_poll_interval_us",
         At::Dpdk,
         "nic_poll_interval_us = 777",
-        Live(|sw, _, _| assert_eq!(running(sw, "nic_poll_interval_us"), 777)),
+        Live(|sw, _, _| assert_eq!(thread(sw).running.nic_poll_interval_us, 777)),
     ),
     case(
         "dpdk",
         "nic_poll_max_us",
         At::Dpdk,
         "nic_poll_max_us = 7777",
-        Live(|sw, _, _| assert_eq!(running(sw, "nic_poll_max_us"), 7777)),
+        Live(|sw, _, _| assert_eq!(thread(sw).running.nic_poll_max_us, 7777)),
     ),
     case(
         "dpdk",
@@ -698,70 +701,64 @@ const CASES: &[Case] = &[
         "runtime_vdevs = [\"net_null\"]",
         AtUse("add-port, set-port and the port directory's files (tests/portcmds.rs)"),
     ),
-    case("vtep", "name", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw)["name"], "vt"))),
-    case("vtep", "underlay", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw)["underlay"], "nic0"))),
+    case("vtep", "name", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw).name, "vt"))),
+    case("vtep", "underlay", At::Vtep, vtep!(""), Live(|sw, _, _| assert_eq!(vtep(sw).underlay, "nic0"))),
     case(
         "vtep",
         "local_ip",
         At::Vtep,
         vtep!(""),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["local"], "10.9.0.1")),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.9.0.2").local, "10.9.0.1")),
     ),
     case(
         "vtep",
         "gateway",
         At::Vtep,
         vtep!("gateway = \"10.9.0.254\"\n", "[[vtep.vni]]\nvni = 100\nvlan = 10\nremotes = [\"10.8.0.2\"]\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.8.0.2")["vxlan"]["next_hop"], "10.9.0.254")),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.8.0.2").next_hop, "10.9.0.254")),
     ),
     case(
         "vtep",
         "next_hop_mac",
         At::Vtep,
         vtep!("next_hop_mac = \"02:00:00:00:09:fe\"\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["next_hop_mac"], "02:00:00:00:09:fe")),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.9.0.2").next_hop_mac.as_deref(), Some("02:00:00:00:09:fe"))),
     ),
     case(
         "vtep",
         "udp_port",
         At::Vtep,
         vtep!("udp_port = 4790\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["udp_port"], 4790)),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.9.0.2").udp_port, 4790)),
     ),
-    case(
-        "vtep",
-        "mtu",
-        At::Vtep,
-        vtep!("mtu = 1400\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["mtu"], 1400)),
-    ),
+    case("vtep", "mtu", At::Vtep, vtep!("mtu = 1400\n"), Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2").mtu, 1400))),
     case(
         "vtep",
         "learning",
         At::Vtep,
         vtep!("learning = false\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["learning"], false)),
+        Live(|sw, _, _| assert!(!tunnel_vxlan(sw, "10.9.0.2").learning)),
     ),
     case(
         "vtep.vni",
         "vni",
         At::Vtep,
         vtep!("", "[[vtep.vni]]\nvni = 300\nvlan = 30\nremotes = [\"10.9.0.2\"]\n"),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["vnis"], serde_json::json!(["300:30"]))),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.9.0.2").vnis, strings(&["300:30"]))),
     ),
     case(
         "vtep.vni",
         "vlan",
         At::Vtep,
         vtep!(""),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vlan"]["trunks"], serde_json::json!(["10"]))),
+        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2").vlan.trunks, strings(&["10"]))),
     ),
     case(
         "vtep.vni",
         "remotes",
         At::Vtep,
         vtep!(""),
-        Live(|sw, _, _| assert_eq!(tunnel(sw, "10.9.0.2")["vxlan"]["remote"], "10.9.0.2")),
+        Live(|sw, _, _| assert_eq!(tunnel_vxlan(sw, "10.9.0.2").remote, "10.9.0.2")),
     ),
 ];
 
@@ -800,7 +797,7 @@ fn every_setting_of_the_example_is_applied_live_or_named() {
     std::fs::create_dir_all(dir.join("pd2")).unwrap();
     std::fs::write(dir.join("pd2/c.toml"), "name = \"c\"\ntype = \"vhost-user\"\nsocket = \"c.sock\"\n").unwrap();
     let sw = Switch::start_config(dir.clone(), &config(&dir, At::Top, ""));
-    let base_ids: Vec<Value> = ["a", "b", "nic0"].iter().map(|p| sw.port(p)["id"].clone()).collect();
+    let base_ids: Vec<u16> = ["a", "b", "nic0"].iter().map(|p| sw.port_info(p).id).collect();
 
     let covered: BTreeSet<(String, String)> = CASES.iter().map(|c| (c.section.into(), c.key.into())).collect();
     let missing: Vec<_> = example_keys().difference(&covered).cloned().collect();
@@ -826,8 +823,8 @@ fn every_setting_of_the_example_is_applied_live_or_named() {
             std::fs::create_dir_all(dir.join("alt")).unwrap();
         }
         sw.write_config(&text);
-        let summary = match sw.try_ctl("reload") {
-            Ok(r) => r["summary"].as_str().unwrap().to_string(),
+        let summary = match sw.try_reload() {
+            Ok(r) => r.summary,
             Err(e) => panic!("{}.{}: reload refused: {e}\n{text}", c.section, c.key),
         };
         match &c.expect {
@@ -840,17 +837,18 @@ fn every_setting_of_the_example_is_applied_live_or_named() {
         }
         // And back: the reply for that says nothing of restarting either way but the same.
         sw.write_config(&config(&dir, At::Top, ""));
-        let back = sw.ctl("reload")["summary"].as_str().unwrap().to_string();
+        let back = sw.reload().summary;
         if !matches!(c.expect, Restart(_)) {
             assert!(!back.contains("restart") || c.key == "socket_dir", "{} back: {back}", c.key);
         }
         for p in ["a", "b"] {
-            assert_eq!(sw.port(p)["state"], "listening", "{} back: port {p}: {}", c.key, sw.port(p));
+            let port = sw.port_info(p);
+            assert_eq!(port.state, "listening", "{} back: port {p}: {}", c.key, port.json());
         }
     }
     // Ports never replaced by a case kept their ids.
-    assert_eq!(sw.port("b")["id"], base_ids[1]);
+    assert_eq!(sw.port_info("b").id, base_ids[1]);
     // The poll thread runs the file's tuning again.
-    let r = thread(&sw)["running"].clone();
-    assert_eq!((r["burst"].as_u64(), r["rx_retry_us"].as_u64()), (Some(32), Some(100)), "{r}");
+    let r = thread(&sw).running;
+    assert_eq!((r.burst, r.rx_retry_us), (32, 100), "{}", r.json());
 }

@@ -13,6 +13,7 @@ use crate::common;
 use std::path::Path;
 
 use common::*;
+use pvswitch::proto::PortReply;
 
 const WEB: &str = r#"
 [[security_group]]
@@ -116,22 +117,22 @@ while true; do ping -c 1 -W 1 -s 2000 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-
     assert!(l1.contains("PVS-PING-IN-REFUSED"), "vm1's ping reached vm2\n{}", all());
     wait_long("vm2's own connections", || log("vm2").contains("PVS-IPERF-OUT "), &all);
     assert!(l2.contains("PVS-PING-OUT-OK") || log("vm2").contains("PVS-PING-OUT-OK"), "{}", all());
-    let vm2 = sw.port("vm2");
-    assert_eq!(vm2["security_groups"], serde_json::json!(["web"]), "{vm2}");
-    let refused = vm2["drops"]["security_group"].as_u64().unwrap();
-    assert!(refused >= 2, "5202's SYNs and the pings, counted on vm2: {vm2}");
+    let vm2 = sw.port_info("vm2");
+    assert_eq!(vm2.security_groups, ["web"], "{}", vm2.json());
+    let refused = vm2.counters.drops.get(DropReason::SecurityGroup);
+    assert!(refused >= 2, "5202's SYNs and the pings, counted on vm2: {}", vm2.json());
     // vm2's pings out are of 2,000 bytes: two fragments each way, the later following the first.
     wait_long("vm2's fragmented pings out and their replies", || log("vm2").contains("PVS-OUT-OK"), &all);
 
     // The long stream to 5201 flows; the rule goes, live.
-    let tx = || sw.counter("vm2", "tx_packets");
+    let tx = || sw.counters("vm2").tx_packets;
     let before = tx();
     wait_for("the long stream to reach vm2", || (tx() > before + 500).then_some(()));
     sw.write_config(&config(&dir, EMPTY));
-    let summary = sw.ctl("reload");
-    eprintln!("{summary}");
+    let summary = sw.reload();
+    eprintln!("{}", summary.json());
     let cut_at = tx();
-    let drops = || sw.port("vm2")["drops"]["security_group"].as_u64().unwrap();
+    let drops = || sw.counters("vm2").drops.get(DropReason::SecurityGroup);
     let d0 = drops();
     wait_for("the cut stream's frames to be refused", || (drops() > d0 + 5).then_some(()));
     std::thread::sleep(std::time::Duration::from_secs(2));
@@ -140,15 +141,15 @@ while true; do ping -c 1 -W 1 -s 2000 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-
     assert!(sw.log().contains("connections cut"), "{}", sw.log());
 
     // What the table holds: the stream's connections into vm2, cut; vm2's own out, not.
-    let ct = sw.try_ctl_args("conntrack", &["vm2"]).unwrap();
-    let conns = ct["connections"].as_array().unwrap();
-    let cut_in = conns.iter().filter(|c| c["opened"] == "ingress" && c["dport"] == 5201 && c["cut"] == true).count();
-    assert!(cut_in >= 2, "the control and data connections to 5201, cut: {ct:#}");
-    assert!(conns.iter().all(|c| c["port"] == "vm2"), "{ct:#}");
-    assert_eq!(ct["ports"][0]["port"], "vm2", "{ct:#}");
-    let flushed = sw.try_ctl_args("conntrack-flush", &["vm2"]).unwrap();
-    let n: u64 = flushed["summary"].as_str().unwrap().split(' ').next().unwrap().parse().unwrap();
-    assert!(n >= cut_in as u64, "{flushed} after {ct:#}");
+    let ct = sw.conntrack(Some("vm2"));
+    let conns = &ct.connections;
+    let cut_in = conns.iter().filter(|c| c.opened == "ingress" && c.dport == 5201 && c.cut).count();
+    assert!(cut_in >= 2, "the control and data connections to 5201, cut: {:#}", ct.json());
+    assert!(conns.iter().all(|c| c.port == "vm2"), "{:#}", ct.json());
+    assert_eq!(ct.ports.first().map(|z| z.port.as_str()), Some("vm2"), "{:#}", ct.json());
+    let flushed: PortReply = sw.ask_args("conntrack-flush", &["vm2"]);
+    let n: u64 = flushed.summary.split(' ').next().unwrap().parse().unwrap();
+    assert!(n >= cut_in as u64, "{} after {:#}", flushed.json(), ct.json());
     assert!(sw.try_ctl_args("conntrack", &["nosuch"]).unwrap_err().contains("no port"));
     let m = metrics();
     for line in [
@@ -164,7 +165,7 @@ while true; do ping -c 1 -W 1 -s 2000 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-
     // The same policy as OVS's ct flows, vm2 without groups, live.
     let outs = || log("vm2").matches("PVS-OUT-OK").count();
     sw.write_config(&flows_config(&dir));
-    eprintln!("{}", sw.ctl("reload"));
+    eprintln!("{}", sw.reload().json());
     let o0 = outs();
     wait_long("vm1's checks under the flows", || log("vm1").contains("PVS-FLOWS-DONE"), &all);
     let l1 = log("vm1");
@@ -172,20 +173,20 @@ while true; do ping -c 1 -W 1 -s 2000 10.40.0.1 >/dev/null 2>&1 && echo PVS-OUT-
     assert!(l1.contains("PVS-FLOWS-5202-REFUSED"), "iperf3 reached 5202 under the flows\n{}", all());
     assert!(l1.contains("PVS-FLOWS-PING-IN-REFUSED"), "vm1's ping reached vm2 under the flows\n{}", all());
     wait_long("vm2's pings out under the flows", || outs() >= o0 + 2, &all);
-    let dump = sw.ctl("flows");
+    let dump = sw.flows();
     let hits = |text: &str| {
-        let f = dump["flows"].as_array().unwrap().iter().find(|f| f["flow"].as_str().unwrap().contains(text));
-        f.unwrap_or_else(|| panic!("no flow {text} in {dump:#}"))["n_packets"].as_u64().unwrap()
+        let f = dump.flows.iter().find(|f| f.flow.contains(text));
+        f.unwrap_or_else(|| panic!("no flow {text} in {:#}", dump.json())).n_packets
     };
-    assert!(hits("tp_dst=5201,ct_state=+new+trk") >= 1, "{dump:#}");
-    assert!(hits("ip,in_port=vm2,ct_state=+new+trk") >= 2, "vm2's pings out: {dump:#}");
-    assert!(hits("ct_state=+est+trk") >= 100, "{dump:#}");
-    assert!(hits("table=1,priority=1 actions=drop") >= 2, "5202's SYNs and the pings in: {dump:#}");
-    let ct = sw.try_ctl_args("conntrack", &["zone=1"]).unwrap();
-    let conns = ct["connections"].as_array().unwrap();
-    assert!(conns.iter().any(|c| c["dport"] == 5201 && c["mark"] == 1 && c["zone"] == 1), "{ct:#}");
-    assert!(conns.iter().any(|c| c["protocol"] == "icmp" && c["src"] == "10.40.0.2" && c["mark"] == 0), "{ct:#}");
-    assert_eq!(ct["flow_zones"][0]["zone"], 1, "{ct:#}");
+    assert!(hits("tp_dst=5201,ct_state=+new+trk") >= 1, "{:#}", dump.json());
+    assert!(hits("ip,in_port=vm2,ct_state=+new+trk") >= 2, "vm2's pings out: {:#}", dump.json());
+    assert!(hits("ct_state=+est+trk") >= 100, "{:#}", dump.json());
+    assert!(hits("table=1,priority=1 actions=drop") >= 2, "5202's SYNs and the pings in: {:#}", dump.json());
+    let ct = sw.conntrack(Some("zone=1"));
+    let conns = &ct.connections;
+    assert!(conns.iter().any(|c| c.dport == 5201 && c.mark == 1 && c.zone == 1), "{:#}", ct.json());
+    assert!(conns.iter().any(|c| c.protocol == "icmp" && c.src == "10.40.0.2" && c.mark == 0), "{:#}", ct.json());
+    assert_eq!(ct.flow_zones.first().map(|z| z.zone), Some(1), "{:#}", ct.json());
     let m = metrics();
     assert!(m.contains("pvswitch_flow_conntrack_connections{zone=\"1\"} "), "{m}");
 }

@@ -4,6 +4,7 @@
 use crate::common;
 
 use common::*;
+use pvswitch::proto::{Cleared, Request};
 
 fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
     let Some(_g) = run_alone(TESTPMD) else { return };
@@ -33,11 +34,16 @@ fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
     let mut last = String::new();
     let done = try_wait_for(|| {
         let (sa, sb) = (vm_a.port_stats(), vm_b.port_stats());
-        let tx = sw.counter("b", "tx_packets");
+        let tx = sw.counters("b").tx_packets;
         last = format!("VM A stats {sa:?}, VM B stats {sb:?}, switch tx to B {tx}");
         (sa[0].0 == total && sa[1].1 == total && tx == total && sb[1].1 == total).then_some(())
     });
-    assert!(done.is_some(), "not everything arrived: {last}\nport a {}\nport b {}", sw.port("a"), sw.port("b"));
+    assert!(
+        done.is_some(),
+        "not everything arrived: {last}\nport a {}\nport b {}",
+        sw.port_info("a").json(),
+        sw.port_info("b").json()
+    );
     for vm in [vm_a, vm_b] {
         let out = vm.quit();
         assert!(out.contains("Bye"), "testpmd did not exit cleanly:\n{out}");
@@ -47,38 +53,36 @@ fn delivery(name: &str, frame_len: usize, count: u32, queues: u16) {
         got.extend(read_pcap(&dir.join(format!("out{q}.pcap"))));
     }
     assert_delivered(&sent, &got);
-    let a = sw.port("a");
-    let b = sw.port("b");
-    assert_eq!(a["rx_packets"].as_u64(), Some(total), "{a}");
-    assert_eq!(a["rx_bytes"].as_u64(), Some(total * frame_len as u64));
+    let a = sw.port_info("a");
+    let b = sw.port_info("b");
+    assert_eq!(a.counters.rx_packets, total, "{}", a.json());
+    assert_eq!(a.counters.rx_bytes, total * frame_len as u64);
     // B's hello was flooded before A connected: a flood to a port that is down reaches
     // nobody and is not counted as a drop.
-    assert_eq!(a["tx_packets"].as_u64(), Some(0), "{a}");
-    assert_eq!(b["rx_packets"].as_u64(), Some(hellos), "{b}");
-    assert_eq!(b["tx_packets"].as_u64(), Some(total), "{b}");
-    assert_eq!(b["tx_bytes"].as_u64(), Some(total * frame_len as u64));
+    assert_eq!(a.counters.tx_packets, 0, "{}", a.json());
+    assert_eq!(b.counters.rx_packets, hellos, "{}", b.json());
+    assert_eq!(b.counters.tx_packets, total, "{}", b.json());
+    assert_eq!(b.counters.tx_bytes, total * frame_len as u64);
     for p in [&a, &b] {
-        for (k, v) in p["drops"].as_object().unwrap() {
-            assert_eq!(v.as_u64(), Some(0), "{} drop {k}", p["name"]);
+        for ((k, _), v) in pvswitch::datapath::counters::DROP_REASONS.iter().zip(p.counters.drops.0) {
+            assert_eq!(v, 0, "{} drop {k}", p.name);
         }
     }
     // The poll thread's own counters, and each receive queue's, agree with the ports'.
-    let st = sw.ctl("stats");
-    let th = &st["threads"][0];
-    assert_eq!(th["rx_packets"].as_u64(), Some(total + hellos), "{th}");
-    assert_eq!(th["tx_packets"].as_u64(), Some(total), "{th}");
-    assert_eq!(th["tx_bytes"].as_u64(), Some(total * frame_len as u64), "{th}");
-    let rxq = sw.ctl("rxq");
-    let from_a: u64 =
-        rxq.as_array().unwrap().iter().filter(|q| q["port"] == "a").map(|q| q["packets"].as_u64().unwrap()).sum();
-    assert_eq!(from_a, total, "{rxq}");
-    let per_queue: u64 = a["queues"].as_array().unwrap().iter().filter_map(|q| q["rx_packets"].as_u64()).sum();
-    assert_eq!(per_queue, total, "{a}");
+    let th = sw.thread_stats(0);
+    assert_eq!(th.rx_packets, total + hellos, "{}", th.json());
+    assert_eq!(th.tx_packets, total, "{}", th.json());
+    assert_eq!(th.tx_bytes, total * frame_len as u64, "{}", th.json());
+    let rxq = sw.rxq();
+    let from_a: u64 = rxq.iter().filter(|q| q.port == "a").map(|q| q.counters.packets).sum();
+    assert_eq!(from_a, total, "{}", rxq.json());
+    let per_queue: u64 = a.queues.iter().filter_map(|q| q.rx_packets).sum();
+    assert_eq!(per_queue, total, "{}", a.json());
     // stats --clear restarts what stats shows; ports keep their totals.
-    sw.try_ctl_args("stats", &["--clear"]).unwrap();
-    let th = sw.ctl("stats")["threads"][0].clone();
-    assert_eq!((th["rx_packets"].as_u64(), th["tx_packets"].as_u64()), (Some(0), Some(0)), "{th}");
-    assert_eq!(sw.counter("a", "rx_packets"), total);
+    let _: Cleared = sw.ask(&Request::Stats { clear: true });
+    let th = sw.thread_stats(0);
+    assert_eq!((th.rx_packets, th.tx_packets), (0, 0), "{}", th.json());
+    assert_eq!(sw.counters("a").rx_packets, total);
 }
 
 #[test]

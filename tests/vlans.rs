@@ -14,7 +14,7 @@ use common::vms::{BCAST, RX_BUF, recv_n};
 use common::*;
 use frontend::*;
 use pvsgen::{Config, Dst, VmSpec};
-use serde_json::Value;
+use pvswitch::proto::{Counters, TraceReply};
 
 const MAC_T: [u8; 6] = [0x02, 0, 0, 0, 0, 0x7e];
 
@@ -56,8 +56,8 @@ fn nothing(vms: &mut [(&str, &mut Vm)]) {
     }
 }
 
-fn drops(sw: &Switch, port: &str, why: &str) -> u64 {
-    sw.port(port)["drops"][why].as_u64().unwrap()
+fn drops(sw: &Switch, port: &str, why: DropReason) -> u64 {
+    sw.counters(port).drops.get(why)
 }
 
 fn connect(sw: &Switch, name: &str) -> Vm {
@@ -98,81 +98,82 @@ fn vlans_keep_tenants_apart_and_trunks_carry_them_tagged() {
         assert_eq!(recv_n(to, 1), vec![u], "VLAN {vid}");
         nothing(&mut [("the other VLAN's MAC_A", other), ("a2", &mut a2)]);
     }
-    let fdb = sw.ctl("fdb");
-    let entry =
-        |mac: &str, vlan: u64| fdb.as_array().unwrap().iter().find(|e| e["mac"] == mac && e["vlan"] == vlan).cloned();
-    assert_eq!(entry("02:00:00:00:00:0a", 10).map(|e| e["port"].clone()), Some(Value::from("a1")), "{fdb}");
-    assert_eq!(entry("02:00:00:00:00:0a", 20).map(|e| e["port"].clone()), Some(Value::from("b1")), "{fdb}");
-    assert_eq!(entry("02:00:00:00:00:7e", 10).map(|e| e["port"].clone()), Some(Value::from("t")), "{fdb}");
+    let fdb = sw.fdb();
+    let entry = |mac: &str, vlan: u16| fdb.iter().find(|e| e.mac == mac && e.vlan == vlan).cloned();
+    let port = |p: &str| Some(Some(p.to_string()));
+    assert_eq!(entry("02:00:00:00:00:0a", 10).map(|e| e.port), port("a1"), "{}", fdb.json());
+    assert_eq!(entry("02:00:00:00:00:0a", 20).map(|e| e.port), port("b1"), "{}", fdb.json());
+    assert_eq!(entry("02:00:00:00:00:7e", 10).map(|e| e.port), port("t"), "{}", fdb.json());
 
     // What a port may not send is dropped, counted by reason, and reaches nobody.
     let h = frame(BCAST, MAC_A, 90, 5, 0);
     send(&mut a1, &tagged(&h, 0x8100, 20));
-    assert_eq!(drops(&sw, "a1", "vlan_tagged_on_access"), 1);
+    assert_eq!(drops(&sw, "a1", DropReason::VlanTagged), 1);
     send(&mut t, &tagged(&h, 0x8100, 30));
-    assert_eq!(drops(&sw, "t", "vlan_not_allowed"), 1);
+    assert_eq!(drops(&sw, "t", DropReason::VlanNotAllowed), 1);
     send(&mut t, &h);
-    assert_eq!(drops(&sw, "t", "vlan_not_allowed"), 2, "untagged, on a trunk without VLAN 0");
+    assert_eq!(drops(&sw, "t", DropReason::VlanNotAllowed), 2, "untagged, on a trunk without VLAN 0");
     send(&mut t, &tagged(&tagged(&h, 0x8100, 20), 0x8100, 10));
     send(&mut t, &tagged(&tagged(&h, 0x8100, 20), 0x88a8, 10));
     send(&mut t, &tagged(&h, 0x88a8, 10));
-    assert_eq!(drops(&sw, "t", "vlan_stacked"), 3, "double tags and 802.1ad outer tags");
+    assert_eq!(drops(&sw, "t", DropReason::VlanStacked), 3, "double tags and 802.1ad outer tags");
     nothing(&mut [("a1", &mut a1), ("a2", &mut a2), ("b1", &mut b1), ("t", &mut t)]);
 
     // `ports` shows each port's VLAN config.
-    let v = |p: &str| sw.port(p)["vlan"].clone();
-    assert_eq!((v("a1")["mode"].as_str(), v("a1")["tag"].as_u64()), (Some("access"), Some(10)));
-    assert_eq!(v("t")["trunks"], serde_json::json!(["10", "20"]));
-    assert!(v("t")["tag"].is_null());
+    let v = |p: &str| sw.port_info(p).vlan;
+    assert_eq!((v("a1").mode.as_str(), v("a1").tag), ("access", Some(10)));
+    assert_eq!(v("t").trunks, ["10", "20"]);
+    assert!(v("t").tag.is_none());
 
     // `trace` makes the data path's VLAN decision: the frame's VLAN, a flood within it, how
     // each port sends it, and what a port may not send.
-    let trace = |spec: &str| sw.try_ctl_args("trace", &[spec]).unwrap();
-    let outputs = |t: &Value| {
-        t["outputs"].as_array().unwrap().iter().map(|o| o.as_str().unwrap().to_string()).collect::<Vec<_>>()
-    };
-    let steps = |t: &Value| t["steps"].to_string();
+    let trace = |spec: &str| sw.trace(spec);
+    let outputs = |t: &TraceReply| t.outputs.clone();
+    let steps = |t: &TraceReply| t.steps.json().to_string();
     let tr = trace("in_port=a1,dl_dst=ff:ff:ff:ff:ff:ff");
-    assert_eq!(outputs(&tr), ["a2 (untagged)", "t (tagged 10)"], "{tr}");
-    assert!(steps(&tr).contains("vlan: VLAN 10 (input port a1: access 10)"), "{tr}");
+    assert_eq!(outputs(&tr), ["a2 (untagged)", "t (tagged 10)"], "{}", tr.json());
+    assert!(steps(&tr).contains("vlan: VLAN 10 (input port a1: access 10)"), "{}", tr.json());
     let tr = trace("in_port=t,dl_vlan=20,dl_dst=02:00:00:00:00:0a");
-    assert_eq!(outputs(&tr), ["b1 (untagged)"], "MAC_A on VLAN 20 is b1: {tr}");
+    assert_eq!(outputs(&tr), ["b1 (untagged)"], "MAC_A on VLAN 20 is b1: {}", tr.json());
     let tr = trace("in_port=a1,dl_vlan=20");
-    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_tagged_on_access"), "{tr}");
+    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_tagged_on_access"), "{}", tr.json());
     let tr = trace("in_port=t,dl_vlan=30");
-    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_not_allowed"), "{tr}");
+    assert!(outputs(&tr).is_empty() && steps(&tr).contains("vlan_not_allowed"), "{}", tr.json());
 
     // A reload moves b1 to VLAN 10, live: a1's broadcast now reaches it, and nothing else changed.
     let moved = [("a1", "tag = 10"), ("a2", "tag = 10"), ("b1", "tag = 10"), ("t", "trunks = [10, 20]")];
     sw.write_config(&config(&dir, &moved));
-    let summary = sw.ctl("reload")["summary"].as_str().unwrap().to_string();
+    let summary = sw.reload().summary;
     assert!(summary.contains("b1"), "{summary}");
     let f = frame(BCAST, MAC_A, 100, 6, 1);
     send(&mut a1, &f);
     assert_eq!(recv_n(&mut b1, 1), vec![f.clone()], "after the reload");
     assert_eq!(recv_n(&mut a2, 1), vec![f.clone()]);
     assert_eq!(recv_n(&mut t, 1), vec![tagged(&f, 0x8100, 10)]);
-    assert_eq!(sw.port("a1")["connects"], 1, "the reload reconnected a port");
+    assert_eq!(sw.port_info("a1").connects, 1, "the reload reconnected a port");
     // What b1 learned on VLAN 20 went with its old config.
-    let fdb = sw.ctl("fdb");
-    assert!(!fdb.as_array().unwrap().iter().any(|e| e["vlan"] == 20 && e["port"] == "b1"), "{fdb}");
+    let fdb = sw.fdb();
+    assert!(!fdb.iter().any(|e| e.vlan == 20 && e.port.as_deref() == Some("b1")), "{}", fdb.json());
 }
 
 fn spec(sw: &Switch, name: &str, dst: Dst, size: usize, rate: Option<f64>) -> VmSpec {
     VmSpec { name: name.into(), socket: sw.sock(name).into(), dst, size, rate, driver: Default::default() }
 }
 
-/// The rates of counters (`port`, `field`) over one window of the running traffic, per
+/// The rates of counters (`port`, the counter) over one window of the running traffic, per
 /// second, as (lowest, highest) that the window's timing allows: each snapshot is one `ports`
 /// call, taken somewhere between the instants around it, so the counted interval lies between
 /// the inner and the outer pair of instants, whatever the machine's speed.
-fn rates_over(sw: &Switch, counters: &[(&str, &str)], window: Duration) -> Vec<(f64, f64)> {
+/// One counter of a port's, read from its `Counters`.
+type Counter = fn(&Counters) -> u64;
+
+fn rates_over(sw: &Switch, counters: &[(&str, Counter)], window: Duration) -> Vec<(f64, f64)> {
     let read = || {
         let before = Instant::now();
-        let ports = sw.ctl("ports");
+        let ports = sw.ports();
         let after = Instant::now();
-        let port = |n: &str| ports.as_array().unwrap().iter().find(|p| p["name"] == n).cloned().unwrap();
-        let values = counters.iter().map(|(p, f)| port(p)[f].as_u64().unwrap()).collect::<Vec<_>>();
+        let port = |n: &str| ports.iter().find(|p| p.name == n).unwrap();
+        let values = counters.iter().map(|(p, f)| f(&port(p).counters)).collect::<Vec<_>>();
         (values, before, after)
     };
     let (c0, b0, a0) = read();
@@ -203,9 +204,9 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
     ];
     let ports: Vec<(&str, &str)> = ports.iter().map(|(n, k)| (*n, k.as_str())).collect();
     let sw = Switch::start_config(dir.clone(), &config(&dir, &ports));
-    let caps = sw.port("capped")["rate_caps"].clone();
-    assert_eq!(caps["ingress_pps"], PPS, "{caps}");
-    assert!(caps["tokens"]["ingress_pps"].is_i64() && caps["tokens"]["egress_pps"].is_null(), "{caps}");
+    let caps = sw.port_info("capped").rate_caps;
+    assert_eq!(caps.ingress_pps, PPS, "{}", caps.json());
+    assert!(caps.tokens.ingress_pps.is_some() && caps.tokens.egress_pps.is_none(), "{}", caps.json());
 
     let cfg = Config {
         cpus: vec![0],
@@ -221,9 +222,10 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
         ..Config::default()
     };
     let generator = std::thread::spawn(move || pvsgen::run(&cfg).map_err(|e| e.to_string()));
-    wait_for("traffic", || (sw.counter("honest", "rx_packets") > 1000).then_some(()));
+    wait_for("traffic", || (sw.counters("honest").rx_packets > 1000).then_some(()));
     // A window well inside the run (a measurement, not a wait).
-    let counters = [("capped", "rx_packets"), ("bits", "rx_bytes"), ("slow", "tx_packets")];
+    let counters: [(&str, Counter); 3] =
+        [("capped", |c| c.rx_packets), ("bits", |c| c.rx_bytes), ("slow", |c| c.tx_packets)];
     let r = rates_over(&sw, &counters, Duration::from_secs(2));
     let (pps, bps, slow) = (r[0], (r[1].0 * 8.0, r[1].1 * 8.0), r[2]);
     let report = generator.join().unwrap().unwrap_or_else(|e| panic!("pvsgen: {e}\nswitch log:\n{}", sw.log()));
@@ -245,17 +247,17 @@ fn rate_caps_hold_a_flooding_vm_to_its_rate() {
     assert!(within(slow, EGRESS_PPS), "a VM capped at {EGRESS_PPS} fps received {} fps", show(slow));
     let by = |n: &str| report.vms.iter().find(|v| v.name == n).unwrap();
     for name in ["capped", "bits"] {
-        assert!(sw.counter(name, "rate_held") > 0, "{name}: no visit was held back");
-        let d = sw.port(name)["drops"].clone();
-        assert!(d.as_object().unwrap().values().all(|n| n == 0), "{name}: the switch dropped {d}");
+        assert!(sw.counters(name).rate_held > 0, "{name}: no visit was held back");
+        let d = sw.counters(name).drops;
+        assert!(d.0.iter().all(|n| *n == 0), "{name}: the switch dropped {}", d.json());
     }
     // The honest VM, on the same thread, sent at its own rate and lost nothing on the way in;
     // what its destination's egress cap refused is dropped and counted there.
     let honest = by("honest");
     let r = honest.counters.sent as f64 / report.seconds;
     assert!((r / 20_000.0 - 1.0).abs() < 0.05, "honest sent at {r:.0} fps beside the capped VMs");
-    assert_eq!(sw.counter("honest", "rx_packets"), honest.counters.tx_frames, "honest: frames taken");
-    assert!(drops(&sw, "slow", "rate_cap") > 0, "no frame to the egress-capped VM was dropped");
+    assert_eq!(sw.counters("honest").rx_packets, honest.counters.tx_frames, "honest: frames taken");
+    assert!(drops(&sw, "slow", DropReason::RateCap) > 0, "no frame to the egress-capped VM was dropped");
 }
 
 /// Three Linux guests (QEMU): vm1 and vm2 on VLAN 10, vm3 on VLAN 20 with vm1's MAC and an
@@ -292,12 +294,12 @@ fn linux_guests_on_two_vlans_see_only_their_own() {
     drop(vms);
     assert!(log("vm1").contains("PVS-VLAN-PING-OK"), "vm1 -> vm2 on VLAN 10:\n{}\n{}", log("vm1"), sw.log());
     assert!(log("vm3").contains("PVS-VLAN-ISOLATED"), "vm3 reached VLAN 10:\n{}", log("vm3"));
-    let vm3 = sw.port("vm3");
-    assert!(vm3["rx_packets"].as_u64().unwrap() > 0, "vm3 sent nothing: {vm3}");
-    assert_eq!(vm3["tx_packets"], 0, "the switch sent vm3 frames of another VLAN: {vm3}");
+    let vm3 = sw.port_info("vm3");
+    assert!(vm3.counters.rx_packets > 0, "vm3 sent nothing: {}", vm3.json());
+    assert_eq!(vm3.counters.tx_packets, 0, "the switch sent vm3 frames of another VLAN: {}", vm3.json());
     for p in ["vm1", "vm2"] {
-        let port = sw.port(p);
-        assert!(port["tx_packets"].as_u64().unwrap() >= 30, "{p}: {port}");
+        let port = sw.port_info(p);
+        assert!(port.counters.tx_packets >= 30, "{p}: {}", port.json());
     }
 }
 
@@ -346,12 +348,12 @@ echo "$out" | grep -E "sender|receiver" | sed "s/^/PVS-IPERF /"
     // 1448 bytes of TCP payload in each 1514-byte frame the cap counts.
     assert!(goodput > 0.8 * CAP && goodput < 1.0 * CAP, "goodput {goodput:.0} bit/s through a {CAP} bit/s cap");
     assert_eq!(retr, 0, "vm1's TCP retransmitted: the cap lost its frames\n{sender}");
-    let vm1 = sw.port("vm1");
-    assert!(vm1["rate_held"].as_u64() > Some(0), "the cap never held vm1 back: {vm1}");
+    let vm1 = sw.port_info("vm1");
+    assert!(vm1.counters.rate_held > 0, "the cap never held vm1 back: {}", vm1.json());
     // Nothing vm1 sent was dropped. Toward vm1, a unicast frame waits for room (1 s here); a
     // broadcast does not (floods are best effort: an ARP from vm2 met vm1's full ring once on a
     // loaded machine), so a few rx_ring_full are vm1's guest's speed, not the cap's doing.
-    let drops = vm1["drops"].as_object().unwrap();
-    assert!(drops.iter().all(|(k, n)| n == 0 || k == "rx_ring_full"), "{vm1}");
-    assert!(drops["rx_ring_full"].as_u64() <= Some(4), "{vm1}");
+    let drops = nonzero_drops(&vm1.counters.drops);
+    assert!(drops.iter().all(|(k, _)| *k == "rx_ring_full"), "{}", vm1.json());
+    assert!(vm1.counters.drops.get(DropReason::RxRingFull) <= 4, "{}", vm1.json());
 }

@@ -12,7 +12,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 
 use common::*;
-use serde_json::Value;
+use pvswitch::proto::{PortInfo, PortReply, VniInfo, VxlanInfo};
 
 const NEEDS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping"), Need::Cmd("python3")];
 /// A QEMU guest through the tunnel: QEMU, the guest image and the namespace's iperf3 server.
@@ -109,9 +109,7 @@ impl Peer {
 
 /// Waits until tunnel `name`'s next hop is resolved; its MAC.
 fn resolved(sw: &Switch, name: &str) -> String {
-    wait_for(&format!("{name}'s next hop to be resolved"), || {
-        sw.port(name)["vxlan"]["next_hop_mac"].as_str().map(String::from)
-    })
+    wait_for(&format!("{name}'s next hop to be resolved"), || vxlan(&sw.port_info(name)).next_hop_mac.clone())
 }
 
 /// A MAC in the hex of a frame.
@@ -142,14 +140,17 @@ fn vxlan_hex(dst: &str, src: &str, vni: u32, inner: &str) -> String {
     format!("{}{}0800{ip}{udp}08000000{vni:06x}00{inner}", hex_mac(dst), hex_mac(src))
 }
 
-fn drops(p: &Value) -> Vec<(String, u64)> {
-    p["drops"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        .filter(|(_, v)| *v > 0)
-        .collect()
+fn drops(p: &PortInfo) -> Vec<(&'static str, u64)> {
+    nonzero_drops(&p.counters.drops)
+}
+
+/// A tunnel port's `vxlan` (panics, showing the port, if it has none).
+fn vxlan(p: &PortInfo) -> &VxlanInfo {
+    p.vxlan.as_ref().unwrap_or_else(|| panic!("not a tunnel: {}", p.json()))
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }
 
 fn config(dir: &std::path::Path, uplink: &str) -> String {
@@ -174,10 +175,10 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     let dir = test_dir("vxlan");
     let sw = Switch::start_config(dir.clone(), &config(&dir, &peer.host_if));
     let tunnel = "vt-10.77.0.1";
-    let t = sw.port(tunnel);
-    assert_eq!((t["type"].as_str(), t["state"].as_str()), (Some("vxlan"), Some("running")), "{t}\n{}", sw.log());
-    assert_eq!(t["vxlan"]["vnis"], serde_json::json!(["100:10", "200:20"]), "{t}");
-    assert_eq!(t["vlan"]["mode"], "tunnel", "{t}");
+    let t = sw.port_info(tunnel);
+    assert_eq!((t.kind.as_str(), t.state.as_str()), ("vxlan", "running"), "{}\n{}", t.json(), sw.log());
+    assert_eq!(vxlan(&t).vnis, strings(&["100:10", "200:20"]), "{}", t.json());
+    assert_eq!(t.vlan.mode, "tunnel", "{}", t.json());
     // One testpmd, two VMs: icmpecho answers ARP and ping on the port it came in on.
     let mut vms = Testpmd::spawn(
         &format!("pvsvx{}", std::process::id()),
@@ -195,22 +196,21 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
 
     // VNI 100 -> VLAN 10 only: everything, its ARP broadcast first, reaches vm10 and not vm20.
     let n = 10;
-    assert_eq!(peer.ping("192.168.100.2", n), n, "VNI 100 ping\n{:#}", sw.ctl("ports"));
-    let (vm10, vm20) = (sw.port("vm10"), sw.port("vm20"));
-    assert_eq!(vm20["tx_packets"].as_u64(), Some(0), "VNI 100 leaked into VLAN 20: {vm20}");
-    assert!(vm10["tx_packets"].as_u64() >= Some(n as u64 + 1), "{vm10}");
-    let t = sw.port(tunnel);
-    assert!(t["vxlan"]["next_hop_mac"].is_string(), "next hop resolved by ARP: {t}");
-    assert!(t["rx_packets"].as_u64() >= Some(n as u64 + 1) && t["tx_packets"].as_u64() >= Some(n as u64), "{t}");
-    let fdb = sw.ctl("fdb");
-    let behind_tunnel =
-        fdb.as_array().map(|e| e.iter().filter(|e| e["port"] == tunnel && e["vlan"] == 10).count()).unwrap_or(0);
-    assert!(behind_tunnel >= 1, "the peer's vx100 MAC is learned behind the tunnel on VLAN 10: {fdb}");
+    assert_eq!(peer.ping("192.168.100.2", n), n, "VNI 100 ping\n{:#}", sw.ports().json());
+    let (vm10, vm20) = (sw.port_info("vm10"), sw.port_info("vm20"));
+    assert_eq!(vm20.counters.tx_packets, 0, "VNI 100 leaked into VLAN 20: {}", vm20.json());
+    assert!(vm10.counters.tx_packets > n as u64, "{}", vm10.json());
+    let t = sw.port_info(tunnel);
+    assert!(vxlan(&t).next_hop_mac.is_some(), "next hop resolved by ARP: {}", t.json());
+    assert!(t.counters.rx_packets > n as u64 && t.counters.tx_packets >= n as u64, "{}", t.json());
+    let fdb = sw.fdb();
+    let behind_tunnel = fdb.iter().filter(|e| e.port.as_deref() == Some(tunnel) && e.vlan == 10).count();
+    assert!(behind_tunnel >= 1, "the peer's vx100 MAC is learned behind the tunnel on VLAN 10: {}", fdb.json());
 
     // VNI 200 -> VLAN 20, the same way.
-    let before10 = sw.counter("vm10", "tx_packets");
-    assert_eq!(peer.ping("192.168.200.2", n), n, "VNI 200 ping\n{:#}", sw.ctl("ports"));
-    assert_eq!(sw.counter("vm10", "tx_packets"), before10, "VNI 200 leaked into VLAN 10");
+    let before10 = sw.counters("vm10").tx_packets;
+    assert_eq!(peer.ping("192.168.200.2", n), n, "VNI 200 ping\n{:#}", sw.ports().json());
+    assert_eq!(sw.counters("vm10").tx_packets, before10, "VNI 200 leaked into VLAN 10");
 
     // Hostile underlay input: a VNI the VTEP does not carry, then raw datagrams to port
     // 4789: a cut VXLAN header, a VXLAN header without the I flag, an inner frame of 4 bytes.
@@ -222,40 +222,38 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
         &["08000000", &format!("00000000000064 00{inner}").replace(' ', ""), "0800000000006400deadbeef"],
     );
     let up = wait_for("the underlay to count every bad frame", || {
-        let u = sw.port("uplink");
-        let d: std::collections::BTreeMap<String, u64> = drops(&u).into_iter().collect();
-        (d.get("vxlan_unknown_vni") >= Some(&1)
-            && d.get("vxlan_bad_outer") >= Some(&2)
-            && d.get("vxlan_bad_inner") >= Some(&1))
-        .then_some(u)
+        let u = sw.port_info("uplink");
+        let d = &u.counters.drops;
+        (d.get(DropReason::VxlanUnknownVni) >= 1
+            && d.get(DropReason::VxlanBadOuter) >= 2
+            && d.get(DropReason::VxlanBadInner) >= 1)
+            .then_some(u)
     });
     eprintln!("underlay drops: {:?}", drops(&up));
-    assert!(drops(&sw.port("vm10")).is_empty() && drops(&sw.port("vm20")).is_empty());
+    assert!(drops(&sw.port_info("vm10")).is_empty() && drops(&sw.port_info("vm20")).is_empty());
     // Split horizon for unicast: a frame from a second remote VTEP (10.77.0.3, given by
     // vtep-sync as a control plane would) to the MAC behind the first is not sent back into
     // the underlay, nor anywhere else.
     let behind_first: Vec<String> = sw
-        .ctl("fdb")
-        .as_array()
-        .unwrap()
+        .fdb()
         .iter()
-        .filter(|e| e["port"] == tunnel && e["vlan"] == 10)
-        .map(|e| e["mac"].as_str().unwrap().replace(':', ""))
+        .filter(|e| e.port.as_deref() == Some(tunnel) && e.vlan == 10)
+        .map(|e| e.mac.replace(':', ""))
         .collect();
     peer.ex(&["ip", "addr", "add", "10.77.0.3/24", "dev", "pvsns0"]);
-    sw.try_ctl_args("vtep-sync", &["vt", r#"{"remotes": [{"remote": "10.77.0.3", "vnis": [100]}]}"#]).unwrap();
+    let _: PortReply = sw.ask_args("vtep-sync", &["vt", r#"{"remotes": [{"remote": "10.77.0.3", "vnis": [100]}]}"#]);
     resolved(&sw, "vt-10.77.0.3");
-    let before = (sw.counter(tunnel, "tx_packets"), sw.counter("vm10", "tx_packets"));
+    let before = (sw.counters(tunnel).tx_packets, sw.counters("vm10").tx_packets);
     let hairpin = format!("0800000000006400{}020000000c03{}", behind_first[0], &inner[24..]);
     peer.udp_to_vtep("10.77.0.3", &[&hairpin]);
     // Counted on the port it came in by, the second tunnel.
     let second = wait_for("the hairpinned frame to be dropped", || {
-        let p = sw.port("vt-10.77.0.3");
-        (drops(&p) == vec![("vxlan_split_horizon".to_string(), 1)]).then_some(p)
+        let p = sw.port_info("vt-10.77.0.3");
+        (drops(&p) == vec![("vxlan_split_horizon", 1)]).then_some(p)
     });
-    assert_eq!(second["rx_packets"].as_u64(), Some(1), "{second}");
-    assert_eq!((sw.counter(tunnel, "tx_packets"), sw.counter("vm10", "tx_packets")), before, "the hairpin went out");
-    sw.try_ctl_args("vtep-sync", &["vt", "{}"]).unwrap();
+    assert_eq!(second.counters.rx_packets, 1, "{}", second.json());
+    assert_eq!((sw.counters(tunnel).tx_packets, sw.counters("vm10").tx_packets), before, "the hairpin went out");
+    let _: PortReply = sw.ask_args("vtep-sync", &["vt", "{}"]);
 
     // And the tenants still work.
     assert_eq!(peer.ping("192.168.100.2", 3), 3, "VNI 100 after the bad input");
@@ -285,12 +283,13 @@ fn a_remote_beyond_the_subnet_is_reached_through_the_gateway() {
     );
     sw.wait_running("vm10", 1);
     vms.cmd("start");
-    assert_eq!(peer.ping("192.168.100.2", 5), 5, "ping through the gateway\n{:#}", sw.ctl("ports"));
-    let t = sw.port("vt-10.78.0.1");
+    assert_eq!(peer.ping("192.168.100.2", 5), 5, "ping through the gateway\n{:#}", sw.ports().json());
+    let t = sw.port_info("vt-10.78.0.1");
     let gw_mac = peer.ex(&["cat", "/sys/class/net/pvsns0/address"]);
-    assert_eq!(t["vxlan"]["next_hop"], "10.77.0.1", "{t}");
-    assert_eq!(t["vxlan"]["next_hop_mac"].as_str(), Some(gw_mac.trim()), "the gateway's MAC: {t}");
-    assert!(drops(&sw.port("uplink")).is_empty(), "{}", sw.port("uplink"));
+    assert_eq!(vxlan(&t).next_hop, "10.77.0.1", "{}", t.json());
+    assert_eq!(vxlan(&t).next_hop_mac.as_deref(), Some(gw_mac.trim()), "the gateway's MAC: {}", t.json());
+    let uplink = sw.port_info("uplink");
+    assert!(drops(&uplink).is_empty(), "{}", uplink.json());
     vms.quit();
 }
 
@@ -311,41 +310,34 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
         dir.display()
     );
     let sw = Switch::start_config(dir.clone(), &text);
-    let tunnels = |sw: &Switch| -> Vec<(String, Value)> {
-        let ports = sw.ctl("ports");
-        let mut v: Vec<(String, Value)> = ports
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["type"] == "vxlan")
-            .map(|p| (p["name"].as_str().unwrap().to_string(), p["vxlan"]["vnis"].clone()))
-            .collect();
+    let tunnels = |sw: &Switch| -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<(String, Vec<String>)> =
+            sw.ports().iter().filter(|p| p.kind == "vxlan").map(|p| (p.name.clone(), vxlan(p).vnis.clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     };
     let behind = |sw: &Switch, mac: &str| -> Option<String> {
-        let fdb = sw.ctl("fdb");
-        fdb.as_array().unwrap().iter().find(|e| e["mac"] == mac).map(|e| e["port"].as_str().unwrap().to_string())
+        sw.fdb().iter().find(|e| e.mac == mac).map(|e| e.port.clone().expect("a port"))
     };
     // vm10's configured MAC is not exported while no VM is connected to it.
-    let v = &sw.ctl("vteps")[0];
-    assert_eq!(v["local_macs"], serde_json::json!([]), "{v}");
-    assert_eq!(v["vnis"], serde_json::json!([{"vni": 100, "vlan": 10}, {"vni": 200, "vlan": 20}]), "{v}");
-    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), serde_json::json!(["100:10"]))]);
+    let v = &sw.vteps()[0];
+    assert_eq!(v.local_macs, vec![], "{}", v.json());
+    assert_eq!(v.vnis, vec![VniInfo { vni: 100, vlan: 10 }, VniInfo { vni: 200, vlan: 20 }], "{}", v.json());
+    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), strings(&["100:10"]))]);
 
     let state = r#"{"remotes": [{"remote": "10.9.0.2", "vnis": [100, 200]}],
                     "macs": [{"vni": 100, "mac": "02:00:00:00:00:07", "remote": "10.9.0.3"}]}"#;
-    let r = sw.try_ctl_args("vtep-sync", &["vt", state]).unwrap();
-    assert!(r["summary"].as_str().unwrap().contains("2 remotes, 1 remote MACs"), "{r}");
+    let r: PortReply = sw.ask_args("vtep-sync", &["vt", state]);
+    assert!(r.summary.contains("2 remotes, 1 remote MACs"), "{}", r.json());
     let want = vec![
-        ("vt-10.9.0.2".to_string(), serde_json::json!(["100:10", "200:20"])),
-        ("vt-10.9.0.3".to_string(), serde_json::json!(["100:10"])),
-        ("vt-10.9.0.9".to_string(), serde_json::json!(["100:10"])),
+        ("vt-10.9.0.2".to_string(), strings(&["100:10", "200:20"])),
+        ("vt-10.9.0.3".to_string(), strings(&["100:10"])),
+        ("vt-10.9.0.9".to_string(), strings(&["100:10"])),
     ];
     assert_eq!(tunnels(&sw), want);
     assert_eq!(behind(&sw, "02:00:00:00:00:07").as_deref(), Some("vt-10.9.0.3"));
-    let same = sw.try_ctl_args("vtep-sync", &["vt", state]).unwrap();
-    assert!(same["summary"].as_str().unwrap().ends_with("unchanged"), "{same}");
+    let same: PortReply = sw.ask_args("vtep-sync", &["vt", state]);
+    assert!(same.summary.ends_with("unchanged"), "{}", same.json());
 
     for (vtep, bad, why) in [
         ("vt", "not json", "malformed state"),
@@ -362,11 +354,11 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
     assert_eq!(tunnels(&sw), want, "a refused sync changes nothing");
 
     // A reload keeps what the control plane said; a sync without it takes it away.
-    sw.ctl("reload");
+    sw.reload();
     assert_eq!(tunnels(&sw), want, "a reload keeps learned remotes");
     assert_eq!(behind(&sw, "02:00:00:00:00:07").as_deref(), Some("vt-10.9.0.3"));
-    sw.try_ctl_args("vtep-sync", &["vt", "{}"]).unwrap();
-    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), serde_json::json!(["100:10"]))]);
+    let _: PortReply = sw.ask_args("vtep-sync", &["vt", "{}"]);
+    assert_eq!(tunnels(&sw), vec![("vt-10.9.0.9".into(), strings(&["100:10"]))]);
     assert_eq!(behind(&sw, "02:00:00:00:00:07"), None, "a withdrawn MAC leaves the table");
 }
 
@@ -402,11 +394,11 @@ fn qemu_guest_tcp_through_the_tunnel() {
     let (names, vals): (Vec<&str>, Vec<&str>) = (tcp[0].split(' ').collect(), tcp[1].split(' ').collect());
     let csum_errors = names.iter().position(|n| *n == "InCsumErrors").map(|i| vals[i]).unwrap();
     assert_eq!(csum_errors, "0", "the namespace's kernel saw bad TCP checksums:\n{snmp}");
-    let vmp = sw.port("vm10");
-    assert!(vmp["rx_gso"].as_u64() > Some(0), "the guest sent TSO frames: {vmp}");
-    let t = sw.port("vt-10.77.0.1");
-    assert!(t["sw_segmented"].as_u64() > Some(0), "segmented in software for the tunnel: {t}");
-    assert_eq!(t["drops"]["mtu_exceeded"].as_u64(), Some(0), "{t}");
+    let vmp = sw.port_info("vm10");
+    assert!(vmp.counters.rx_gso > 0, "the guest sent TSO frames: {}", vmp.json());
+    let t = sw.port_info("vt-10.77.0.1");
+    assert!(t.counters.sw_segmented > 0, "segmented in software for the tunnel: {}", t.json());
+    assert_eq!(t.counters.drops.get(DropReason::Mtu), 0, "{}", t.json());
     drop(vm);
 }
 
@@ -437,7 +429,7 @@ fn the_underlay_cannot_steal_a_tenant() {
     let genuine = resolved(&sw, tunnel);
     assert_eq!(genuine, peer.mac(), "the next hop is the remote's own MAC");
     assert_eq!(peer.ping("192.168.100.2", 20), 20, "before");
-    let ours = sw.port("uplink")["dpdk"]["mac"].as_str().expect("the underlay's MAC").to_string();
+    let ours = sw.port_info("uplink").dpdk.and_then(|d| d.mac).expect("the underlay's MAC");
     let evil = "02:ee:00:00:00:66";
     let bcast = "ff:ff:ff:ff:ff:ff";
     let remote = [10, 77, 0, 1];
@@ -453,25 +445,18 @@ fn the_underlay_cannot_steal_a_tenant() {
         vxlan_hex(&ours, evil, 100, &inner),
     ]);
     let up = try_wait_for(|| {
-        let u = sw.port("uplink");
-        (u["drops"]["vxlan_not_from_next_hop"].as_u64() >= Some(2)).then_some(u)
+        let u = sw.port_info("uplink");
+        (u.counters.drops.get(DropReason::VxlanNotFromNextHop) >= 2).then_some(u)
     })
-    .unwrap_or_else(|| panic!("the forged VXLAN frames were not dropped as such: {:#}", sw.port("uplink")));
+    .unwrap_or_else(|| panic!("the forged VXLAN frames were not dropped as such: {:#}", sw.port_info("uplink").json()));
     eprintln!("underlay drops: {:?}", drops(&up));
-    assert_eq!(sw.port(tunnel)["vxlan"]["next_hop_mac"].as_str(), Some(genuine.as_str()), "the next hop moved");
-    let on = |sw: &Switch| {
-        sw.ctl("fdb")
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["mac"] == VM)
-            .map(|e| e["port"].as_str().unwrap().to_string())
-    };
+    assert_eq!(vxlan(&sw.port_info(tunnel)).next_hop_mac.as_deref(), Some(genuine.as_str()), "the next hop moved");
+    let on = |sw: &Switch| sw.fdb().iter().find(|e| e.mac == VM).map(|e| e.port.clone().expect("a port"));
     assert_eq!(on(&sw).as_deref(), Some("vm10"), "the VM's MAC moved");
     // The genuine remote itself claiming the VM's MAC: not learned behind its tunnel.
-    let refused = sw.counter(tunnel, "learn_refused");
+    let refused = sw.counters(tunnel).learn_refused;
     peer.raw(&[vxlan_hex(&ours, &genuine, 100, &inner)]);
-    wait_for("the remote's claim to be refused", || (sw.counter(tunnel, "learn_refused") > refused).then_some(()));
+    wait_for("the remote's claim to be refused", || (sw.counters(tunnel).learn_refused > refused).then_some(()));
     assert_eq!(on(&sw).as_deref(), Some("vm10"), "a tunnel learned a MAC a local port owns");
     assert_eq!(peer.ping("192.168.100.2", 20), 20, "after");
     vms.quit();
@@ -488,7 +473,7 @@ fn an_underlay_without_remotes_carries_no_tenant_frame() {
     let dir = test_dir("vxlannone");
     let text = config(&dir, &peer.host_if).replace("remotes = [\"10.77.0.1\"]\n", "");
     let sw = Switch::start_config(dir.clone(), &text);
-    assert!(!sw.ctl("ports").as_array().unwrap().iter().any(|p| p["type"] == "vxlan"), "no tunnel");
+    assert!(!sw.ports().iter().any(|p| p.kind == "vxlan"), "no tunnel");
     // What leaves on the underlay, seen from the namespace.
     let mut capture = Command::new("ip")
         .args(["netns", "exec", &peer.net.ns, "python3", "-c", CAPTURE])
@@ -505,22 +490,22 @@ fn an_underlay_without_remotes_carries_no_tenant_frame() {
     );
     sw.wait_running("vm10", 1);
     vms.cmd("start tx_first 4");
-    wait_for("the VM's broadcasts", || (sw.counter("vm10", "rx_packets") >= 100).then_some(()));
+    wait_for("the VM's broadcasts", || (sw.counters("vm10").rx_packets >= 100).then_some(()));
     vms.cmd("stop");
     // Raw frames into the underlay: tagged for VLAN 10 and 20, and untagged, from a MAC.
     let src = "02:ee:00:00:00:99";
     let tagged = |vid: u16| format!("ffffffffffff{}8100{vid:04x}88b5{}", hex_mac(src), "00".repeat(46));
     let untagged = format!("ffffffffffff{}88b5{}", hex_mac(src), "00".repeat(50));
-    let to_vm = sw.counter("vm10", "tx_packets");
+    let to_vm = sw.counters("vm10").tx_packets;
     peer.raw(&[tagged(10), tagged(20), untagged.clone(), tagged(10)]);
     wait_for("the injected frames to be dropped on the underlay", || {
-        (sw.port("uplink")["drops"]["underlay_not_vxlan"].as_u64() >= Some(4)).then_some(())
+        (sw.counters("uplink").drops.get(DropReason::UnderlayOther) >= 4).then_some(())
     });
-    assert_eq!(sw.counter("vm10", "tx_packets"), to_vm, "an injected frame reached the VM");
-    let fdb = sw.ctl("fdb");
-    assert!(!fdb.as_array().unwrap().iter().any(|e| e["port"] == "uplink"), "learned on the underlay: {fdb}");
-    let v = &sw.ctl("vteps")[0];
-    assert!(!v["local_macs"].to_string().contains(src), "offered to EVPN: {v}");
+    assert_eq!(sw.counters("vm10").tx_packets, to_vm, "an injected frame reached the VM");
+    let fdb = sw.fdb();
+    assert!(!fdb.iter().any(|e| e.port.as_deref() == Some("uplink")), "learned on the underlay: {}", fdb.json());
+    let v = &sw.vteps()[0];
+    assert!(!v.local_macs.iter().any(|m| m.mac.contains(src)), "offered to EVPN: {}", v.json());
     let out = String::from_utf8(kill_capture(capture)).unwrap();
     let raw: Vec<&str> = out.lines().filter(|l| !l.starts_with("0806")).collect();
     assert!(raw.is_empty(), "frames that left on the underlay, neither ARP nor VXLAN: {raw:?}");

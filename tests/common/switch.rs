@@ -1,8 +1,17 @@
 //! The switch under test: pvswitchd as a process of the test's (`Switch`), its configuration
-//! (`PortSpec`), and asking it (`ctl`, `port`, `ask`: through the protocol's client).
+//! (`PortSpec`), and asking it through the protocol's client: typed (`ask`, `port_info`,
+//! `ports`, `stats`, `rxq`, `fdb`, ...: each reply as its own type from `pvswitch::proto`), or
+//! as JSON (`ctl`, `try_ctl`: for tests of the wire format itself and of error messages).
 
 #[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+pub use pvswitch::datapath::counters::DropReason;
+#[allow(unused_imports)]
+use pvswitch::proto::{
+    ConntrackReply, Counters, Drops, FdbEntry, FlowsReply, MirrorInfo, PortInfo, ReloadReply, Request, RxqInfo,
+    StatsReply, ThreadStats, TraceReply, VtepInfo,
+};
 #[allow(unused_imports)]
 use serde_json::{Value, json};
 #[allow(unused_imports)]
@@ -173,29 +182,118 @@ impl Switch {
 
     /// Asks `req` and reads the reply as its own type (`PortInfo`, `Stats`, ...).
     pub fn ask<T: serde::de::DeserializeOwned>(&self, req: &pvswitch::proto::Request) -> T {
-        pvswitch::proto::Client::new(&self.ctl)
-            .ask(req)
-            .unwrap_or_else(|e| panic!("{req:?}: {}\nlog:\n{}", e.message, self.log()))
+        self.try_ask(req).unwrap_or_else(|e| panic!("{req:?}: {e}\nlog:\n{}", self.log()))
+    }
+
+    /// Asks `req`: the reply as its own type, or the request's error message.
+    pub fn try_ask<T: serde::de::DeserializeOwned>(&self, req: &pvswitch::proto::Request) -> Result<T, String> {
+        pvswitch::proto::Client::new(&self.ctl).ask(req).map_err(|e| e.message)
+    }
+
+    /// Asks `cmd ARGS...` (as pvswitchctl's words): the reply as its own type.
+    pub fn ask_args<T: serde::de::DeserializeOwned>(&self, cmd: &str, args: &[&str]) -> T {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let req = Request::from_parts(cmd, &args).unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"));
+        self.ask(&req)
     }
 
     pub fn ctl(&self, cmd: &str) -> Value {
         self.try_ctl(cmd).unwrap_or_else(|e| panic!("pvswitchctl {cmd}: {e}\nlog:\n{}", self.log()))
     }
 
+    /// One port as JSON (`ports`' entry of that name). Prefer `port_info`.
     pub fn port(&self, name: &str) -> Value {
         let ports = self.ctl("ports");
         ports.as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap()
     }
 
+    /// One counter of a port as JSON names it. Prefer `counters(port).FIELD`.
     pub fn counter(&self, port: &str, field: &str) -> u64 {
         self.port(port)[field].as_u64().unwrap()
+    }
+
+    /// `ports NAME`: one port (panics if there is none of that name).
+    pub fn port_info(&self, name: &str) -> PortInfo {
+        self.ask(&Request::Port { name: name.to_string() })
+    }
+
+    /// `ports NAME`: one port, or the error (`no port "NAME"`).
+    pub fn try_port_info(&self, name: &str) -> Result<PortInfo, String> {
+        self.try_ask(&Request::Port { name: name.to_string() })
+    }
+
+    /// `ports`: every port, by id.
+    pub fn ports(&self) -> Vec<PortInfo> {
+        self.ask(&Request::Ports)
+    }
+
+    /// One port's counters (`ports NAME`, summed over the poll threads).
+    pub fn counters(&self, port: &str) -> Counters {
+        self.port_info(port).counters
+    }
+
+    /// `stats`: every poll thread.
+    pub fn stats(&self) -> StatsReply {
+        self.ask(&Request::Stats { clear: false })
+    }
+
+    /// `stats`' entry for poll thread `i` (the `i`th in the reply).
+    pub fn thread_stats(&self, i: usize) -> ThreadStats {
+        let mut st = self.stats();
+        assert!(i < st.threads.len(), "no poll thread {i}: {}", st.json());
+        st.threads.swap_remove(i)
+    }
+
+    /// `rxq`: every receive queue.
+    pub fn rxq(&self) -> Vec<RxqInfo> {
+        self.ask(&Request::Rxq)
+    }
+
+    /// `fdb`: the learned MAC addresses.
+    pub fn fdb(&self) -> Vec<FdbEntry> {
+        self.ask(&Request::Fdb)
+    }
+
+    /// `flows`: the flow table.
+    pub fn flows(&self) -> FlowsReply {
+        self.ask(&Request::Flows)
+    }
+
+    /// `trace FIELDS`: which flow such a frame hits.
+    pub fn trace(&self, fields: &str) -> TraceReply {
+        self.ask(&Request::Trace { fields: fields.to_string() })
+    }
+
+    /// `vteps`: each VTEP as its control plane reads it.
+    pub fn vteps(&self) -> Vec<VtepInfo> {
+        self.ask(&Request::Vteps)
+    }
+
+    /// `mirrors`: each mirror as it runs.
+    pub fn mirrors(&self) -> Vec<MirrorInfo> {
+        self.ask(&Request::Mirrors)
+    }
+
+    /// `conntrack [PORT]`: the connections tracked.
+    pub fn conntrack(&self, port: Option<&str>) -> ConntrackReply {
+        self.ask(&Request::Conntrack { port: port.map(String::from) })
+    }
+
+    /// `reload`: what changed (panics if refused).
+    pub fn reload(&self) -> ReloadReply {
+        self.ask(&Request::Reload)
+    }
+
+    /// `reload`: what changed, or why it was refused.
+    pub fn try_reload(&self) -> Result<ReloadReply, String> {
+        self.try_ask(&Request::Reload)
     }
 
     /// Waits until every queue of `port` that the frontend enabled is running.
     pub fn wait_running(&self, port: &str, queue_pairs: usize) {
         wait_for(&format!("port {port} running {queue_pairs} queue pairs"), || {
-            let p = self.port(port);
-            let running = p["queues"].as_array().unwrap().iter().filter(|q| q["running"] == json!(true)).count();
+            let p = self.port_info(port);
+            let running = p.queues.iter().filter(|q| q.running == Some(true)).count();
             (running >= 2 * queue_pairs).then_some(())
         });
     }
@@ -223,6 +321,35 @@ impl Switch {
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
+}
+
+/// A reply shown as the daemon sends it, for failure messages: JSON (`{:#}`: pretty).
+pub struct Shown<'a, T: serde::Serialize + ?Sized>(&'a T);
+
+impl<T: serde::Serialize + ?Sized> std::fmt::Display for Shown<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let v = serde_json::to_value(self.0).map_err(|_| std::fmt::Error)?;
+        if f.alternate() { write!(f, "{v:#}") } else { write!(f, "{v}") }
+    }
+}
+
+/// `.json()`: a typed reply shown as JSON in a failure message (`"{}", port.json()`).
+pub trait ShowJson: serde::Serialize {
+    fn json(&self) -> Shown<'_, Self> {
+        Shown(self)
+    }
+}
+
+impl<T: serde::Serialize + ?Sized> ShowJson for T {}
+
+/// The drop reasons that counted something, by their names on the wire, in `DropReason` order.
+pub fn nonzero_drops(d: &Drops) -> Vec<(&'static str, u64)> {
+    pvswitch::datapath::counters::DROP_REASONS
+        .iter()
+        .zip(d.0)
+        .filter(|(_, n)| *n > 0)
+        .map(|((k, _), n)| (*k, n))
+        .collect()
 }
 
 impl Drop for Switch {

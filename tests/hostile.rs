@@ -29,11 +29,11 @@ fn hostile(name: &str, broken: usize, expect: &str, attack: impl FnOnce(&mut Vm,
     assert!(err.contains(expect), "evil queue {broken}: error {err:?}, expected it to mention {expect:?}");
     b.assert_alive();
     wait_for("a malformed drop on port evil", || {
-        (b.sw.port("evil")["drops"]["malformed"].as_u64() >= Some(1)).then_some(())
+        (b.sw.counters("evil").drops.get(DropReason::Malformed) >= 1).then_some(())
     });
-    let evil_port = b.sw.port("evil");
+    let evil_port = b.sw.port_info("evil");
     let other = 1 - broken;
-    assert!(queue(&evil_port, other)["error"].is_null(), "only queue {broken} should have stopped: {evil_port}");
+    assert!(queue_error(&evil_port, other).is_none(), "only queue {broken} should have stopped: {}", evil_port.json());
     b.assert_good_ports_clean();
 
     // The good VMs still forward to each other, many frames, intact.
@@ -51,7 +51,7 @@ fn hostile(name: &str, broken: usize, expect: &str, attack: impl FnOnce(&mut Vm,
     }
 
     // The broken queue stays stopped until the guest resets it.
-    assert!(queue(&b.sw.port("evil"), broken)["error"].is_string());
+    assert!(queue_error(&b.sw.port_info("evil"), broken).is_some());
     b.check_forwarding(20);
     b.assert_alive();
 }
@@ -319,17 +319,17 @@ fn ring_addresses_outside_memory_table() {
     ];
     for (i, (what, rings)) in cases.into_iter().enumerate() {
         let r = Vm::try_connect(&b.sw.sock("evil"), rings);
-        let p = b.sw.port("evil");
-        assert!(r.is_err(), "{what}: pvswitchd accepted the rings: {p}");
+        let p = b.sw.port_info("evil");
+        assert!(r.is_err(), "{what}: pvswitchd accepted the rings: {}", p.json());
         drop(r);
         b.assert_alive();
-        for q in p["queues"].as_array().unwrap() {
-            assert!(q["running"] != true, "{what}: a queue runs: {p}");
+        for q in &p.queues {
+            assert!(q.running != Some(true), "{what}: a queue runs: {}", p.json());
         }
         let sw = &b.sw;
-        wait_for("port evil back to listening", || (sw.port("evil")["state"] == "listening").then_some(()));
+        wait_for("port evil back to listening", || (sw.port_info("evil").state == "listening").then_some(()));
         // Count connections, so a refused *second* connection cannot pass for a refused ring.
-        assert_eq!(b.sw.port("evil")["connects"], i as u64 + 1, "{what}");
+        assert_eq!(b.sw.port_info("evil").connects, i as u64 + 1, "{what}");
         b.check_forwarding(50);
     }
     b.assert_good_ports_clean();
@@ -351,12 +351,12 @@ fn reconnect_clears_error() {
     b.wait_queue_error("evil", GUEST_TX);
     drop(evil);
     let sw = &b.sw;
-    wait_for("port evil back to listening", || (sw.port("evil")["state"] == "listening").then_some(()));
+    wait_for("port evil back to listening", || (sw.port_info("evil").state == "listening").then_some(()));
 
     let mut vm = b.connect_evil();
-    let p = b.sw.port("evil");
-    for q in p["queues"].as_array().unwrap() {
-        assert!(q["error"].is_null() && q["running"] == true, "after reconnect: {p}");
+    let p = b.sw.port_info("evil");
+    for q in &p.queues {
+        assert!(q.error.is_none() && q.running == Some(true), "after reconnect: {}", p.json());
     }
     vm.post_rx_buffers(16, RX_BUF);
     b.evil_broadcasts(&mut vm); // also re-learns MAC_C on port evil
@@ -370,8 +370,8 @@ fn reconnect_clears_error() {
         vm.send(&from_vm);
         assert_eq!(recv_n(&mut b.good1, 1), vec![from_vm]);
     }
-    let p = b.sw.port("evil");
-    assert!(p["queues"].as_array().unwrap().iter().all(|q| q["error"].is_null()), "{p}");
+    let p = b.sw.port_info("evil");
+    assert!(p.queues.iter().all(|q| q.error.is_none()), "{}", p.json());
     b.check_forwarding(50);
     b.assert_alive();
 }
@@ -432,7 +432,7 @@ fn rx_call_eventfd_that_would_block() {
     // good1 broadcasts until evil's RX queue reports the error; each broadcast reaches good2.
     let err = wait_for("evil's RX queue to stop", || {
         b.good1_broadcasts();
-        queue(&b.sw.port("evil"), GUEST_RX)["error"].as_str().map(String::from)
+        queue_error(&b.sw.port_info("evil"), GUEST_RX)
     });
     assert!(err.contains("interrupts blocked"), "evil's RX queue: {err}");
     assert!(b.sw.log().contains("stuck in a guest's call eventfd write"), "no watchdog line in the log");
@@ -478,14 +478,14 @@ fn malformed_offload_headers_drop_only_their_frames() {
     let f = tcp_to_good1(3000);
     let len = f.len() as u16;
     // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
-    let cases: [([u16; 6], &str); 7] = [
-        ([1, 0, 0, 0, len - 10, 16], "offload_bad_csum"),
-        ([1, 1, 54, 0, 34, 16], "offload_gso_size_too_small"),
-        ([1, 1, 54, 1, 34, 16], "offload_gso_size_too_small"),
-        ([1, 1, len + 1, 1448, 34, 16], "offload_bad_headers"),
-        ([1, 3, 54, 1448, 34, 16], "offload_bad_gso_type"),
-        ([1, 4, 54, 1448, 34, 16], "offload_not_negotiated"),
-        ([1, 1, 54, 9000, 34, 16], "mtu_exceeded"),
+    let cases: [([u16; 6], DropReason); 7] = [
+        ([1, 0, 0, 0, len - 10, 16], DropReason::OffloadCsum),
+        ([1, 1, 54, 0, 34, 16], DropReason::OffloadGsoSize),
+        ([1, 1, 54, 1, 34, 16], DropReason::OffloadGsoSize),
+        ([1, 1, len + 1, 1448, 34, 16], DropReason::OffloadHeaders),
+        ([1, 3, 54, 1448, 34, 16], DropReason::OffloadGsoType),
+        ([1, 4, 54, 1448, 34, 16], DropReason::OffloadNotNegotiated),
+        ([1, 1, 54, 9000, 34, 16], DropReason::Mtu),
     ];
     let send = |evil: &mut Vm, h: [u16; 6]| {
         let mut hdr = [0u8; 12];
@@ -499,15 +499,19 @@ fn malformed_offload_headers_drop_only_their_frames() {
         tx_chain(evil, &[Desc { addr: GOOD_BUF, len: 12 + f.len() as u32, flags: 0, next: 0 }]);
     };
     for (h, reason) in cases {
-        let before = b.sw.port("evil")["drops"][reason].as_u64().unwrap();
+        let before = b.sw.counters("evil").drops.get(reason);
         send(&mut evil, h);
-        wait_for(&format!("a {reason} drop"), || {
-            (b.sw.port("evil")["drops"][reason].as_u64() > Some(before)).then_some(())
+        wait_for(&format!("a {} drop", drop_name(reason)), || {
+            (b.sw.counters("evil").drops.get(reason) > before).then_some(())
         });
         b.check_forwarding(20);
     }
-    let evil_port = b.sw.port("evil");
-    assert!(queue(&evil_port, GUEST_TX)["error"].is_null(), "a bad offload header stopped the queue: {evil_port}");
+    let evil_port = b.sw.port_info("evil");
+    assert!(
+        queue_error(&evil_port, GUEST_TX).is_none(),
+        "a bad offload header stopped the queue: {}",
+        evil_port.json()
+    );
     // A good TSO frame after all that: good1 (no offloads) gets it as three segments.
     send(&mut evil, [1, 1, 54, 1448, 34, 16]);
     let got = recv_n(&mut b.good1, 3);

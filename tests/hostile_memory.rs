@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::vms::*;
 use common::*;
 use frontend::*;
+use pvswitch::proto::{PortInfo, Request};
 
 // ---- guest memory whose file is shorter than the region ----
 //
@@ -24,7 +25,7 @@ fn memory_region_longer_than_its_file() {
     let mut b = Bench::start("h-mem-eof");
     let r = Vm::try_connect_with(&b.sw.sock("evil"), [RX_RING, TX_RING], 4 << 20);
     assert!(r.is_err(), "a memory table longer than its file was accepted");
-    let err = wait_for("evil's error", || b.sw.port("evil")["last_error"].as_str().map(String::from));
+    let err = wait_for("evil's error", || b.sw.port_info("evil").last_error);
     assert!(err.contains("needs 16777216 bytes of its file, which has 4194304"), "evil's error: {err}");
     b.assert_alive();
     b.check_forwarding(50);
@@ -42,8 +43,8 @@ fn memory_file_shrunk_after_setup() {
     evil.mem.set_file_len(4 << 20);
     tx_chain(&mut evil, &[Desc { addr: 8 << 20, len: 76, flags: 0, next: 0 }]);
     let err = wait_for("evil to be disconnected", || {
-        let p = b.sw.port("evil");
-        (p["state"] == "listening").then(|| p["last_error"].as_str().unwrap_or("").to_string())
+        let p = b.sw.port_info("evil");
+        (p.state == "listening").then(|| p.last_error.unwrap_or_default())
     });
     assert!(err.contains("guest memory fault"), "evil's error: {err}");
     b.assert_alive();
@@ -70,7 +71,7 @@ fn hugetlb_file_truncated(name: &str, page: u64) {
     evil.mem.set_file_len(0);
     let err = shrunk_under_traffic(&mut b, &format!("its {page}-byte-page memory file"), || {});
     assert!(err.contains("guest memory fault"), "evil's error: {err}");
-    assert!(b.sw.ctl("ports").is_array() || b.sw.ctl("ports").is_object(), "no answer to ports");
+    let _: Vec<PortInfo> = b.sw.ports(); // panics if there is no answer to ports
     b.assert_alive();
 }
 
@@ -88,8 +89,8 @@ fn shrunk_under_traffic(b: &mut Bench, what: &str, mut drain_evil: impl FnMut())
         let n = b.good2.recv().len();
         b.good2.post_rx_buffers(n as u16, RX_BUF);
         drain_evil();
-        let p = b.sw.port("evil");
-        (p["state"] == "listening").then(|| p["last_error"].as_str().unwrap_or("").to_string())
+        let p = b.sw.port_info("evil");
+        (p.state == "listening").then(|| p.last_error.unwrap_or_default())
     });
     b.assert_alive();
     // good2 takes the last of those broadcasts before the forwarding check.
@@ -115,7 +116,8 @@ fn dirty_log_file_truncated_under_traffic() {
     let features = pvsgen::frontend::FEATURES | pvsgen::frontend::LOG_ALL;
     let mut evil = Vm::connect_features(&b.sw.sock("evil"), Layout::TEST, features).expect("evil's setup");
     b.sw.wait_running("evil", 1);
-    assert_eq!(b.sw.port("evil")["migration"]["logging"], true, "{}", b.sw.port("evil"));
+    let evil_port = b.sw.port_info("evil");
+    assert!(evil_port.migration.logging, "{}", evil_port.json());
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
     evil.log.as_ref().expect("evil's log").file.set_len(0).unwrap();
@@ -233,11 +235,11 @@ fn memory_table_at_huge_file_offsets() {
                 after < before + (8 << 20),
                 "the table was accepted and pvswitchd's VmSize grew from {before} to {after} bytes"
             );
-            let p = b.sw.port("evil");
-            assert_eq!((p["memory_regions"].as_u64(), p["memory_bytes"].as_u64()), (Some(8), Some(8 * 4096)), "{p}");
+            let p = b.sw.port_info("evil");
+            assert_eq!((p.memory_regions, p.memory_bytes), (8, 8 * 4096), "{}", p.json());
         }
         Err(e) => {
-            let err = wait_for("evil's error", || b.sw.port("evil")["last_error"].as_str().map(String::from));
+            let err = wait_for("evil's error", || b.sw.port_info("evil").last_error);
             println!("the table was refused ({e}): {err}");
         }
     }
@@ -248,7 +250,7 @@ fn memory_table_at_huge_file_offsets() {
     let f = b.good1_broadcasts();
     assert_eq!(recv_n(&mut late, 1), vec![f], "the late VM did not get good1's broadcast");
     b.check_forwarding(100);
-    assert_eq!(b.sw.port("late")["memory_bytes"].as_u64(), Some(MEM_SIZE));
+    assert_eq!(b.sw.port_info("late").memory_bytes, MEM_SIZE);
     b.assert_alive();
 }
 
@@ -263,14 +265,14 @@ fn memory_tables_over_the_process_budget() {
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
     assert!(Vm::try_connect(&b.sw.sock("late"), [RX_RING, TX_RING]).is_err(), "a table past the budget mapped");
-    let err = wait_for("late's error", || b.sw.port("late")["last_error"].as_str().map(String::from));
+    let err = wait_for("late's error", || b.sw.port_info("late").last_error);
     assert!(
         err.contains("pvswitchd maps 48 MiB of guest memory already and allows at most 48 MiB in all (max_total_guest_memory_mib)"),
         "{err}"
     );
     b.check_forwarding(50);
     drop(evil);
-    wait_for("evil to be disconnected", || (b.sw.port("evil")["state"] == "listening").then_some(()));
+    wait_for("evil to be disconnected", || (b.sw.port_info("evil").state == "listening").then_some(()));
     let late = wait_for("the late VM to connect", || Vm::try_connect(&b.sw.sock("late"), [RX_RING, TX_RING]).ok());
     drop(late);
     b.check_forwarding(50);
@@ -289,19 +291,16 @@ fn memory_table_over_the_ports_limit() {
     // The last port's section is evil's.
     let text = Switch::config_text(&dir, &[1], &ports, "");
     let mut b = Bench::with_switch(Switch::start_config(dir, &(text.clone() + "max_guest_memory_mib = 8\n")));
-    let evil_port = b.sw.port("evil");
-    assert_eq!(
-        (evil_port["max_guest_memory_mib"].as_u64(), evil_port["max_memory_regions"].as_u64()),
-        (Some(8), Some(8))
-    );
-    assert_eq!(b.sw.port("good1")["memory_bytes"].as_u64(), Some(MEM_SIZE));
+    let evil_port = b.sw.port_info("evil");
+    assert_eq!((evil_port.max_guest_memory_mib, evil_port.max_memory_regions), (8, 8));
+    assert_eq!(b.sw.port_info("good1").memory_bytes, MEM_SIZE);
     assert!(Vm::try_connect(&b.sw.sock("evil"), [RX_RING, TX_RING]).is_err(), "a 16 MiB table was accepted");
-    let err = wait_for("evil's error", || b.sw.port("evil")["last_error"].as_str().map(String::from));
+    let err = wait_for("evil's error", || b.sw.port_info("evil").last_error);
     assert!(err.contains("memory table of 16 MiB: the port allows at most 8 MiB (max_guest_memory_mib)"), "{err}");
     b.assert_alive();
     b.check_forwarding(50);
     b.sw.write_config(&(text + "max_guest_memory_mib = 16\n"));
-    b.sw.ctl("reload");
+    b.sw.reload();
     let mut evil = b.connect_evil();
     evil.post_rx_buffers(8, RX_BUF);
     b.evil_broadcasts(&mut evil);
@@ -359,11 +358,11 @@ fn a_logging_receiver_whose_frames_never_fit_grows_nothing() {
             }
         }
         let asked = Instant::now();
-        assert!(b.sw.try_ctl("ports").is_ok());
+        assert!(b.sw.try_ask::<Vec<PortInfo>>(&Request::Ports).is_ok());
         slowest = slowest.max(asked.elapsed());
     }
     let grown = rss_kib(pid).saturating_sub(before);
-    let walked = b.sw.port("evil")["drops"]["rx_buffer_too_small"].as_u64().unwrap_or(0);
+    let walked = b.sw.counters("evil").drops.get(DropReason::RxBufferTooSmall);
     eprintln!(
         "{seq} frames to evil ({walked} dropped as too small), pvswitchd grew {grown} KiB, slowest ports {slowest:?}"
     );

@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use pvswitch::proto::MigrationInfo;
 use serde_json::{Value, json};
 
 /// A QMP connection to one QEMU.
@@ -159,14 +160,13 @@ impl Run {
     }
 
     /// Port `name`'s `migration` in `ports`.
-    fn migration(&self, name: &str) -> Value {
-        let ports = self.sw.ctl("ports");
-        ports.as_array().unwrap().iter().find(|p| p["name"] == name).expect("the port")["migration"].clone()
+    fn migration(&self, name: &str) -> MigrationInfo {
+        self.sw.ports().into_iter().find(|p| p.name == name).expect("the port").migration
     }
 
     /// RARPs pvswitchd sent from port `name`.
     fn announcements(&self, name: &str) -> u64 {
-        self.migration(name)["announcements"].as_u64().unwrap()
+        self.migration(name).announcements
     }
 }
 
@@ -287,7 +287,7 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
         let from = if port == "a" { "b" } else { "a" };
         let info = loop {
             let r = current.cmd("query-migrate", json!({}));
-            if r["status"] == "active" && run.migration(from)["logging"] == true {
+            if r["status"] == "active" && run.migration(from).logging {
                 logging_seen += 1;
             }
             match r["status"].as_str() {
@@ -311,8 +311,8 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
         current = next;
         // The guest's next frame (its ACKs, its announcement) moves its MAC to the new port.
         wait_for(&format!("{VM_MAC} learned on {port}"), || {
-            let fdb = run.sw.ctl("fdb");
-            fdb.as_array().unwrap().iter().any(|e| e["mac"] == VM_MAC && e["port"] == port).then_some(())
+            let fdb = run.sw.fdb();
+            fdb.iter().any(|e| e.mac == VM_MAC && e.port.as_deref() == Some(port)).then_some(())
         });
         if announce == Announce::Rarp {
             // QEMU asks for the RARP (five times, its announce rounds) once the guest runs on
@@ -382,7 +382,8 @@ fn migrate_under(name: &str, server: bool, announce: Announce, load: Load) {
     assert!(logs >= MOVES, "pvswitchd mapped {logs} dirty logs for {MOVES} moves:\n{}", run.sw.log());
     eprintln!("ports showed the source logging in {logging_seen} samples of its migration");
     assert!(logging_seen > 0, "`ports` never showed dirty logging on during {MOVES} migrations");
-    assert_eq!(run.migration("b")["logging"], false, "{}", run.migration("b"));
+    let b = run.migration("b");
+    assert!(!b.logging, "{}", b.json());
     let sent = run.announcements("a") + run.announcements("b");
     eprintln!("RARPs sent: {sent}");
     if announce == Announce::Guest {

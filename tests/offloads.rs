@@ -7,6 +7,7 @@
 use crate::common;
 
 use common::*;
+use pvswitch::proto::PortInfo;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -68,7 +69,7 @@ fn value(log: &str, tag: &str) -> Option<String> {
 
 /// Runs the two transfers; `b_opts` are virtio-net-pci properties for guest B. Returns
 /// `pvswitchctl ports` for vm1 and vm2 as they were with the guests still connected.
-fn transfer(name: &str, b_opts: &str) -> (serde_json::Value, serde_json::Value) {
+fn transfer(name: &str, b_opts: &str) -> (PortInfo, PortInfo) {
     let sw = Switch::start(name, &[1], &[PortSpec::server("vm1"), PortSpec::server("vm2")]);
     let root = env!("CARGO_MANIFEST_DIR");
     let (job_a, job_b) = (sw.dir.join("job-a.sh"), sw.dir.join("job-b.sh"));
@@ -109,14 +110,14 @@ fn transfer(name: &str, b_opts: &str) -> (serde_json::Value, serde_json::Value) 
     assert_eq!(ba.as_deref(), Some(sha.as_str()), "B -> A: SHA-256 differs\nA:\n{a}\nB:\n{b}");
     // Neither port dropped a frame as malformed or for its offload header.
     for p in ["vm1", "vm2"] {
-        let drops = &sw.port(p)["drops"];
-        for (k, v) in drops.as_object().unwrap() {
-            if k.starts_with("offload") || k == "malformed" {
-                assert_eq!(v, 0, "{p}: {k}\n{drops}");
+        let drops = sw.counters(p).drops;
+        for ((k, _), v) in pvswitch::datapath::counters::DROP_REASONS.iter().zip(drops.0) {
+            if k.starts_with("offload") || *k == "malformed" {
+                assert_eq!(v, 0, "{p}: {k}\n{}", drops.json());
             }
         }
     }
-    let ports = (sw.port("vm1"), sw.port("vm2"));
+    let ports = (sw.port_info("vm1"), sw.port_info("vm2"));
     drop(vms);
     ports
 }
@@ -126,11 +127,12 @@ fn two_guests_with_offloads_exchange_16_mib_each_way_intact() {
     let Some(_g) = run_alone(QEMU) else { return };
     let (a, b) = transfer("offload-on", "");
     for port in [&a, &b] {
-        let takes = port["offloads"]["guest_takes"].to_string();
-        assert!(takes.contains("tso4") && takes.contains("csum"), "{port}");
+        // (As the JSON list's text: null if the port shows no offloads.)
+        let takes = port.offloads.as_ref().map(|o| o.guest_takes.json().to_string()).unwrap_or_default();
+        assert!(takes.contains("tso4") && takes.contains("csum"), "{}", port.json());
         // TSO frames went through, whole: nothing segmented in software.
-        assert!(port["rx_gso"].as_u64().unwrap() > 0, "the guest sent no TSO frame: {port}");
-        assert_eq!(port["sw_segmented"], 0, "{port}");
+        assert!(port.counters.rx_gso > 0, "the guest sent no TSO frame: {}", port.json());
+        assert_eq!(port.counters.sw_segmented, 0, "{}", port.json());
     }
 }
 
@@ -139,10 +141,16 @@ fn a_guest_without_receive_offloads_gets_segmented_checksummed_frames_intact() {
     let Some(_g) = run_alone(QEMU) else { return };
     let off = "guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off";
     let (a, b) = transfer("offload-b-off", off);
-    assert!(a["rx_gso"].as_u64().unwrap() > 0, "A sent no TSO frame: {a}");
-    let takes = b["offloads"]["guest_takes"].as_array().unwrap().len();
-    assert_eq!(takes, 0, "vm2 negotiated receive offloads: {b}");
+    assert!(a.counters.rx_gso > 0, "A sent no TSO frame: {}", a.json());
+    let takes = b.offloads.as_ref().unwrap_or_else(|| panic!("no offloads: {}", b.json())).guest_takes.len();
+    assert_eq!(takes, 0, "vm2 negotiated receive offloads: {}", b.json());
     // Every TSO frame A sent went to B, which takes none: each was segmented once. (A floor
     // on the count would depend on how the guest's stack sized its frames.)
-    assert_eq!(b["sw_segmented"], a["rx_gso"], "the switch did not segment each of A's TSO frames for vm2:\n{a}\n{b}");
+    assert_eq!(
+        b.counters.sw_segmented,
+        a.counters.rx_gso,
+        "the switch did not segment each of A's TSO frames for vm2:\n{}\n{}",
+        a.json(),
+        b.json()
+    );
 }

@@ -9,7 +9,7 @@ use common::*;
 /// Waits until `port`'s received-frame counter grows past `from`; returns the new value.
 fn grows(sw: &Switch, port: &str, from: u64) -> u64 {
     wait_for(&format!("port {port} to forward (rx_packets past {from})"), || {
-        let n = sw.counter(port, "rx_packets");
+        let n = sw.counters(port).rx_packets;
         (n > from).then_some(n)
     })
 }
@@ -42,11 +42,11 @@ fn vms_reconnect_while_others_keep_forwarding() {
         sw.wait_running("s1", 1);
         sw.wait_running("s2", 1);
         vm.cmd("start tx_first");
-        let before = sw.counter("s1", "rx_packets");
+        let before = sw.counters("s1").rx_packets;
         grows(&sw, "s1", before);
-        grows(&sw, "s2", sw.counter("s2", "rx_packets"));
+        grows(&sw, "s2", sw.counters("s2").rx_packets);
         vm.quit();
-        wait_for("s1 to be listening again", || (sw.port("s1")["state"] == "listening").then_some(()));
+        wait_for("s1 to be listening again", || (sw.port_info("s1").state == "listening").then_some(()));
         seen = grows(&sw, "steady1", seen);
 
         // Client mode: the VMM owns the sockets; pvswitchd connects with backoff.
@@ -54,21 +54,21 @@ fn vms_reconnect_while_others_keep_forwarding() {
         sw.wait_running("c1", 1);
         sw.wait_running("c2", 1);
         vm.cmd("start tx_first");
-        grows(&sw, "c1", sw.counter("c1", "rx_packets"));
-        grows(&sw, "c2", sw.counter("c2", "rx_packets"));
+        grows(&sw, "c1", sw.counters("c1").rx_packets);
+        grows(&sw, "c2", sw.counters("c2").rx_packets);
         vm.quit();
-        wait_for("c1 to be reconnecting", || (sw.port("c1")["state"] == "connecting").then_some(()));
+        wait_for("c1 to be reconnecting", || (sw.port_info("c1").state == "connecting").then_some(()));
         seen = grows(&sw, "steady1", seen);
     }
-    let p = sw.port("c1");
-    assert!(p["connects"].as_u64().unwrap() >= 3, "{p}");
-    let p = sw.port("s1");
-    assert!(p["connects"].as_u64().unwrap() >= 3, "{p}");
+    let p = sw.port_info("c1");
+    assert!(p.connects >= 3, "{}", p.json());
+    let p = sw.port_info("s1");
+    assert!(p.connects >= 3, "{}", p.json());
     // The steady pair never lost a frame to the churn around it.
-    let st = sw.port("steady1");
-    for (k, v) in st["drops"].as_object().unwrap() {
-        if k != "rx_ring_full" {
-            assert_eq!(v.as_u64(), Some(0), "steady1 drop {k}: {st}");
+    let st = sw.port_info("steady1");
+    for ((k, _), v) in pvswitch::datapath::counters::DROP_REASONS.iter().zip(st.counters.drops.0) {
+        if *k != "rx_ring_full" {
+            assert_eq!(v, 0, "steady1 drop {k}: {}", st.json());
         }
     }
     steady.quit();
@@ -115,12 +115,13 @@ fn a_thousand_reconnects_server_mode() {
             .unwrap_or_else(|e| panic!("cycle {i}: setup: {e}\n{}", sw.log()));
         cycle(&mut vm, &mut p, i);
     }
-    assert_eq!(sw.port("vm")["connects"], 1000);
-    assert!(sw.port("vm")["drops"].as_object().unwrap().values().all(|v| v == 0), "{}", sw.port("vm"));
+    assert_eq!(sw.port_info("vm").connects, 1000);
+    let vm = sw.port_info("vm");
+    assert!(vm.counters.drops.0.iter().all(|v| *v == 0), "{}", vm.json());
     // What a frontend makes the log say is within its port's budget (20 lines, then one a
     // second), the rest counted: 1000 reconnects of about five lines each would be 5000.
     let lines = sw.log().lines().filter(|l| l.contains("port vm:") || l.contains(" vm: ")).count();
-    let suppressed = sw.port("vm")["log_lines_suppressed"].as_u64().unwrap();
+    let suppressed = sw.port_info("vm").log_lines_suppressed;
     eprintln!("{lines} log lines about vm, {suppressed} suppressed");
     assert!(lines < 200 && suppressed > 3000, "{lines} lines, {suppressed} suppressed");
 }
@@ -143,5 +144,6 @@ fn a_thousand_reconnects_client_mode() {
         cycle(&mut vm, &mut p, i);
     }
     // pvswitchd is connected again already (or about to be): at least one per cycle.
-    assert!(sw.port("vm")["connects"].as_u64() >= Some(1000), "{}", sw.port("vm"));
+    let vm = sw.port_info("vm");
+    assert!(vm.connects >= 1000, "{}", vm.json());
 }

@@ -24,19 +24,20 @@ fn vm_pair(name: &str, specs: &[PortSpec], extra: &[&str]) {
     assert!(out.status.success(), "vm-pair failed:\n{text}\npvswitchd log:\n{}", sw.log());
     let log = sw.log();
     for s in specs {
-        let p = sw.port(&s.name);
+        let p = sw.port_info(&s.name);
+        let c = &p.counters;
         // The guests are gone now; what they negotiated is in the log.
         let feats = log.lines().find(|l| l.contains(&format!("{}: features", s.name))).unwrap_or("");
         assert!(feats.contains("EVENT_IDX") && feats.contains("MRG_RXBUF"), "{feats}\n{log}");
-        assert!(p["rx_packets"].as_u64().unwrap() > 1000 && p["tx_packets"].as_u64().unwrap() > 1000, "{p}");
+        assert!(c.rx_packets > 1000 && c.tx_packets > 1000, "{}", p.json());
         // Notifications honour the guest's EVENT_IDX and come at most once per used-ring
         // publish (a batch delivered, a burst of sent frames completed). (With offloads the
         // guests exchange few large frames, so "fewer interrupts than frames" no longer holds.)
-        let publishes = p["tx_batches"].as_u64().unwrap() + p["rx_bursts"].as_u64().unwrap();
-        assert!(p["interrupts"].as_u64().unwrap() <= publishes, "{p}");
+        let publishes = c.tx_batches + c.rx_bursts;
+        assert!(c.interrupts <= publishes, "{}", p.json());
         // Linux hands the switch TSO frames (offloads are on by default).
-        assert!(p["rx_gso"].as_u64().unwrap() > 0, "no TSO frame from the guest: {p}");
-        assert_eq!(p["drops"]["malformed"], 0, "{p}");
+        assert!(c.rx_gso > 0, "no TSO frame from the guest: {}", p.json());
+        assert_eq!(c.drops.get(DropReason::Malformed), 0, "{}", p.json());
     }
 }
 
@@ -121,9 +122,9 @@ fn a_linux_guest_rebooting_keeps_working() {
         }
     };
     boots(BOOTS);
-    let p = sw.port("vm1");
-    assert_eq!(p["connects"], 1, "the guest's reboots must reuse its connection: {p}");
-    assert_eq!(p["drops"]["malformed"], 0, "{p}");
+    let p = sw.port_info("vm1");
+    assert_eq!(p.connects, 1, "the guest's reboots must reuse its connection: {}", p.json());
+    assert_eq!(p.counters.drops.get(DropReason::Malformed), 0, "{}", p.json());
     let setups = sw.log().matches("vm1: features").count();
     assert!(setups >= BOOTS, "the driver set the device up {setups} times in {BOOTS} boots");
     drop(vms);

@@ -342,6 +342,11 @@ pub trait ShowJson: serde::Serialize {
 
 impl<T: serde::Serialize + ?Sized> ShowJson for T {}
 
+/// A drop reason's name on the wire (`rx_ring_full`).
+pub fn drop_name(why: DropReason) -> &'static str {
+    pvswitch::datapath::counters::DROP_REASONS[why as usize].0
+}
+
 /// The drop reasons that counted something, by their names on the wire, in `DropReason` order.
 pub fn nonzero_drops(d: &Drops) -> Vec<(&'static str, u64)> {
     pvswitch::datapath::counters::DROP_REASONS

@@ -245,15 +245,15 @@ pub fn pcap_vms_opts(dir: &Path, sw: &Switch, queues: u16, jumbo: bool, learn: b
     sw.wait_running("b", q as usize);
     b.cmd("start");
     if learn {
-        let learned = try_wait_for(|| sw.ctl("fdb").as_array().unwrap().iter().any(|e| e["port"] == "b").then_some(()));
+        let learned = try_wait_for(|| sw.fdb().iter().any(|e| e.port.as_deref() == Some("b")).then_some(()));
         assert!(
             learned.is_some(),
             "the switch never learned VM B's MAC; VM B:\n{}\nswitch: {}",
             b.output(),
-            sw.port("b")
+            sw.port_info("b").json()
         );
     } else {
-        wait_for("VM B's hello", || (sw.counter("b", "rx_packets") >= queues as u64).then_some(()));
+        wait_for("VM B's hello", || (sw.counters("b").rx_packets >= queues as u64).then_some(()));
     }
     let a = Testpmd::spawn(
         &format!("pvsa{pid}"),

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
 use pvsgen::frontend::Vm;
-use serde_json::Value;
+use pvswitch::proto::{PortInfo, QueueInfo};
 
 use super::*;
 
@@ -39,8 +39,14 @@ pub fn recv_n(vm: &mut Vm, n: usize) -> Vec<Vec<u8>> {
     got
 }
 
-pub fn queue(port: &Value, q: usize) -> &Value {
-    &port["queues"][q]
+/// Queue `q` of a port (None: the port shows no such queue).
+pub fn queue(port: &PortInfo, q: usize) -> Option<&QueueInfo> {
+    port.queues.get(q)
+}
+
+/// The error queue `q` of a port reports (None: none, or no such queue).
+pub fn queue_error(port: &PortInfo, q: usize) -> Option<String> {
+    queue(port, q).and_then(|q| q.error.clone())
 }
 
 pub struct Bench {
@@ -124,9 +130,13 @@ impl Bench {
 
     /// Waits until queue `q` of port `port` reports an error, and returns it.
     pub fn wait_queue_error(&self, port: &str, q: usize) -> String {
-        let err = try_wait_for(|| queue(&self.sw.port(port), q)["error"].as_str().map(String::from));
+        let err = try_wait_for(|| queue_error(&self.sw.port_info(port), q));
         err.unwrap_or_else(|| {
-            panic!("port {port} queue {q} reports no error: {}\nlog:\n{}", self.sw.port(port), self.sw.log())
+            panic!(
+                "port {port} queue {q} reports no error: {}\nlog:\n{}",
+                self.sw.port_info(port).json(),
+                self.sw.log()
+            )
         })
     }
 
@@ -139,11 +149,11 @@ impl Bench {
     /// No queue of the good ports reports an error.
     pub fn assert_good_ports_clean(&self) {
         for p in ["good1", "good2"] {
-            let port = self.sw.port(p);
-            for q in port["queues"].as_array().unwrap() {
-                assert!(q["error"].is_null() && q["running"] == true, "port {p}: {q}");
+            let port = self.sw.port_info(p);
+            for q in &port.queues {
+                assert!(q.error.is_none() && q.running == Some(true), "port {p}: {}", q.json());
             }
-            assert_eq!(port["drops"]["malformed"], 0, "port {p}: {port}");
+            assert_eq!(port.counters.drops.get(DropReason::Malformed), 0, "port {p}: {}", port.json());
         }
     }
 }
@@ -174,10 +184,10 @@ pub fn socket_attack(name: &str, what: &str, bytes: &[u8]) {
     assert_closed_by_peer(&mut s, what);
     b.assert_alive();
     let sw = &b.sw;
-    wait_for("port evil back to listening", || (sw.port("evil")["state"] == "listening").then_some(()));
-    let p = b.sw.port("evil");
-    assert_eq!(p["connects"], 1, "the connection was never accepted: {p}");
-    assert!(p["last_error"].is_string(), "{p}");
+    wait_for("port evil back to listening", || (sw.port_info("evil").state == "listening").then_some(()));
+    let p = b.sw.port_info("evil");
+    assert_eq!(p.connects, 1, "the connection was never accepted: {}", p.json());
+    assert!(p.last_error.is_some(), "{}", p.json());
     b.check_forwarding(100);
     b.assert_good_ports_clean();
     let mut evil = b.connect_evil();

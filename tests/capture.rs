@@ -1,15 +1,12 @@
 //! `pvswitchctl capture`, as an operator runs it: pcapng that tcpdump and tshark read, what a
 //! port sent and what it was given compared byte for byte with what the VMs sent and received,
 //! a drop with its reason, a filter, a reader that stops (the switch does not), ten captures at
-//! once, a port deleted under a capture, a VLAN tag pushed for the port it goes to, and the
-//! command's bad input.
+//! once, a port deleted under a capture, a VLAN tag pushed for the port it goes to, the
+//! command's bad input, and two QEMU guests' pings and iperf3 picked out by filters.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
-use pcap_file::pcapng::{Block, PcapNgReader};
 use pvsgen::frontend::Vm;
 
 use crate::common;
@@ -17,88 +14,6 @@ use common::vms::*;
 use common::*;
 
 const NEEDS: &[Need] = &[Need::Root, Need::Hugepages(64)];
-
-/// A record read back: its interface, way (1 in, 2 out), bytes and comment.
-#[derive(Debug, Clone)]
-struct Rec {
-    iface: u32,
-    way: u32,
-    data: Vec<u8>,
-    comment: Option<String>,
-}
-
-/// The records of a pcapng file, and its interfaces' names.
-fn read_pcapng(path: &Path) -> (Vec<String>, Vec<Rec>) {
-    let bytes = std::fs::read(path).unwrap();
-    let mut rd = PcapNgReader::new(&bytes[..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let (mut names, mut recs) = (Vec::new(), Vec::new());
-    while let Some(b) = rd.next_block() {
-        match b.unwrap() {
-            Block::InterfaceDescription(i) => names.push(
-                i.options
-                    .iter()
-                    .find_map(|o| match o {
-                        pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption::IfName(n) => {
-                            Some(n.to_string())
-                        }
-                        _ => None,
-                    })
-                    .unwrap_or_default(),
-            ),
-            Block::EnhancedPacket(e) => recs.push(Rec {
-                iface: e.interface_id,
-                way: e
-                    .options
-                    .iter()
-                    .find_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f & 3) } else { None })
-                    .unwrap_or(0),
-                data: e.data.to_vec(),
-                comment: e
-                    .options
-                    .iter()
-                    .find_map(|o| if let EnhancedPacketOption::Comment(c) = o { Some(c.to_string()) } else { None }),
-            }),
-            _ => {}
-        }
-    }
-    (names, recs)
-}
-
-/// `pvswitchctl capture ARGS -w FILE`, started; returns once pvswitchd has hooked it (its
-/// first line, on standard error).
-fn start_capture(sw: &Switch, file: &Path, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
-        .arg("--control")
-        .arg(&sw.ctl)
-        .arg("capture")
-        .args(args)
-        .arg("-w")
-        .arg(file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.starts_with("capturing on "), "capture {args:?}: {first}\n{}", sw.log());
-    (child, err)
-}
-
-/// Waits for a capture's command to end (it is killed, and the test fails, if it has not
-/// after `DEADLINE`); returns its standard error after the first line.
-fn end_of(mut child: Child, mut err: BufReader<std::process::ChildStderr>) -> String {
-    let status = try_wait_for(|| child.try_wait().unwrap());
-    let mut rest = String::new();
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        err.read_to_string(&mut rest).unwrap();
-        panic!("the capture did not end within {DEADLINE:?}: {rest}");
-    };
-    err.read_to_string(&mut rest).unwrap();
-    assert!(status.success(), "capture failed: {rest}");
-    rest
-}
 
 /// `a` and `b` are the same frames, or the first difference is shown.
 fn same(a: &[Vec<u8>], b: &[Vec<u8>], what: &str) {
@@ -112,18 +27,6 @@ fn same(a: &[Vec<u8>], b: &[Vec<u8>], what: &str) {
             &b[i][..b[i].len().min(32)]
         );
     }
-}
-
-/// What tcpdump prints of a capture file (one line a frame), failing if it cannot read it.
-fn tcpdump(file: &Path, filter: &[&str]) -> Vec<String> {
-    let o = Command::new("tcpdump").arg("-nn").arg("-r").arg(file).args(filter).output().expect("tcpdump");
-    assert!(o.status.success(), "tcpdump -r {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
-    // One line a frame; an unknown ethertype's hex dump follows it, indented.
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter(|l| !l.starts_with(char::is_whitespace))
-        .map(String::from)
-        .collect()
 }
 
 #[test]
@@ -329,4 +232,82 @@ fn out_is_what_the_port_was_given_its_vlan_tag_pushed() {
     assert_eq!(find(0, 1), Some(f), "acc's frame as it sent it (untagged)");
     assert_eq!(find(1, 2), Some(got[0].clone()), "trk's frame as it was given it (tagged)");
     assert_eq!(tcpdump(&file, &["vlan", "10"]).len(), 1, "tcpdump's own filter sees the tag");
+}
+
+/// Real guests, as an operator watches them: while two QEMU Linux guests ping and run iperf3
+/// (scripts/vm-pair.sh), a capture on vm1 with `icmp` gets ICMP only, one with
+/// `tcp port 5201` gets iperf3's TCP only (TSO frames whole, as the guest handed them to the
+/// switch), and `trace --live` says where vm1's pings went: to vm2, learned.
+#[test]
+fn real_guests_traffic_is_captured_by_filter_and_traced() {
+    let Some(_g) = run_alone(&[QEMU, &[Need::Cmd("tcpdump")]].concat()) else { return };
+    let sw = Switch::start("capture-qemu", &[1], &[PortSpec::server("vm1"), PortSpec::server("vm2")]);
+    let (icmp, tcp) = (sw.dir.join("icmp.pcapng"), sw.dir.join("tcp.pcapng"));
+    // vm-pair pings 5 times each way (and retries one ping until the peer answers): 20
+    // ICMP frames at vm1, requests in and replies out, or the other way round.
+    let pings = start_capture(&sw, &icmp, &["vm1", "-c", "20", "icmp"]);
+    let iperf = start_capture(&sw, &tcp, &["vm1", "-c", "300", "tcp", "port", "5201"]);
+    let mut trace = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .arg("--control")
+        .arg(&sw.ctl)
+        .args(["--json", "trace", "--live", "-c", "2", "vm1", "icmp[icmptype]", "=", "icmp-echo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut trace_err = BufReader::new(trace.stderr.take().unwrap());
+    let mut first = String::new();
+    trace_err.read_line(&mut first).unwrap();
+    assert!(first.starts_with("tracing the frames "), "trace --live: {first}\n{}", sw.log());
+    let logdir = sw.dir.join("vm-pair");
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/vm-pair.sh"))
+        .arg(sw.sock("vm1"))
+        .arg(sw.sock("vm2"))
+        .args(["--logdir", logdir.to_str().unwrap(), "--pings", "5", "--iperf-time", "2"])
+        .output()
+        .expect("run scripts/vm-pair.sh");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "vm-pair failed:\n{text}\npvswitchd log:\n{}", sw.log());
+    let end = end_of(pings.0, pings.1);
+    assert!(end.contains("20 packets captured") && end.contains("count reached"), "{end}");
+    let end = end_of(iperf.0, iperf.1);
+    assert!(end.contains("300 packets captured") && end.contains("count reached"), "{end}");
+
+    let lines = tcpdump(&icmp, &[]);
+    assert_eq!(lines.len(), 20, "{lines:#?}");
+    for l in &lines {
+        assert!(
+            l.contains("10.10.0.1 > 10.10.0.2: ICMP echo") || l.contains("10.10.0.2 > 10.10.0.1: ICMP echo"),
+            "{l}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.contains("echo request")) && lines.iter().any(|l| l.contains("echo reply")));
+    let lines = tcpdump(&tcp, &[]);
+    assert_eq!(lines.len(), 300, "{lines:#?}");
+    assert!(lines.iter().all(|l| l.contains(".5201") && l.contains("Flags")), "{lines:#?}");
+    // The guests hand the switch TSO frames (offloads on by default): recorded whole.
+    let (_, recs) = read_pcapng(&tcp);
+    let longest = recs.iter().map(|r| r.data.len()).max().unwrap();
+    assert!(longest > 1514, "no frame longer than the MTU among {} (longest {longest})", recs.len());
+
+    // Long done (the guests pinged 10 times): a trace still waiting is a failure.
+    let (mut err, mut stdout) = (String::new(), String::new());
+    let status = try_wait_for(|| trace.try_wait().unwrap());
+    if status.is_none() {
+        let _ = trace.kill();
+    }
+    trace_err.read_to_string(&mut err).unwrap();
+    trace.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert!(status.is_some_and(|s| s.success()) && err.contains("2 frames traced"), "{err}");
+    let traced: Vec<pvswitch::proto::LiveTrace> =
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(traced.len(), 2, "{traced:#?}");
+    for t in &traced {
+        let words = pvswitch::ctl::human::live_trace(t);
+        eprint!("{words}");
+        assert_eq!((t.port.as_str(), &t.outputs[..], t.dropped.as_deref()), ("vm1", &["vm2".to_string()][..], None));
+        let said = |what: &str| t.steps.iter().any(|s| s.contains(what));
+        assert!(said("icmp") && said("nw_src=10.10.0.1") && said("nw_dst=10.10.0.2"), "{words}");
+        assert!(said("learned on vm2"), "{words}");
+    }
 }

@@ -3,7 +3,9 @@
 //! VLANs of pvswitchd through its VTEP on a veth underlay (net_af_packet). Pings cross in
 //! both directions per VNI, a VNI never leaks into the other VLAN (broadcasts included), and
 //! hostile underlay input (an unknown VNI, short or bad VXLAN headers, garbage UDP) is dropped
-//! and counted on the underlay while the tenants keep working.
+//! and counted on the underlay while the tenants keep working. Capture sees both sides: the
+//! underlay's frames with their outer headers, the tunnel's inner ones, a guest's TSO frames
+//! segmented for the wire.
 //! Needs root, hugepages, dpdk-testpmd, ip and ping.
 #![cfg(feature = "dpdk")]
 
@@ -261,6 +263,88 @@ fn linux_vxlan_reaches_vms_per_vni_and_bad_underlay_input_is_counted() {
     vms.quit();
 }
 
+/// Capture on both sides of a tunnel: the underlay's capture is the wire (VXLAN, outer
+/// headers and all, both ways, a filter on outer and inner fields; with `--drops`, a bad
+/// datagram with its reason), the tunnel port's is the tenant's frames as it sent and was
+/// given them (untagged), byte for byte the inner frames of the underlay's.
+#[test]
+fn the_underlay_is_captured_outer_and_the_tunnel_inner() {
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS, &[Need::Cmd("tcpdump")]].concat()) else { return };
+    let peer = Peer::new("c");
+    peer.vni(100, "192.168.100.1/24");
+    let dir = test_dir("vxlancap");
+    let sw = Switch::start_config(dir.clone(), &config(&dir, &peer.host_if));
+    let tunnel = "vt-10.77.0.1";
+    let mut vms = Testpmd::spawn(
+        &format!("pvsvc{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:0a:02", sw.sock("vm10"))],
+        &["--forward-mode=icmpecho"],
+    );
+    sw.wait_running("vm10", 1);
+    vms.cmd("start");
+    resolved(&sw, tunnel);
+    // Both ends have their ARP answered before the captures start: what follows is ICMP.
+    assert_eq!(peer.ping("192.168.100.2", 1), 1);
+    let (outer, inner) = (dir.join("outer.pcapng"), dir.join("inner.pcapng"));
+    // VXLAN (to port 4789, both ways) whose inner frame is IPv4 ICMP: byte 39 of the UDP
+    // datagram is the inner IPv4 protocol (8 UDP, 8 VXLAN, 14 Ethernet, 9).
+    let wire =
+        start_capture(&sw, &outer, &["uplink", "-c", "10", "udp", "dst", "port", "4789", "and", "udp[39]", "=", "1"]);
+    let tenant = start_capture(&sw, &inner, &[tunnel, "-c", "10", "icmp"]);
+    assert_eq!(peer.ping("192.168.100.2", 5), 5);
+    for (child, err) in [wire, tenant] {
+        let end = end_of(child, err);
+        assert!(end.contains("10 packets captured") && end.contains("count reached"), "{end}");
+    }
+    let (_, outer_recs) = read_pcapng(&outer);
+    let (_, inner_recs) = read_pcapng(&inner);
+    let way =
+        |recs: &[Rec], w: u32| -> Vec<Vec<u8>> { recs.iter().filter(|r| r.way == w).map(|r| r.data.clone()).collect() };
+    let (wire_in, wire_out) = (way(&outer_recs, 1), way(&outer_recs, 2));
+    let (tenant_in, tenant_out) = (way(&inner_recs, 1), way(&inner_recs, 2));
+    assert_eq!([wire_in.len(), wire_out.len(), tenant_in.len(), tenant_out.len()], [5, 5, 5, 5]);
+    for (w, from, to) in [(&wire_in, [10, 77, 0, 1], [10, 77, 0, 2]), (&wire_out, [10, 77, 0, 2], [10, 77, 0, 1])] {
+        for f in w.iter() {
+            // Outer IPv4 from -> to, UDP to 4789, VXLAN with the I flag and VNI 100.
+            assert_eq!(
+                (&f[12..14], f[23], &f[26..30], &f[30..34]),
+                (&[8u8, 0][..], 17, &from[..], &to[..]),
+                "{f:02x?}"
+            );
+            assert_eq!(
+                (&f[36..38], &f[42..46], &f[46..50]),
+                (&[0x12u8, 0xb5][..], &[8u8, 0, 0, 0][..], &[0u8, 0, 100, 0][..])
+            );
+        }
+    }
+    // The tunnel's frames are the wire's inner frames, as they were (untagged).
+    let inners = |w: &[Vec<u8>]| -> Vec<Vec<u8>> { w.iter().map(|f| f[50..].to_vec()).collect() };
+    assert_eq!(tenant_in, inners(&wire_in), "what the tunnel sent is what the wire carried in");
+    assert_eq!(tenant_out, inners(&wire_out), "what the tunnel was given is what the wire carried out");
+    assert!(tenant_in.iter().all(|f| f[34] == 8) && tenant_out.iter().all(|f| f[34] == 0), "requests in, replies out");
+    // tcpdump reads both: VXLAN on the wire, and ICMP inside.
+    let lines = tcpdump(&outer, &[]).join("\n");
+    assert_eq!(lines.matches("VXLAN, flags [I] (0x08), vni 100").count(), 10, "{lines}");
+    assert_eq!(lines.matches("ICMP echo").count(), 10, "{lines}");
+    assert_eq!(tcpdump(&inner, &["icmp"]).len(), 10);
+
+    // A datagram to the VTEP too short for VXLAN: dropped on the underlay, and captured with
+    // its reason.
+    let drops = dir.join("drops.pcapng");
+    let bad = start_capture(
+        &sw,
+        &drops,
+        &["uplink", "--drops", "-c", "1", "udp", "dst", "port", "4789", "and", "less", "60"],
+    );
+    peer.udp_to_vtep("10.77.0.1", &["08000000"]);
+    let end = end_of(bad.0, bad.1);
+    assert!(end.contains("1 packets captured"), "{end}");
+    let (_, recs) = read_pcapng(&drops);
+    assert_eq!(recs[0].comment.as_deref(), Some("dropped: vxlan_bad_outer"), "{recs:?}");
+    assert_eq!(peer.ping("192.168.100.2", 2), 2, "the tenant after the captures");
+    vms.quit();
+}
+
 /// A remote VTEP outside the underlay's subnet is reached through the `gateway`: its tunnel's
 /// next hop is the gateway's address, resolved by ARP, and the outer headers still go to the
 /// remote's address. The namespace plays both gateway (10.77.0.1) and remote VTEP (10.78.0.1,
@@ -385,7 +469,21 @@ fn qemu_guest_tcp_through_the_tunnel() {
             .spawn()
             .expect("iperf3 server"),
     );
+    // The underlay's capture: what left on the wire of the guest's TSO frames, segmented for
+    // the tunnel (which takes no offload) then encapsulated, each within the underlay's MTU.
+    let segments = dir.join("segments.pcapng");
+    let wire =
+        start_capture(&sw, &segments, &["uplink", "--direction", "out", "-c", "20", "udp", "and", "greater", "1400"]);
     let (vm, out) = guest_ping_iperf(&dir, &sw.sock("vm10"), "192.168.100.2/24", "192.168.100.1", "pvsvx", None, 240);
+    let end = end_of(wire.0, wire.1);
+    assert!(end.contains("20 packets captured"), "{end}");
+    let (_, recs) = read_pcapng(&segments);
+    // 1500 bytes of IPv4 in a 14-byte Ethernet header, behind 50 of VXLAN's.
+    assert!(
+        recs.iter().all(|r| r.data.len() <= 1564 && r.data[50 + 23] == 6),
+        "{:?}",
+        recs.iter().map(|r| r.data.len()).collect::<Vec<_>>()
+    );
     assert!(out.contains(" 0% packet loss"), "guest -> namespace ping:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     assert_eq!(peer.ping("192.168.100.2", 5), 5, "namespace -> guest ping");

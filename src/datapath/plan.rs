@@ -342,9 +342,25 @@ impl PortTable {
         }
         for (pol, t) in self.policy.iter_mut().zip(by_port) {
             pol.taps = Taps(t.into_boxed_slice());
+        }
+        self.rewatch();
+        self
+    }
+
+    /// Sets each port's `watched_src` and `watched_dst` from its captures and mirrors; a
+    /// tunnel's writes are watched too while its underlay is captured (`tx::vxlan::encap`
+    /// offers them to the underlay's captures, outer headers and all).
+    fn rewatch(&mut self) {
+        for pol in &mut self.policy {
             pol.watch();
         }
-        self
+        for id in 0..self.policy.len() {
+            if let Some(u) = self.underlay_of(id as u16)
+                && self.policy[u as usize].taps.0.iter().any(|t| t.capture.looks_out())
+            {
+                self.policy[id].watched_dst = true;
+            }
+        }
     }
 
     /// The table with `mirrors` (the configuration's, in order), each port's part in them
@@ -395,8 +411,8 @@ impl PortTable {
                 src_of,
                 output: outputs.contains(&(id as u16)),
             };
-            pol.watch();
         }
+        self.rewatch();
         if !outputs.is_empty() {
             // An output is no member of any flood.
             self.live.retain(|id| !outputs.contains(id));

@@ -1,9 +1,12 @@
-//! Capture's two hooks in the data path (`capture`), and flow export's (`exported`): a burst's consumed frames offered to the
-//! captures of the port that sent them (`received`: each frame as it came; with `--drops`, the
-//! dropped ones too, with their reason; a live trace's with the data path's verdict on it), and a frame as it was written to a port offered to
-//! that port's captures (`sent`: its shape's bytes, what the port was given). Both are reached
-//! only through a port's non-empty `PortTable::taps`: a port nobody captures costs the test of
-//! an empty slice.
+//! Capture's hooks in the data path (`capture`), and flow export's (`exported`). A burst's
+//! consumed frames are offered to the captures of the port that sent them (`received`: each
+//! frame as it came; with `--drops`, the dropped ones too, with their reason; a live trace's
+//! with the data path's verdict on it), and a frame as it was written to a port to that port's
+//! captures (`sent`: its shape's bytes, what the port was given). A VTEP's underlay is
+//! captured on the wire's side: what it received before decapsulation (`underlay_received`),
+//! what it sent with the outer headers encapsulation put in front (`underlay_sent`). All are
+//! reached only through a port's non-empty `PortTable::taps`: a port nobody captures costs the
+//! test of an empty slice.
 
 use crate::capture::{self, Tap, Verdict, Way};
 use crate::datapath::frame::{FRONT_MAX, FlowState, Frame, NO_VLAN, Out, Shape};
@@ -13,7 +16,9 @@ use crate::export::{FlowExport, Observed};
 /// capture's slot locked once for the burst.
 #[cold]
 #[inline(never)]
-pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame]) {
+pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame], untag: bool) {
+    // `untag`: a tunnel's, whose outer tag (its VNI's VLAN) decapsulation put in.
+    let len = |f: &Frame| if untag && f.len >= 12 + TAG { f.len - TAG } else { f.len };
     for t in taps {
         let cap = &*t.capture;
         if !cap.looks_in() {
@@ -22,7 +27,7 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
         let Some(mut slot) = cap.slot(thread) else { continue };
         if cap.trace {
             for f in frames {
-                slot.offer_traced(t.iface, &verdict(f), f.len, |buf| f.read_at(0, buf));
+                slot.offer_traced(t.iface, &verdict(f), len(f), |buf| as_sent(f, untag, buf));
             }
             continue;
         }
@@ -32,8 +37,26 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
                 Out::Drop(why) => Some(why as u8),
                 _ => None,
             };
-            slot.offer(t.iface, Way::In, drop, f.len, |buf| f.read_at(0, buf));
+            slot.offer(t.iface, Way::In, drop, len(f), |buf| as_sent(f, untag, buf));
         }
+    }
+}
+
+/// An 802.1Q tag's length.
+const TAG: u32 = 4;
+
+/// Copies frame `f` into `buf` as its port sent it: `untag`, without the tag after its
+/// addresses. Returns the bytes.
+#[inline]
+fn as_sent(f: &Frame, untag: bool, buf: &mut [u8]) -> usize {
+    if !untag || f.len < 12 + TAG {
+        return f.read_at(0, buf);
+    }
+    let head = 12.min(buf.len());
+    let n = f.read_at(0, &mut buf[..head]);
+    match buf.get_mut(n..) {
+        Some(rest) if n == 12 => n + f.read_at(12 + TAG, rest),
+        _ => n,
     }
 }
 
@@ -82,6 +105,51 @@ pub(in crate::datapath) fn sent(thread: usize, taps: &[Tap], f: &Frame, e: Shape
             slot.offer(t.iface, Way::Out, None, len, |buf| shaped(f, e, buf));
         }
     }
+}
+
+/// Offers a frame a VTEP's underlay received, `d` (the first `len` bytes of it, before it is
+/// decapsulated), to the underlay's captures: what the wire carried, outer headers and all; with
+/// `--drops`, a frame dropped there with its reason. (Its inner frame is the tunnel port's, as it
+/// enters the switch.) A live trace looks at switched frames only, so it takes none of these.
+#[cold]
+#[inline(never)]
+pub(in crate::datapath) fn underlay_received(thread: usize, taps: &[Tap], d: &[u8], len: u32, drop: Option<u8>) {
+    for t in taps {
+        let cap = &*t.capture;
+        if !cap.looks_in() || cap.trace || (drop.is_some() && !cap.drops) {
+            continue;
+        }
+        if let Some(mut slot) = cap.slot(thread) {
+            slot.offer(t.iface, Way::In, drop, len, |buf| copy_bytes(d, buf));
+        }
+    }
+}
+
+/// Offers a frame an underlay sent to its captures: `outer` (the tunnel's outer headers, as
+/// encapsulation filled them) then frame `f` as shape `e` makes it, or (no `f`) `outer` alone,
+/// a frame the VTEP made itself (ARP).
+#[cold]
+#[inline(never)]
+pub(in crate::datapath) fn underlay_sent(thread: usize, taps: &[Tap], outer: &[u8], inner: Option<(&Frame, Shape)>) {
+    let len = outer.len() as u32 + inner.map_or(0, |(f, e)| e.prefix.len() as u32 + e.body_len(f));
+    for t in taps.iter().filter(|t| t.capture.looks_out()) {
+        if let Some(mut slot) = t.capture.slot(thread) {
+            slot.offer(t.iface, Way::Out, None, len, |buf| {
+                let n = copy_bytes(outer, buf);
+                match inner {
+                    Some((f, e)) if n == outer.len() => n + shaped(f, e, &mut buf[n..]),
+                    _ => n,
+                }
+            });
+        }
+    }
+}
+
+/// Copies as much of `d` as `buf` holds; returns the bytes.
+fn copy_bytes(d: &[u8], buf: &mut [u8]) -> usize {
+    let n = d.len().min(buf.len());
+    buf[..n].copy_from_slice(&d[..n]);
+    n
 }
 
 /// Copies frame `f` as shape `e` makes it into `buf` (as much as it holds); returns the bytes.

@@ -84,10 +84,11 @@ fn run_underlay(input: &[u8]) -> u64 {
                 remotes: vec![(u32::from(REMOTE), 1)],
                 swept: Default::default(),
             };
-            match crate::datapath::rx::vxlan::decap(&under, 1, &mut d, r) {
-                Ok((port, (at, n))) => {
+            let vxlan = crate::datapath::rx::vxlan::inner_vlan(&under, &d, r)
+                .map(|vlan| crate::datapath::rx::vxlan::decap(&mut d, r, vlan));
+            match vxlan {
+                Ok((at, n)) => {
                     let (at, n) = (at as usize, n as usize);
-                    assert_eq!(port, 1);
                     assert!(at + n <= len, "decapsulated frame {at}+{n} past the frame ({len})");
                     let tagged = &d[at..at + n];
                     let vlan = under.vlan(r.vni).expect("a known VNI");

@@ -1,12 +1,16 @@
-//! Frames to and from files: pcap written and read back byte for byte, and the frames the tests
-//! send (sequence-numbered, checked delivered in order).
+//! Frames to and from files: pcap written and read back byte for byte, the frames the tests
+//! send (sequence-numbered, checked delivered in order), and `pvswitchctl capture` run and its
+//! pcapng read back.
 
 #[allow(unused_imports)]
 use super::*;
 #[allow(unused_imports)]
 use serde_json::{Value, json};
 #[allow(unused_imports)]
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+use pcap_file::pcapng::{Block, PcapNgReader};
 #[allow(unused_imports)]
 use std::path::{Path, PathBuf};
 #[allow(unused_imports)]
@@ -99,3 +103,99 @@ pub fn assert_delivered(sent: &[Vec<u8>], out: &[Vec<u8>]) {
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+// ---- `pvswitchctl capture`: started, ended, its pcapng read back ----
+
+/// A record read back: its interface, way (1 in, 2 out), bytes and comment.
+#[derive(Debug, Clone)]
+pub struct Rec {
+    pub iface: u32,
+    pub way: u32,
+    pub data: Vec<u8>,
+    pub comment: Option<String>,
+}
+
+/// The records of a pcapng file, and its interfaces' names.
+pub fn read_pcapng(path: &Path) -> (Vec<String>, Vec<Rec>) {
+    let bytes = std::fs::read(path).unwrap();
+    let mut rd = PcapNgReader::new(&bytes[..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (mut names, mut recs) = (Vec::new(), Vec::new());
+    while let Some(b) = rd.next_block() {
+        match b.unwrap() {
+            Block::InterfaceDescription(i) => names.push(
+                i.options
+                    .iter()
+                    .find_map(|o| match o {
+                        pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption::IfName(n) => {
+                            Some(n.to_string())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default(),
+            ),
+            Block::EnhancedPacket(e) => recs.push(Rec {
+                iface: e.interface_id,
+                way: e
+                    .options
+                    .iter()
+                    .find_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f & 3) } else { None })
+                    .unwrap_or(0),
+                data: e.data.to_vec(),
+                comment: e
+                    .options
+                    .iter()
+                    .find_map(|o| if let EnhancedPacketOption::Comment(c) = o { Some(c.to_string()) } else { None }),
+            }),
+            _ => {}
+        }
+    }
+    (names, recs)
+}
+
+/// `pvswitchctl capture ARGS -w FILE`, started; returns once pvswitchd has hooked it (its
+/// first line, on standard error).
+pub fn start_capture(sw: &Switch, file: &Path, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .arg("--control")
+        .arg(&sw.ctl)
+        .arg("capture")
+        .args(args)
+        .arg("-w")
+        .arg(file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.starts_with("capturing on "), "capture {args:?}: {first}\n{}", sw.log());
+    (child, err)
+}
+
+/// Waits for a capture's command to end (it is killed, and the test fails, if it has not
+/// after `DEADLINE`); returns its standard error after the first line.
+pub fn end_of(mut child: Child, mut err: BufReader<std::process::ChildStderr>) -> String {
+    let status = try_wait_for(|| child.try_wait().unwrap());
+    let mut rest = String::new();
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        err.read_to_string(&mut rest).unwrap();
+        panic!("the capture did not end within {DEADLINE:?}: {rest}");
+    };
+    err.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "capture failed: {rest}");
+    rest
+}
+
+/// What tcpdump prints of a capture file (one line a frame), failing if it cannot read it.
+pub fn tcpdump(file: &Path, filter: &[&str]) -> Vec<String> {
+    let o = Command::new("tcpdump").arg("-nn").arg("-r").arg(file).args(filter).output().expect("tcpdump");
+    assert!(o.status.success(), "tcpdump -r {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
+    // One line a frame; an unknown ethertype's hex dump follows it, indented.
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .map(String::from)
+        .collect()
+}

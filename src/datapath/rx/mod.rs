@@ -248,7 +248,7 @@ fn visit_source<'a, S: Source<'a>>(
         }
         let bytes = count_consumed(env, &frames[..consumed], pc);
         if sender.policy().watched_src {
-            watched(env, dv, sender.policy(), &frames[..consumed]);
+            watched(env, dv, port.id, sender.policy(), &frames[..consumed]);
         }
         if let Some(x) = env.ports.export.as_deref() {
             tap::exported(x, cx.index, port.id, &frames[..consumed]);
@@ -301,9 +301,11 @@ fn visit_source<'a, S: Source<'a>>(
 /// A watched port's consumed frames offered to its captures and copied to its mirrors.
 #[cold]
 #[inline(never)]
-fn watched(env: &Env, dv: &mut Delivery, policy: &PortPolicy, frames: &[Frame]) {
+fn watched(env: &Env, dv: &mut Delivery, port: u16, policy: &PortPolicy, frames: &[Frame]) {
     if !policy.taps.0.is_empty() {
-        tap::received(env.cx.index, &policy.taps.0, frames);
+        // A tunnel's frames are captured as it sent them, without the tag decapsulation put
+        // in for its VNI's VLAN.
+        tap::received(env.cx.index, &policy.taps.0, frames, env.ports.is_tunnel(port));
     }
     if !policy.mirrors.as_src.is_empty() {
         mirror::as_src(env, dv, &policy.mirrors.as_src, frames);

@@ -18,11 +18,13 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::nic::NicRx;
 use super::source::Source;
+use crate::capture::Tap;
 use crate::config::MAX_BURST;
 use crate::datapath::Env;
 use crate::datapath::counters::{DropReason, PortCounters, bump};
 use crate::datapath::frame::Frame;
 use crate::datapath::plan::Underlay;
+use crate::datapath::tap;
 use crate::datapath::tx::delivery::Delivery;
 use crate::datapath::tx::nic::NicDest;
 use crate::datapath::tx::vxlan::ask;
@@ -87,9 +89,12 @@ impl<'a> VtepRx<'a> {
     pub fn finish(self, dv: &mut Delivery) {
         self.rx.clear();
         let to = NicDest { id: self.under.port, nic: self.nic, thread: self.env.cx.index, pc: self.pc };
+        let taps = self.taps();
         for r in &self.replies[..self.n_replies] {
-            if let Err(why) = dv.nic_tx.write_bytes(&to, r) {
-                self.pc.drop(why, 1);
+            match dv.nic_tx.write_bytes(&to, r) {
+                Ok(()) if !taps.is_empty() => tap::underlay_sent(to.thread, taps, r, None),
+                Ok(()) => {}
+                Err(why) => self.pc.drop(why, 1),
             }
         }
         let (now, hz) = (self.env.now, crate::counter::cycles_per_sec());
@@ -103,32 +108,45 @@ impl<'a> VtepRx<'a> {
                 && t.neighbour().is_none()
                 && t.should_ask(now, hz)
             {
-                ask(t, &to, dv);
+                ask(t, &to, dv, taps);
             }
         }
     }
 
-    /// Checks and decapsulates the burst's `n` frames in place.
+    /// The underlay's captures (empty but while it is captured).
+    #[inline]
+    fn taps(&self) -> &'a [Tap] {
+        &self.env.ports.policy[self.under.port as usize].taps.0
+    }
+
+    /// Checks and decapsulates the burst's `n` frames in place. A captured underlay's captures
+    /// are offered each frame as it came, between the checks and the decapsulation.
     fn sort(&mut self, n: usize) {
         let mut bytes = 0u64;
+        let taps = self.taps();
         for i in 0..n {
             self.to[i] = NONE;
             let d = self.rx.frame_mut(i);
             bytes += d.len() as u64;
-            match check_outer(d, d.len(), self.under.local, self.under.udp_port) {
-                Ok(r) => match from_next_hop(self.env, self.under, d, r.remote)
-                    .and_then(|port| decap(self.under, port, d, r))
-                {
-                    Ok((port, at)) => (self.to[i], self.at[i]) = (port, at),
-                    Err(why) => self.pc.drop(why, 1),
-                },
-                Err(Refusal::NotOurs) => {
-                    if !self.arp(i) {
-                        self.pc.drop(DropReason::UnderlayOther, 1);
-                    }
-                }
-                Err(Refusal::BadOuter) => self.pc.drop(DropReason::VxlanBadOuter, 1),
-                Err(Refusal::BadInner) => self.pc.drop(DropReason::VxlanBadInner, 1),
+            // Err(None): the VTEP's own ARP, not switched but no drop.
+            let checked = match check_outer(d, d.len(), self.under.local, self.under.udp_port) {
+                Ok(r) => from_next_hop(self.env, self.under, d, r.remote)
+                    .and_then(|port| Ok((port, r, inner_vlan(self.under, d, r)?)))
+                    .map_err(Some),
+                Err(Refusal::NotOurs) if self.arp(i) => Err(None),
+                Err(Refusal::NotOurs) => Err(Some(DropReason::UnderlayOther)),
+                Err(Refusal::BadOuter) => Err(Some(DropReason::VxlanBadOuter)),
+                Err(Refusal::BadInner) => Err(Some(DropReason::VxlanBadInner)),
+            };
+            let d = self.rx.frame_mut(i);
+            if !taps.is_empty() {
+                let drop = checked.err().flatten().map(|why| why as u8);
+                tap::underlay_received(self.env.cx.index, taps, d, d.len() as u32, drop);
+            }
+            match checked {
+                Ok((port, r, vlan)) => (self.to[i], self.at[i]) = (port, decap(d, r, vlan)),
+                Err(None) => {}
+                Err(Some(why)) => self.pc.drop(why, 1),
             }
         }
         bump(&self.pc.rx_packets, n as u64);
@@ -257,23 +275,30 @@ fn from_next_hop(env: &Env, under: &Underlay, d: &[u8], remote: Ipv4Addr) -> Res
     }
 }
 
-/// Decapsulates a VXLAN frame `d` that `r` describes, from tunnel port `port`, in place: the
-/// inner frame's addresses, then an 802.1Q tag with the VNI's VLAN, then the rest of the inner
-/// frame. Returns the tunnel port and (offset, length) of the tagged inner frame.
+/// The VLAN the inner frame of VXLAN frame `d`, which `r` describes, enters the switch in: its
+/// VNI's. An unknown VNI, or an inner frame too short or tagged, is dropped.
 #[inline]
-pub(crate) fn decap(under: &Underlay, port: u16, d: &mut [u8], r: Received) -> Result<(u16, (u16, u16)), DropReason> {
+pub(crate) fn inner_vlan(under: &Underlay, d: &[u8], r: Received) -> Result<u16, DropReason> {
     let vlan = under.vlan(r.vni).ok_or(DropReason::VxlanUnknownVni)?;
-    let inner = OUTER_LEN..OUTER_LEN + r.inner_len;
-    let ty = d.get(inner.start + 12..inner.start + 14).ok_or(DropReason::VxlanBadInner)?;
+    let ty = d.get(OUTER_LEN + 12..OUTER_LEN + 14).ok_or(DropReason::VxlanBadInner)?;
     // RFC 7348: a decapsulated frame with a VLAN tag is dropped (the VNI is its network).
     if matches!(u16::from_be_bytes([ty[0], ty[1]]), ethertype::VLAN | ethertype::QINQ | 0x9100) {
         return Err(DropReason::VxlanBadInner);
     }
+    Ok(vlan)
+}
+
+/// Decapsulates a VXLAN frame `d` that `r` describes, in place, into `vlan` (`inner_vlan`'s
+/// answer): the inner frame's addresses, then an 802.1Q tag with the VLAN, then the rest of
+/// the inner frame. Returns (offset, length) of the tagged inner frame.
+#[inline]
+pub(crate) fn decap(d: &mut [u8], r: Received, vlan: u16) -> (u16, u16) {
+    let inner = OUTER_LEN..OUTER_LEN + r.inner_len;
     let start = OUTER_LEN - 4;
     d.copy_within(inner.start..inner.start + 12, start);
     d[start + 12..start + 14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
     d[start + 14..start + 16].copy_from_slice(&vlan.to_be_bytes());
-    Ok((port, (start as u16, (r.inner_len + 4) as u16)))
+    (start as u16, (r.inner_len + 4) as u16)
 }
 
 impl<'a> Source<'a> for VtepRx<'a> {

@@ -290,7 +290,9 @@ impl<'a> Open<'a> {
         let Some(guard) = self.guard.as_mut() else {
             if let Some((t, to)) = &self.tunnel {
                 // A tunnel: encapsulated into an mbuf of the underlay's TX batch.
-                let len = encap(self.now, t, to, self.port.max_frame(), f, e, dv)?;
+                // A captured underlay makes its tunnels watched (`PortTable::rewatch`).
+                let taps: &[_] = if TAP { &self.env.ports.policy[to.id as usize].taps.0 } else { &[] };
+                let len = encap(self.now, t, to, self.port.max_frame(), f, e, dv, taps)?;
                 self.packets += 1;
                 self.bytes += len as u64;
                 if TAP {

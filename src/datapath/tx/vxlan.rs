@@ -7,8 +7,10 @@
 //! A next hop not yet resolved is asked for by ARP (`ask`, which decapsulation's sweep uses too).
 #![forbid(unsafe_code)]
 
+use crate::capture::Tap;
 use crate::datapath::counters::DropReason;
 use crate::datapath::frame::{Frame, Shape};
+use crate::datapath::tap;
 use crate::datapath::tx::delivery::Delivery;
 use crate::datapath::tx::nic::NicDest;
 use crate::port::tunnel::Tunnel;
@@ -19,8 +21,10 @@ use crate::wire::vxlan::{self, OUTER_LEN};
 /// Writes frame `f`, shaped by `e` (its inner frame, untagged), to tunnel `t` through the
 /// underlay `to`: the outer headers for the frame's VLAN in front. A next hop not resolved yet
 /// drops the frame and asks (ARP) at most once an interval; a resolved one is confirmed again
-/// now and then while frames go.
+/// now and then while frames go. `taps`: the underlay's captures (empty but while it is
+/// captured), offered the frame as it left, outer headers and all.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(in crate::datapath) fn encap(
     env_now: u64,
     t: &Tunnel,
@@ -29,6 +33,7 @@ pub(in crate::datapath) fn encap(
     f: &Frame,
     e: Shape,
     dv: &mut Delivery,
+    taps: &[Tap],
 ) -> Result<u32, DropReason> {
     let outer = t.outer(f.vlan).ok_or(DropReason::VlanNotAllowed)?;
     let inner_len = e.prefix.len() as u32 + e.body_len(f);
@@ -36,7 +41,7 @@ pub(in crate::datapath) fn encap(
         return Err(DropReason::Mtu);
     }
     if t.should_ask(env_now, crate::counter::cycles_per_sec()) {
-        ask(t, to, dv);
+        ask(t, to, dv, taps);
     }
     let mac = t.neighbour().ok_or(DropReason::NoNeighbour)?;
     // The inner addresses (what the UDP source port hashes): the rewritten header's, else
@@ -49,20 +54,30 @@ pub(in crate::datapath) fn encap(
             a
         }),
     };
-    let src_mac = to.nic.mac();
+    let (src_mac, sport) = (to.nic.mac(), vxlan::source_port(&addrs));
     let fill = |hdr: &mut [u8]| {
-        outer.fill(hdr, inner_len as usize, 0, vxlan::source_port(&addrs));
+        outer.fill(hdr, inner_len as usize, 0, sport);
         hdr[0..6].copy_from_slice(&mac.0);
         hdr[6..12].copy_from_slice(&src_mac.0);
     };
-    dv.nic_tx.write_under(to, OUTER_LEN, fill, f, e)
+    let len = dv.nic_tx.write_under(to, OUTER_LEN, fill, f, e)?;
+    if !taps.is_empty() {
+        // The outer headers again, as written (captures only: the write filled the mbuf's).
+        let mut hdr = [0u8; OUTER_LEN];
+        fill(&mut hdr);
+        tap::underlay_sent(to.thread, taps, &hdr, Some((f, e)));
+    }
+    Ok(len)
 }
 
-/// Sends an ARP request for tunnel `t`'s next hop on its underlay `to`.
+/// Sends an ARP request for tunnel `t`'s next hop on its underlay `to` (offered to the
+/// underlay's captures, `taps`).
 #[cold]
-pub(in crate::datapath) fn ask(t: &Tunnel, to: &NicDest, dv: &mut Delivery) {
+pub(in crate::datapath) fn ask(t: &Tunnel, to: &NicDest, dv: &mut Delivery, taps: &[Tap]) {
     let req = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, to.nic.mac(), t.cfg.local, MacAddr::ZERO, t.next_hop);
-    if let Err(why) = dv.nic_tx.write_bytes(to, &req) {
-        to.pc.drop(why, 1);
+    match dv.nic_tx.write_bytes(to, &req) {
+        Ok(()) if !taps.is_empty() => tap::underlay_sent(to.thread, taps, &req, None),
+        Ok(()) => {}
+        Err(why) => to.pc.drop(why, 1),
     }
 }

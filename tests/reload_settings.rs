@@ -122,6 +122,17 @@ fn export_changed(_: &Switch, _: &Path, summary: &str) {
     assert!(summary.contains("flow export changed"), "{summary}");
 }
 
+/// A `[[vrf]]` "t" with one network, of `$extra` lines after its name.
+macro_rules! vrf {
+    ($extra:literal) => {
+        concat!("[[vrf]]\nname = \"t\"\n", $extra, "[[vrf.network]]\nvlan = 100\ngateway = \"10.1.0.1/24\"\n")
+    };
+}
+
+fn vrfs_changed(_: &Switch, _: &Path, summary: &str) {
+    assert!(summary.contains("vrfs changed"), "{summary}");
+}
+
 /// A `[[mirror]]` "m" of `$extra` lines (after its name and output, b).
 macro_rules! mirror {
     ($extra:literal) => {
@@ -494,6 +505,11 @@ const CASES: &[Case] = &[
     case("ipfix", "idle_timeout_s", At::Group, ipfix!("idle_timeout_s = 2\n"), Live(export_changed)),
     case("ipfix", "max_flows", At::Group, ipfix!("max_flows = 1024\n"), Live(export_changed)),
     case("ipfix", "observation_domain_id", At::Group, ipfix!("observation_domain_id = 9\n"), Live(export_changed)),
+    // VRFs: made with each plan (`datapath::tests::routing` routes through them).
+    case("vrf", "name", At::Group, vrf!("gateway_mac = \"02:00:00:00:01:01\"\n"), Live(vrfs_changed)),
+    case("vrf", "gateway_mac", At::Group, vrf!("gateway_mac = \"02:00:00:00:01:02\"\n"), Live(vrfs_changed)),
+    case("vrf.network", "vlan", At::Group, vrf!("gateway_mac = \"02:00:00:00:01:01\"\n"), Live(vrfs_changed)),
+    case("vrf.network", "gateway", At::Group, vrf!("gateway_mac = \"02:00:00:00:01:01\"\n"), Live(vrfs_changed)),
     // Mirrors: made with each plan, as the data path tests (`datapath::tests::mirrors`) and
     // tests/mirrors.rs (a mirror added by a reload, copies seen) check.
     case("mirror", "name", At::Group, mirror!("select_all = true\n"), Live(|sw, _, s| drop(mirror_now(sw, s)))),
@@ -772,7 +788,7 @@ fn example_keys() -> BTreeSet<(String, String)> {
         // A section header, or one shown commented out (`# [[mirror]]`).
         let header = l.strip_prefix('#').map(str::trim).filter(|h| {
             let name = h.trim_matches(|c| c == '[' || c == ']');
-            h.starts_with('[') && h.ends_with(']') && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            h.starts_with('[') && h.ends_with(']') && name.chars().all(|c| c.is_ascii_lowercase() || "_.".contains(c))
         });
         if let Some(s) = header.or(Some(l)).and_then(|h| h.strip_prefix('[')) {
             section = s.trim_matches(|c| c == '[' || c == ']').to_string();

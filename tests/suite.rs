@@ -35,6 +35,7 @@ mod reload;
 mod reload_settings;
 mod restart;
 mod rewrites;
+mod routing;
 mod scale;
 mod secgroups;
 mod service;

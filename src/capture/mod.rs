@@ -127,6 +127,10 @@ pub const OUT_PORT: u8 = 2;
 pub const OUT_FLOOD: u8 = 3;
 pub const OUT_ACTIONS: u8 = 4;
 pub const OUT_PATH: u8 = 5;
+/// Routed to a port (`value`), in the VLAN `vlan` says.
+pub const OUT_ROUTED: u8 = 6;
+/// Answered by the switch (ARP for a gateway, an echo request to it).
+pub const OUT_ANSWER: u8 = 7;
 
 impl Verdict {
     /// `vlan` when NORMAL switched it in none (`datapath::frame::NO_VLAN`).

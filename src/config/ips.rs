@@ -71,6 +71,12 @@ impl IpPrefix {
     pub fn is_v6(&self) -> bool {
         self.v6
     }
+
+    /// The IPv4 address, if the prefix is one IPv4 host (`10.0.0.5`, `10.0.0.5/32`).
+    pub fn host4(&self) -> Option<std::net::Ipv4Addr> {
+        (!self.v6 && self.len == 32)
+            .then(|| std::net::Ipv4Addr::new(self.addr[0], self.addr[1], self.addr[2], self.addr[3]))
+    }
 }
 
 impl fmt::Display for IpPrefix {

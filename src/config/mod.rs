@@ -21,7 +21,7 @@
 //! `queue.rs` for its receive queues, `tenant.rs` for its VLANs and rate caps), `vtep.rs` (`[[vtep]]`: VXLAN
 //! tunnel endpoints, each remote endpoint a port of type "vxlan"), `flows.rs` (the `flows`
 //! array), `dpdk.rs` (`[dpdk]`), `secgroup.rs` (`[[security_group]]`), `mirror.rs`
-//! (`[[mirror]]`).
+//! (`[[mirror]]`), `vrf.rs` (`[[vrf]]`).
 //! What involves more than one port or section (names, sockets and devices used once,
 //! affinities among the poll cores) is `checks.rs`. A port added at run time goes through the
 //! same port validator and checks (`Config::parse_port`).
@@ -45,6 +45,7 @@ pub mod secgroup;
 mod switch;
 mod tenant;
 pub mod vlan;
+pub mod vrf;
 mod vtep;
 
 use std::collections::HashMap;
@@ -69,6 +70,7 @@ pub use switch::{
     DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
+pub use vrf::VrfConfig;
 pub use vtep::{Remotes, VniConfig, VtepConfig};
 
 pub use crate::mem::MemLimits;
@@ -134,6 +136,8 @@ pub struct Config {
     pub mirrors: Vec<MirrorConfig>,
     /// `[ipfix]`: flow export to a collector (None: none).
     pub ipfix: Option<IpfixConfig>,
+    /// `[[vrf]]`s: tenants' networks routed between on this host, through anycast gateways.
+    pub vrfs: Vec<VrfConfig>,
 }
 
 impl Config {
@@ -195,6 +199,7 @@ impl Config {
         self.vteps = vtep::validate(raw.vtep, &self.ports, &cx)?;
         self.set_remotes(&Remotes::new());
         self.mirrors = mirror::validate(&raw.mirror, &cx)?;
+        self.vrfs = vrf::validate(&raw.vrf, &cx)?;
         for (m, r) in self.mirrors.iter().zip(&raw.mirror) {
             let out = &m.output_port;
             let tunnel = self.ports.iter().any(|p| &p.name == out && p.vxlan().is_some());

@@ -25,6 +25,26 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub mirror: Vec<RawMirror>,
     pub ipfix: Option<RawIpfix>,
+    #[serde(default)]
+    pub vrf: Vec<RawVrf>,
+}
+
+/// A `[[vrf]]` table: a tenant's networks and their anycast gateway (`vrf.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVrf {
+    pub name: Spanned<String>,
+    pub gateway_mac: Spanned<String>,
+    #[serde(default)]
+    pub network: Vec<RawVrfNetwork>,
+}
+
+/// A `[[vrf.network]]` table: a VLAN and the gateway's address in it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVrfNetwork {
+    pub vlan: Spanned<i64>,
+    pub gateway: Spanned<String>,
 }
 
 /// The `[ipfix]` table: flow export (`ipfix.rs`).

@@ -184,6 +184,7 @@ pub(super) fn validate(sw: RawSwitch, cx: &Ctx) -> Result<Config, ConfigError> {
         vteps: Vec::new(),
         security_groups: Vec::new(),
         mirrors: Vec::new(),
+        vrfs: Vec::new(),
         ipfix: None,
         ct_max_connections,
         ct_max_per_port: cx.range(

@@ -245,6 +245,7 @@ mod mirrors;
 mod one_port;
 mod sections;
 mod tenant;
+mod vrfs;
 // A vtep's underlay is a dpdk port, which a build without DPDK refuses.
 #[cfg(feature = "dpdk")]
 mod vtep;

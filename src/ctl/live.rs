@@ -165,6 +165,15 @@ impl Explainer {
                 }
                 outputs.push(out);
             }
+            capture::OUT_ROUTED => {
+                let p = v.value as u16;
+                steps.push(format!("routed: to {} in VLAN {vid} (TTL one less, from the gateway's MAC)", self.name(p)));
+                outputs.push(self.name(p));
+            }
+            capture::OUT_ANSWER => {
+                steps.push(format!("answered by the switch: the gateway of VLAN {vid}"));
+                outputs.push(self.name(self.in_port));
+            }
             capture::OUT_FLOOD => {
                 let why = if h.dst.is_multicast() { "broadcast/multicast" } else { "destination not learned" };
                 steps.push(format!("normal: {why}: flood{in_vlan}"));

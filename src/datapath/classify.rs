@@ -14,6 +14,7 @@ use super::frame::{FRONT, FRONT_MAX, Frame, NO_VLAN};
 use super::frame::{FlowState, Out};
 use super::mac_table::Learned;
 use super::plan::{Learning, PortPolicy};
+use super::route;
 use super::spoof::{self, Source};
 use super::vlan::ingress_vlan;
 use crate::flow::table::{NO_MATCH, Verdict};
@@ -238,6 +239,12 @@ pub(super) fn normal_frame(
     match ingress_vlan(&policy.vlan, f) {
         Ok((vid, tag)) => {
             (f.vlan, f.tag) = (vid, tag);
+            // A VRF's network: its gateway routes and answers (`route.rs`) before NORMAL.
+            if let Some(routes) = env.ports.routes.as_deref()
+                && let Some(out) = route::decide(routes, f, vid, addrs)
+            {
+                return out;
+            }
             normal_in_burst(env, recent, in_port, vid, addrs)
         }
         Err(why) => Out::Drop(why),

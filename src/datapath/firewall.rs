@@ -57,7 +57,9 @@ pub(super) fn filter_burst(env: &Env, ct: &Conntrack, in_port: u16, frames: &mut
     for f in frames.iter_mut() {
         let ingress = match f.out {
             Out::Drop(_) | Out::Nowhere | Out::Pipeline(_) => continue,
-            Out::Port(p) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
+            Out::Port(p) | Out::Routed(p, _) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
+            // The switch's own answer (its gateway's): the sender's egress rules only.
+            Out::Answer => None,
             // Checked per destination as delivered (`admits`), from this front.
             Out::Flood | Out::Actions(_) | Out::Path(_) => {
                 f.deepen_front(FRONT_MAX);

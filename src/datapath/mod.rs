@@ -30,6 +30,7 @@ pub mod mac_table;
 mod pipeline;
 pub mod plan;
 mod profile;
+pub mod route;
 pub(crate) mod rx;
 pub mod spoof;
 mod tap;

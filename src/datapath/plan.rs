@@ -198,6 +198,9 @@ pub struct PortTable {
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
     /// Flow export (`[ipfix]`), if configured: every burst's frames are offered to it.
     pub export: Option<Arc<crate::export::FlowExport>>,
+    /// Routing (`[[vrf]]`, `route.rs`), if some VRF is configured: NORMAL asks it first for a
+    /// frame in one of its VLANs.
+    pub routes: Option<Arc<crate::datapath::route::Routes>>,
 }
 
 /// A VTEP's underlay dpdk port as decapsulation sees it: its address and UDP port, which VLAN
@@ -323,6 +326,17 @@ impl PortTable {
     /// The table with the flows' connection tracking `ct`.
     pub fn with_flow_conntrack(mut self, ct: Option<Arc<crate::conntrack::Conntrack>>) -> PortTable {
         self.flow_conntrack = ct;
+        self
+    }
+
+    /// The table with the VRFs `vrfs` routed (their neighbours from the table's ports).
+    pub fn with_routes(mut self, vrfs: &[crate::config::VrfConfig]) -> PortTable {
+        let policy = &self.policy;
+        let ports = self.live.iter().map(|&id| {
+            let p = &policy[id as usize];
+            (id, &p.allowed_macs[..], &p.allowed_ips[..], &p.vlan)
+        });
+        self.routes = crate::datapath::route::Routes::new(vrfs, ports).map(Arc::new);
         self
     }
 

@@ -70,6 +70,8 @@ fn verdict(f: &Frame) -> Verdict {
         Out::Flood => (capture::OUT_FLOOD, 0),
         Out::Actions(i) | Out::Pipeline(i) => (capture::OUT_ACTIONS, i),
         Out::Path(i) => (capture::OUT_PATH, i),
+        Out::Routed(p, _) => (capture::OUT_ROUTED, p as u32),
+        Out::Answer => (capture::OUT_ANSWER, 0),
     };
     let mut v = Verdict {
         out,
@@ -181,7 +183,7 @@ pub(in crate::datapath) fn exported(x: &FlowExport, thread: usize, in_port: u16,
         }
         let n = f.read_at(0, &mut buf);
         let egress = match f.out {
-            Out::Port(p) => Some(p),
+            Out::Port(p) | Out::Routed(p, _) => Some(p),
             _ => None,
         };
         let vlan = (f.vlan != NO_VLAN).then_some(f.vlan);

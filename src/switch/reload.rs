@@ -144,6 +144,11 @@ impl Switch {
             self.cfg.mirrors = new.mirrors.clone();
             notes.push("mirrors changed".into());
         }
+        // VRFs are made with each plan (`PortTable::with_routes`), as mirrors are.
+        if self.cfg.vrfs != new.vrfs {
+            self.cfg.vrfs = new.vrfs.clone();
+            notes.push("vrfs changed".into());
+        }
         let old_export = (self.cfg.ipfix != new.ipfix).then(|| {
             self.cfg.ipfix = new.ipfix.clone();
             notes.push("flow export changed".into());

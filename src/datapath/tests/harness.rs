@@ -164,6 +164,8 @@ pub struct Bench {
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
     /// Mirrors, by the VMs' port names (`vmN`).
     pub mirrors: Vec<crate::config::MirrorConfig>,
+    /// VRFs (routing), their neighbours from the policies.
+    pub vrfs: Vec<crate::config::VrfConfig>,
 }
 
 /// How to build a bench.
@@ -229,6 +231,7 @@ impl Bench {
             conntrack: None,
             flow_conntrack: None,
             mirrors: Vec::new(),
+            vrfs: Vec::new(),
         };
         for t in 0..cfg.threads {
             let cx = Ctx {
@@ -268,7 +271,8 @@ impl Bench {
                 PortTable::new(&entries, &[])
                     .with_conntrack(self.conntrack.clone())
                     .with_flow_conntrack(self.flow_conntrack.clone())
-                    .with_mirrors(&self.mirrors),
+                    .with_mirrors(&self.mirrors)
+                    .with_routes(&self.vrfs),
             ),
             flows: self.flows.clone(),
             tuning: None,

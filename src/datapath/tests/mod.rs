@@ -14,6 +14,7 @@ mod mirrors;
 mod offloads;
 mod park;
 mod rewrites;
+mod routing;
 mod secgroups;
 mod switching;
 mod vlans;

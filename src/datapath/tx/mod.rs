@@ -10,6 +10,7 @@ pub mod guest;
 pub(in crate::datapath) mod mirror;
 pub mod nic;
 pub(crate) mod offload;
+mod route;
 pub(crate) mod vxlan;
 
 use self::delivery::{Delivery, FLOOD_BACKOFF_MAX, FloodSkip};
@@ -491,6 +492,14 @@ fn deliver_in_order(
             }
             // Classify's pipeline stage always replaces it.
             Out::Pipeline(_) => {}
+            Out::Routed(p, n) => {
+                o_close(open.take(), env, dv);
+                route::routed(env, f, p, n, dv);
+            }
+            Out::Answer => {
+                o_close(open.take(), env, dv);
+                route::answer(env, f, in_port, dv);
+            }
             Out::Actions(fi) | Out::Path(fi) => {
                 o_close(open.take(), env, dv);
                 let path = match f.out {

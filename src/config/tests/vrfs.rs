@@ -1,0 +1,69 @@
+//! `[[vrf]]`: a tenant's networks and their anycast gateway; each bad value refused at its
+//! line, and a VLAN in one VRF's networks at most.
+
+use super::super::*;
+
+fn vrf(name: &str, mac: &str, nets: &[(&str, &str)]) -> String {
+    let mut s = format!("[[vrf]]\nname = \"{name}\"\ngateway_mac = \"{mac}\"\n");
+    for (vlan, gw) in nets {
+        s += &format!("[[vrf.network]]\nvlan = {vlan}\ngateway = \"{gw}\"\n");
+    }
+    s
+}
+
+fn err(text: &str) -> (usize, String) {
+    let e = Config::parse("t.toml", text).unwrap_err();
+    (e.line, e.message)
+}
+
+#[test]
+fn a_vrf_reads_its_networks_and_two_tenants_may_share_addresses() {
+    let text = vrf("a", "02:00:00:00:01:01", &[("10", "10.0.1.1/24"), ("20", "10.0.2.254/23")])
+        + &vrf("b", "02:00:00:00:01:01", &[("30", "10.0.1.1/24")]);
+    let c = Config::parse("t.toml", &text).unwrap();
+    assert_eq!(c.vrfs.len(), 2);
+    let n = c.vrfs[0].networks[1];
+    assert_eq!((n.vlan, n.gateway.to_string(), n.prefix_len), (20, "10.0.2.254".into(), 23));
+    assert!(n.contains("10.0.3.9".parse().unwrap()) && !n.contains("10.0.4.1".parse().unwrap()));
+    assert_eq!(c.vrfs[1].networks[0].vlan, 30);
+}
+
+#[test]
+fn bad_vrfs_are_refused_where_they_are_wrong() {
+    // Lines: 1 [[vrf]], 2 name, 3 gateway_mac, then 3 a network (4 header, 5 vlan, 6 gateway).
+    let one = |mac: &str, vlan: &str, gw: &str| vrf("a", mac, &[(vlan, gw)]);
+    let cases = [
+        (one("02:00:00:00:01:01", "0", "10.0.1.1/24"), 5, "vlan: expected a VLAN id from 1 to 4094"),
+        (one("02:00:00:00:01:01", "10", "10.0.1.1"), 6, "gateway: expected the gateway's IPv4 address"),
+        (one("02:00:00:00:01:01", "10", "10.0.1.1/31"), 6, "prefix length is 8 to 30"),
+        (one("02:00:00:00:01:01", "10", "10.0.1.0/24"), 6, "its network's own address or its broadcast"),
+        (one("02:00:00:00:01:01", "10", "10.0.1.255/24"), 6, "its network's own address or its broadcast"),
+        (one("02:00:00:00:01:01", "10", "fd00::1/64"), 6, "gateway: expected the gateway's IPv4 address"),
+        (one("01:00:5e:00:00:01", "10", "10.0.1.1/24"), 3, "gateway_mac: a gateway's MAC is a unicast address"),
+        (one("nope", "10", "10.0.1.1/24"), 3, "gateway_mac: expected a MAC address"),
+        (vrf("a b", "02:00:00:00:01:01", &[("10", "10.0.1.1/24")]), 2, "name: expected 1-64 characters"),
+        (vrf("a", "02:00:00:00:01:01", &[]), 2, "expected 1 to 256 [[vrf.network]] tables"),
+        (
+            vrf("a", "02:00:00:00:01:01", &[("10", "10.0.1.1/24"), ("20", "10.0.1.129/25")]),
+            9,
+            "overlaps VLAN 10's network",
+        ),
+        (
+            vrf("a", "02:00:00:00:01:01", &[("10", "10.0.1.1/24")])
+                + &vrf("b", "02:00:00:00:01:02", &[("10", "10.9.0.1/24")]),
+            11,
+            "VLAN 10 is a network of vrf \"a\" already",
+        ),
+        (
+            vrf("a", "02:00:00:00:01:01", &[("10", "10.0.1.1/24")])
+                + &vrf("a", "02:00:00:00:01:02", &[("20", "10.9.0.1/24")]),
+            8,
+            "duplicate vrf \"a\"",
+        ),
+    ];
+    for (text, line, want) in cases {
+        let (l, msg) = err(&text);
+        assert!(msg.contains(want), "{text}: {msg}");
+        assert_eq!(l, line, "{text}: {msg}");
+    }
+}

@@ -1,0 +1,125 @@
+//! `[[vrf]]`: a tenant's routing at the edge. A VRF is one tenant's address space: its
+//! networks (each a VLAN of this switch, so also the VNI a VTEP maps to it) and, on each, an
+//! anycast gateway: the same address and MAC on every host, so a VM's default gateway is on
+//! its own host wherever it runs. pvswitchd answers ARP for the gateway address and routes
+//! between the VRF's networks itself; a VLAN is in at most one VRF, and two VRFs may use the
+//! same addresses (nothing is routed between them).
+#![forbid(unsafe_code)]
+
+use std::net::Ipv4Addr;
+
+use super::error::{ConfigError, Ctx};
+use super::raw::RawVrf;
+use crate::config::vlan::MAX_VID;
+use crate::wire::MacAddr;
+
+/// The most VRFs, and networks in one.
+pub const MAX_VRFS: usize = 256;
+pub const MAX_NETWORKS: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VrfConfig {
+    pub name: String,
+    /// The anycast gateway's MAC, on every network of the VRF.
+    pub gateway_mac: MacAddr,
+    pub networks: Vec<NetworkConfig>,
+}
+
+/// One network of a VRF: a VLAN, and the gateway's address in it with the network's prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkConfig {
+    pub vlan: u16,
+    pub gateway: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl NetworkConfig {
+    /// The network's mask, as a number.
+    pub fn mask(&self) -> u32 {
+        u32::MAX.checked_shl(32 - self.prefix_len as u32).unwrap_or(0)
+    }
+
+    /// Whether `a` is in the network.
+    pub fn contains(&self, a: Ipv4Addr) -> bool {
+        (u32::from(a) ^ u32::from(self.gateway)) & self.mask() == 0
+    }
+}
+
+/// The file's `[[vrf]]` tables: names unique, a unicast gateway MAC, each network a VLAN in no
+/// other network (of this VRF or another) with a gateway address that is a host of its prefix,
+/// and no two networks of one VRF overlapping.
+pub(super) fn validate(raw: &[RawVrf], cx: &Ctx) -> Result<Vec<VrfConfig>, ConfigError> {
+    if raw.len() > MAX_VRFS {
+        return Err(cx.err(None, format!("{} VRFs: at most {MAX_VRFS}", raw.len())));
+    }
+    let mut vrfs: Vec<VrfConfig> = Vec::new();
+    for v in raw {
+        let name = v.name.get_ref();
+        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(cx.err(Some(v.name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
+        }
+        if vrfs.iter().any(|o| &o.name == name) {
+            return Err(cx.err(Some(v.name.span()), format!("duplicate vrf \"{name}\"")));
+        }
+        let gateway_mac: MacAddr = v.gateway_mac.get_ref().parse().map_err(|_| {
+            cx.err(Some(v.gateway_mac.span()), "gateway_mac: expected a MAC address (02:00:00:00:00:01)")
+        })?;
+        if !gateway_mac.is_unicast() || gateway_mac == MacAddr::ZERO {
+            return Err(cx.err(Some(v.gateway_mac.span()), "gateway_mac: a gateway's MAC is a unicast address"));
+        }
+        if v.network.is_empty() || v.network.len() > MAX_NETWORKS {
+            return Err(cx.err(
+                Some(v.name.span()),
+                format!("vrf \"{name}\": expected 1 to {MAX_NETWORKS} [[vrf.network]] tables"),
+            ));
+        }
+        let mut networks: Vec<NetworkConfig> = Vec::new();
+        for n in &v.network {
+            let vlan = *n.vlan.get_ref();
+            if !(1..=MAX_VID as i64).contains(&vlan) {
+                return Err(cx.err(Some(n.vlan.span()), format!("vlan: expected a VLAN id from 1 to {MAX_VID}")));
+            }
+            let vlan = vlan as u16;
+            let taken = vrfs.iter().find(|o| o.networks.iter().any(|x| x.vlan == vlan)).map(|o| o.name.as_str());
+            if let Some(other) = taken.or(networks.iter().any(|x| x.vlan == vlan).then_some(name.as_str())) {
+                return Err(
+                    cx.err(Some(n.vlan.span()), format!("vlan: VLAN {vlan} is a network of vrf \"{other}\" already"))
+                );
+            }
+            let gw = n.gateway.get_ref();
+            let bad = || {
+                cx.err(
+                    Some(n.gateway.span()),
+                    "gateway: expected the gateway's IPv4 address and its network's prefix length (10.0.1.1/24)",
+                )
+            };
+            let (addr, len) = gw.split_once('/').ok_or_else(bad)?;
+            let gateway: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+            let prefix_len: u8 = len
+                .parse()
+                .ok()
+                .filter(|l: &u8| (8..=30).contains(l) && len == l.to_string())
+                .ok_or_else(|| cx.err(Some(n.gateway.span()), "gateway: a network's prefix length is 8 to 30"))?;
+            let net = NetworkConfig { vlan, gateway, prefix_len };
+            let host = u32::from(gateway) & !net.mask();
+            if host == 0 || host == !net.mask() {
+                return Err(cx.err(
+                    Some(n.gateway.span()),
+                    format!("gateway: {gateway} is its network's own address or its broadcast, not a host"),
+                ));
+            }
+            if let Some(o) = networks.iter().find(|o| o.contains(gateway) || net.contains(o.gateway)) {
+                return Err(cx.err(
+                    Some(n.gateway.span()),
+                    format!(
+                        "gateway: overlaps VLAN {}'s network ({}/{}) in the same vrf",
+                        o.vlan, o.gateway, o.prefix_len
+                    ),
+                ));
+            }
+            networks.push(net);
+        }
+        vrfs.push(VrfConfig { name: name.clone(), gateway_mac, networks });
+    }
+    Ok(vrfs)
+}

@@ -1,0 +1,313 @@
+//! Routing at the edge (`[[vrf]]`): each tenant network (a VLAN) of a VRF has an anycast
+//! gateway, the same address and MAC on every host. NORMAL asks here first, for a frame in a
+//! VLAN that is a VRF's network (`decide`):
+//! - an ARP request for the gateway's address is answered by the switch (`Out::Answer`), as is
+//!   an ICMP echo request to it;
+//! - an IPv4 frame to the gateway's MAC is routed: the VRF's network that holds its
+//!   destination (connected networks, the longest prefix first), the neighbour there (a port
+//!   whose `allowed_ips` hold the address as a host, with its one `allowed_macs` entry), then
+//!   `Out::Routed`: delivery writes it with the neighbour's MAC as destination, the gateway's as
+//!   source, its TTL one less (the IPv4 checksum updated, RFC 1624), in the destination
+//!   network's VLAN (`shape_routed`);
+//! - a frame that claims the gateway's MAC as its source is dropped (port security).
+//!
+//! A VRF reaches only its own networks: the lookup is in the sender's VRF, so two tenants may
+//! use the same addresses. The frame's bytes are never rewritten in place: delivery writes the
+//! new headers as a shape's prefix, so captures and mirrors of the sender see what it sent.
+//! Neighbours come from configuration only (a tenant cannot teach the router an address); the
+//! table is made with each plan, so a port added at run time is routed to at once.
+#![forbid(unsafe_code)]
+
+use std::net::Ipv4Addr;
+
+use super::counters::DropReason;
+use super::frame::{FRONT_MAX, Frame, Out, Shape};
+use crate::config::VrfConfig;
+use crate::config::ips::IpPrefix;
+use crate::config::vlan::PortVlan;
+use crate::wire::arp::{self, arp_frame};
+use crate::wire::{MacAddr, ethertype};
+
+/// No network: the VLAN is in no VRF.
+const NONE: u16 = u16::MAX;
+/// The longest header a routed frame's prefix holds: addresses, a tag, the type, and an IPv4
+/// header with options.
+pub const MAX_PREFIX: usize = 18 + 60;
+/// A new IPv4 header's TTL, the switch's own (an echo reply).
+const TTL: u8 = 64;
+
+/// One network of a VRF, as the data path reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Net {
+    pub vrf: u16,
+    pub vlan: u16,
+    pub gateway: Ipv4Addr,
+    mask: u32,
+    pub gateway_mac: MacAddr,
+}
+
+impl Net {
+    fn contains(&self, a: u32) -> bool {
+        (a ^ u32::from(self.gateway)) & self.mask == 0
+    }
+}
+
+/// A routed address: the port it is on and its MAC, in network `net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbour {
+    /// The VRF (high 32 bits) and the address.
+    key: u64,
+    pub mac: MacAddr,
+    pub port: u16,
+    pub net: u16,
+}
+
+/// Every VRF's networks and neighbours, made with each plan (`PortTable::with_routes`).
+#[derive(Debug)]
+pub struct Routes {
+    /// By VLAN id: its network in `nets` (`NONE`: in no VRF).
+    by_vlan: Box<[u16]>,
+    pub nets: Vec<Net>,
+    /// Per VRF: its networks, the longest prefix first.
+    by_vrf: Vec<Vec<u16>>,
+    /// Sorted by key.
+    neighbours: Vec<Neighbour>,
+}
+
+fn key(vrf: u16, a: Ipv4Addr) -> u64 {
+    (vrf as u64) << 32 | u32::from(a) as u64
+}
+
+impl Routes {
+    /// The VRFs of the configuration, with the neighbours the ports give (each port's id, its
+    /// `allowed_macs`, `allowed_ips` and VLANs): each port with one allowed MAC, for each host
+    /// address of its `allowed_ips` that is in a network of a VLAN the port carries (the first
+    /// such port, for an address two name). None without VRFs.
+    pub fn new<'p>(
+        vrfs: &[VrfConfig],
+        ports: impl Iterator<Item = (u16, &'p [MacAddr], &'p [IpPrefix], &'p PortVlan)>,
+    ) -> Option<Routes> {
+        if vrfs.is_empty() {
+            return None;
+        }
+        let mut r = Routes {
+            by_vlan: vec![NONE; 4096].into_boxed_slice(),
+            nets: Vec::new(),
+            by_vrf: Vec::new(),
+            neighbours: Vec::new(),
+        };
+        for (vi, v) in vrfs.iter().enumerate() {
+            let mut mine = Vec::new();
+            for n in &v.networks {
+                r.by_vlan[n.vlan as usize] = r.nets.len() as u16;
+                mine.push(r.nets.len() as u16);
+                r.nets.push(Net {
+                    vrf: vi as u16,
+                    vlan: n.vlan,
+                    gateway: n.gateway,
+                    mask: n.mask(),
+                    gateway_mac: v.gateway_mac,
+                });
+            }
+            mine.sort_by_key(|&i| std::cmp::Reverse(r.nets[i as usize].mask.count_ones()));
+            r.by_vrf.push(mine);
+        }
+        for (id, macs, ips, vlan) in ports {
+            let [mac] = macs[..] else { continue };
+            for a in ips.iter().filter_map(|p| p.host4()) {
+                let net = r.nets.iter().position(|n| n.contains(u32::from(a)) && vlan.carries(n.vlan));
+                if let Some(net) = net {
+                    let k = key(r.nets[net].vrf, a);
+                    r.neighbours.push(Neighbour { key: k, mac, port: id, net: net as u16 });
+                }
+            }
+        }
+        // The first port to name an address keeps it.
+        r.neighbours.sort_by_key(|n| n.key);
+        r.neighbours.dedup_by_key(|n| n.key);
+        Some(r)
+    }
+
+    /// The network of VLAN `vid`, if it is a VRF's.
+    #[inline]
+    pub fn net_of(&self, vid: u16) -> Option<&Net> {
+        match self.by_vlan.get(vid as usize) {
+            Some(&i) if i != NONE => self.nets.get(i as usize),
+            _ => None,
+        }
+    }
+
+    /// Neighbour `i` (`Out::Routed`'s).
+    pub fn neighbour(&self, i: u16) -> Option<&Neighbour> {
+        self.neighbours.get(i as usize)
+    }
+
+    /// The neighbour at `a` in VRF `vrf`, by index.
+    fn find(&self, vrf: u16, a: Ipv4Addr) -> Option<u16> {
+        self.neighbours.binary_search_by_key(&key(vrf, a), |n| n.key).ok().map(|i| i as u16)
+    }
+
+    /// The network of VRF `vrf` that holds `a` (the longest prefix), and whether `a` is a
+    /// gateway's own address.
+    fn network_of(&self, vrf: u16, a: u32) -> Option<&Net> {
+        self.by_vrf.get(vrf as usize)?.iter().map(|&i| &self.nets[i as usize]).find(|n| n.contains(a))
+    }
+
+    /// Every neighbour, for `pvswitchctl`.
+    pub fn neighbours(&self) -> &[Neighbour] {
+        &self.neighbours
+    }
+}
+
+/// Where NORMAL sends frame `f` from `in_port`, in VLAN `vid`, if routing decides it (None:
+/// switched as any frame is). `addrs`: its destination and source MACs.
+#[inline(never)]
+pub(super) fn decide(routes: &Routes, f: &mut Frame, vid: u16, addrs: &[u8; 12]) -> Option<Out> {
+    let net = routes.net_of(vid)?;
+    let (dst, src) = (MacAddr::from_bytes(&addrs[..6]), MacAddr::from_bytes(&addrs[6..]));
+    if src == net.gateway_mac {
+        return Some(Out::Drop(DropReason::PortSecurity));
+    }
+    let l2 = if f.tag.is_some() { 18 } else { 14 };
+    if dst == net.gateway_mac {
+        f.deepen_front(l2 + 60 + 8);
+        return Some(route(routes, net, f, l2));
+    }
+    if dst == MacAddr::BROADCAST && f.front().get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..]) {
+        f.deepen_front(l2 + 28);
+        if is_request_for(f.front(), l2, net.gateway) {
+            return Some(Out::Answer);
+        }
+    }
+    None
+}
+
+/// Whether the front (`l2`: where the ARP packet starts) is an ARP request for `ip`.
+fn is_request_for(front: &[u8], l2: usize, ip: Ipv4Addr) -> bool {
+    front.get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..])
+        && front.get(l2 + 6..l2 + 8) == Some(&arp::OP_REQUEST.to_be_bytes()[..])
+        && front.get(l2 + 24..l2 + 28) == Some(&ip.octets()[..])
+}
+
+/// Routes an IPv4 frame sent to the gateway of `net` (its header at `l2` of the front).
+fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
+    let front = f.front();
+    if front.get(l2 - 2..l2) != Some(&ethertype::IPV4.to_be_bytes()[..]) {
+        return Out::Drop(DropReason::NoRoute);
+    }
+    let Some(ip) = ipv4_header(front, l2, f.len) else { return Out::Drop(DropReason::RouteBadHeader) };
+    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let Some(to) = routes.network_of(net.vrf, dst) else { return Out::Drop(DropReason::NoRoute) };
+    if dst == u32::from(to.gateway) {
+        // To the gateway itself: an echo request is answered, anything else goes nowhere.
+        let l4 = l2 + (ip[0] & 0xf) as usize * 4;
+        let echo = ip[9] == 1 && front.get(l4) == Some(&8) && !is_fragment(ip);
+        return if echo { Out::Answer } else { Out::Drop(DropReason::NoRoute) };
+    }
+    if ip[8] <= 1 {
+        return Out::Drop(DropReason::TtlExceeded);
+    }
+    let Some(n) = routes.find(net.vrf, Ipv4Addr::from(dst)) else { return Out::Drop(DropReason::RouteNoNeighbour) };
+    f.vlan = to.vlan;
+    Out::Routed(routes.neighbours[n as usize].port, n)
+}
+
+fn is_fragment(ip: &[u8]) -> bool {
+    u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0
+}
+
+/// The IPv4 header at `l2` of `front` (of a frame `len` long), if it is one: version 4, a
+/// length from 20 to 60 bytes within the front, a total length within the frame.
+fn ipv4_header(front: &[u8], l2: usize, len: u32) -> Option<&[u8]> {
+    let b = *front.get(l2)?;
+    let ihl = (b & 0xf) as usize * 4;
+    if b >> 4 != 4 || ihl < 20 {
+        return None;
+    }
+    let ip = front.get(l2..l2 + ihl)?;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    (total >= ihl && l2 + total <= len as usize).then_some(ip)
+}
+
+/// The shape of routed frame `f` (its header at `l2`) to neighbour `n`, into `buf`: the
+/// neighbour's MAC, the gateway's, a tag if the port sends the VLAN `tagged`, the IPv4 header
+/// with its TTL one less and its checksum updated for it; the rest of the frame after.
+pub(super) fn shape_routed<'b>(
+    f: &Frame,
+    n: &Neighbour,
+    net: &Net,
+    tagged: bool,
+    buf: &'b mut [u8; MAX_PREFIX],
+) -> Option<Shape<'b>> {
+    let l2 = if f.tag.is_some() { 18 } else { 14 };
+    let ip = ipv4_header(f.front(), l2, f.len)?;
+    let at = l2_header(
+        buf,
+        n.mac,
+        net.gateway_mac,
+        tagged.then_some((f.tag.unwrap_or(0) & 0xe000) | net.vlan),
+        ethertype::IPV4,
+    );
+    let hdr = &mut buf[at..at + ip.len()];
+    hdr.copy_from_slice(ip);
+    hdr[8] = hdr[8].wrapping_sub(1);
+    // RFC 1624: the TTL is the high byte of the fifth word; one less there is 0x0100 less in
+    // the sum, so its complement (the checksum) is 0x0100 more, end-around.
+    let sum = u16::from_be_bytes([hdr[10], hdr[11]]);
+    hdr[10..12].copy_from_slice(&crate::wire::checksum::combine(sum, 0x0100).to_be_bytes());
+    Some(Shape { prefix: &buf[..at + ip.len()], skip: (l2 + ip.len()) as u32, take: u32::MAX, patch: None })
+}
+
+/// Writes an Ethernet header (with a tag whose TCI is `tci`) into `buf`; its length.
+fn l2_header(buf: &mut [u8], dst: MacAddr, src: MacAddr, tci: Option<u16>, ty: u16) -> usize {
+    buf[0..6].copy_from_slice(&dst.0);
+    buf[6..12].copy_from_slice(&src.0);
+    let mut at = 12;
+    if let Some(tci) = tci {
+        buf[12..14].copy_from_slice(&ethertype::VLAN.to_be_bytes());
+        buf[14..16].copy_from_slice(&tci.to_be_bytes());
+        at = 16;
+    }
+    buf[at..at + 2].copy_from_slice(&ty.to_be_bytes());
+    at + 2
+}
+
+/// The switch's answer to frame `f` (`Out::Answer`), for its sender, which sends VLAN
+/// `net.vlan` `tagged` or not: the ARP reply for the gateway, or the echo reply from it; into
+/// `buf`.
+pub(super) fn shape_answer<'b>(f: &Frame, net: &Net, tagged: bool, buf: &'b mut [u8; FRONT_MAX]) -> Option<Shape<'b>> {
+    let l2 = if f.tag.is_some() { 18 } else { 14 };
+    let front = f.front();
+    let tci = tagged.then_some((f.tag.unwrap_or(0) & 0xe000) | net.vlan);
+    let asker = MacAddr::from_bytes(front.get(6..12)?);
+    if front.get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..]) {
+        let a = front.get(l2..l2 + 28)?;
+        let (sha, spa) = (MacAddr::from_bytes(&a[8..14]), Ipv4Addr::new(a[14], a[15], a[16], a[17]));
+        let reply = arp_frame(asker, arp::OP_REPLY, net.gateway_mac, net.gateway, sha, spa);
+        let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::ARP);
+        let body = &reply[14..];
+        buf[at..at + body.len()].copy_from_slice(body);
+        return Some(Shape { prefix: &buf[..at + body.len()], skip: f.len, take: 0, patch: None });
+    }
+    // An echo request to the gateway: its IPv4 header with the addresses swapped, a TTL of
+    // our own, the checksum computed again; its ICMP type 0, the checksum updated for it.
+    let ip = ipv4_header(front, l2, f.len)?;
+    let ihl = ip.len();
+    let icmp = front.get(l2 + ihl..l2 + ihl + 4)?;
+    let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::IPV4);
+    let hdr = &mut buf[at..at + ihl];
+    hdr.copy_from_slice(ip);
+    hdr[12..16].copy_from_slice(&ip[16..20]);
+    hdr[16..20].copy_from_slice(&ip[12..16]);
+    hdr[8] = TTL;
+    hdr[10..12].copy_from_slice(&[0, 0]);
+    let sum = crate::wire::checksum::checksum(hdr);
+    hdr[10..12].copy_from_slice(&sum.to_be_bytes());
+    let e = &mut buf[at + ihl..at + ihl + 4];
+    e.copy_from_slice(icmp);
+    e[0] = 0;
+    // Type 8 -> 0 in the first word: 0x0800 less in the sum, 0x0800 more in its complement.
+    let sum = u16::from_be_bytes([e[2], e[3]]);
+    e[2..4].copy_from_slice(&crate::wire::checksum::combine(sum, 0x0800).to_be_bytes());
+    Some(Shape { prefix: &buf[..at + ihl + 4], skip: (l2 + ihl + 4) as u32, take: u32::MAX, patch: None })
+}

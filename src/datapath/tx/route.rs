@@ -1,0 +1,56 @@
+//! Delivery of what routing decided (`datapath/route.rs`): a routed frame written to its
+//! neighbour's port under the routed headers, and the switch's answers (ARP for a gateway, an
+//! echo reply from it) written back to their sender. Each is a write of its own (routed
+//! frames are not batched per destination yet).
+#![forbid(unsafe_code)]
+
+use super::Open;
+use super::delivery::Delivery;
+use crate::datapath::Env;
+use crate::datapath::counters::DropReason;
+use crate::datapath::frame::{FRONT_MAX, Frame, Shape};
+use crate::datapath::route::{self, MAX_PREFIX};
+
+/// Writes routed frame `f` to port `p`, neighbour `n` of the plan's routes.
+pub(super) fn routed(env: &Env, f: &Frame, p: u16, n: u16, dv: &mut Delivery) {
+    let pc = &env.cx.stats.ports[p as usize];
+    let Some((nb, net)) = env.ports.routes.as_deref().and_then(|r| Some((r.neighbour(n)?, r.net_of(f.vlan)?))) else {
+        return pc.drop(DropReason::RouteNoNeighbour, 1);
+    };
+    let Some(tagged) = env.ports.policy[p as usize].vlan.egress(net.vlan) else {
+        return pc.drop(DropReason::VlanNotAllowed, 1);
+    };
+    let mut buf = [0u8; MAX_PREFIX];
+    match route::shape_routed(f, nb, net, tagged, &mut buf) {
+        Some(shape) => write(env, p, f, shape, dv),
+        None => pc.drop(DropReason::RouteBadHeader, 1),
+    }
+}
+
+/// Writes the switch's answer to frame `f` back to its sender, `in_port`.
+pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
+    let pc = &env.cx.stats.ports[in_port as usize];
+    let Some(net) = env.ports.routes.as_deref().and_then(|r| r.net_of(f.vlan)) else { return };
+    let Some(tagged) = env.ports.policy[in_port as usize].vlan.egress(net.vlan) else {
+        return pc.drop(DropReason::VlanNotAllowed, 1);
+    };
+    let mut buf = [0u8; FRONT_MAX];
+    match route::shape_answer(f, net, tagged, &mut buf) {
+        Some(shape) => write(env, in_port, f, shape, dv),
+        None => pc.drop(DropReason::RouteBadHeader, 1),
+    }
+}
+
+/// Writes `f` as `shape` makes it to port `p`, alone.
+fn write(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery) {
+    let pc = &env.cx.stats.ports[p as usize];
+    match Open::new(env, p) {
+        Some(mut o) => {
+            if let Err(why) = o.write(f, shape, dv) {
+                pc.drop(why, 1);
+            }
+            o.close(pc, dv);
+        }
+        None => pc.drop(DropReason::PortDown, 1),
+    }
+}

@@ -1,0 +1,75 @@
+//! Routing at the edge (`[[vrf]]`) with real guests: two QEMU Linux guests in two networks of
+//! one tenant (VLANs 100 and 200), each with its default route via the anycast gateway, ping
+//! each other and the gateway and run iperf3 TCP both ways (TSO frames routed whole); the
+//! replies come back with the TTL a router leaves. The data path's own cases (TTL 1, unknown
+//! addresses, the gateway's MAC as a source, two tenants with one address) are
+//! `datapath::tests::routing`.
+
+use crate::common;
+
+use common::*;
+
+const MAC_A: &str = "52:54:00:0b:01:05";
+const MAC_B: &str = "52:54:00:0b:02:05";
+
+/// Two ports in two networks of VRF "t", each guest's address its port's.
+fn config(dir: &std::path::Path) -> String {
+    let port = |name: &str, tag: u16, mac: &str, ip: &str| {
+        format!(
+            "[[port]]\nname = \"{name}\"\ntype = \"vhost-user\"\nsocket = \"{name}.sock\"\ntag = {tag}\n\
+             allowed_macs = [\"{mac}\"]\nallowed_ips = [\"{ip}\"]\n"
+        )
+    };
+    format!(
+        "[switch]\npoll_cores = [1]\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n{}{}\
+         [[vrf]]\nname = \"t\"\ngateway_mac = \"02:00:00:00:01:01\"\n\
+         [[vrf.network]]\nvlan = 100\ngateway = \"10.1.0.1/24\"\n\
+         [[vrf.network]]\nvlan = 200\ngateway = \"10.2.0.1/24\"\n",
+        dir.display(),
+        port("vm1", 100, MAC_A, "10.1.0.5"),
+        port("vm2", 200, MAC_B, "10.2.0.5"),
+    )
+}
+
+#[test]
+fn guests_in_two_networks_ping_and_run_tcp_through_their_gateway() {
+    let Some(_g) = run_alone(QEMU) else { return };
+    let dir = test_dir("routing-qemu");
+    let sw = Switch::start_config(dir.clone(), &config(&dir));
+    let server =
+        "ip route add default via 10.2.0.1\niperf3 -s -B 10.2.0.5 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
+    let client = r#"ip route add default via 10.1.0.1
+P=10.2.0.5
+i=0
+until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
+ping -c 5 -i 0.2 -W 2 $P | grep -E "ttl=|loss" | sed "s/^/PEER /"
+ping -c 3 -i 0.2 -W 2 10.1.0.1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY /"
+for args in "" "-R"; do
+  n=0
+  until out=$(timeout 30 iperf3 -c $P -t 2 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
+  echo "$out" | grep -E "receiver" | sed "s/^/PVS-IPERF$args /"
+done
+"#;
+    let b = KillOnDrop(guest(&sw, &dir, "vm2", "10.2.0.5/24", MAC_B, server));
+    let a = KillOnDrop(guest(&sw, &dir, "vm1", "10.1.0.5/24", MAC_A, client));
+    await_jobs(&dir, &["vm1"]);
+    let out = guest_log(&dir, "vm1");
+    let lines = |tag: &str| out.lines().filter(|l| l.starts_with(tag)).collect::<Vec<_>>().join("\n");
+    let (peer, gw) = (lines("PEER "), lines("GATEWAY "));
+    eprintln!("{peer}\n{gw}\n{}", lines("PVS-IPERF"));
+    assert!(peer.contains(" 0% packet loss"), "vm1 -> vm2 through the gateway:\n{out}\n{}", sw.log());
+    // vm2's replies crossed one router: Linux sends with TTL 64.
+    assert!(peer.contains("ttl=63") && !peer.contains("ttl=64"), "{peer}");
+    assert!(gw.contains(" 0% packet loss") && gw.contains("ttl=64"), "the gateway answers ping:\n{gw}");
+    assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
+    drop((a, b));
+    for p in ["vm1", "vm2"] {
+        let c = sw.counters(p);
+        assert!(c.rx_gso > 0, "{p} sent TSO frames, routed whole");
+        for why in
+            [DropReason::RouteBadHeader, DropReason::RouteNoNeighbour, DropReason::NoRoute, DropReason::Malformed]
+        {
+            assert_eq!(c.drops.get(why), 0, "{p}: {why:?}");
+        }
+    }
+}

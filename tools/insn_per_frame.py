@@ -35,6 +35,7 @@ PREFIX = "datapath::tests::insn::"
 MARKER = "*insn::measured_step*"
 MODES = [("Normal", "NORMAL, learned unicast"), ("Flood", "NORMAL, flood (moving source MAC)"),
          ("InPort", "in_port flows"), ("Flows1k", "1k exact flows"), ("Access", "NORMAL, access VLAN both ends"),
+         ("Routed", "NORMAL, routed between two VLANs of a VRF"),
          ("Trunk", "NORMAL, access to trunk (tag pushed)"), ("Capped", "NORMAL, ingress and egress caps"),
          ("Logged", "NORMAL, both VMs dirty logging"), ("FloodFull", "NORMAL, flood beside 14 full-ring VMs"),
          ("Secured", "NORMAL, to a port in a security group"), ("CtFlows", "OVS ct flows, two tables")]

@@ -72,6 +72,12 @@ pub struct Routes {
     by_vrf: Vec<Vec<u16>>,
     /// Sorted by key.
     neighbours: Vec<Neighbour>,
+    /// An open-addressed index of `neighbours` by key (1 + the index; 0 empty), at most half
+    /// full: a lookup is a multiply and, mostly, one probe. Its keys are the configuration's,
+    /// so no guest chooses where they fall.
+    slots: Box<[u16]>,
+    /// 64 - log2(slots).
+    shift: u32,
 }
 
 fn key(vrf: u16, a: Ipv4Addr) -> u64 {
@@ -95,6 +101,8 @@ impl Routes {
             nets: Vec::new(),
             by_vrf: Vec::new(),
             neighbours: Vec::new(),
+            slots: Box::new([]),
+            shift: 63,
         };
         for (vi, v) in vrfs.iter().enumerate() {
             let mut mine = Vec::new();
@@ -125,6 +133,16 @@ impl Routes {
         // The first port to name an address keeps it.
         r.neighbours.sort_by_key(|n| n.key);
         r.neighbours.dedup_by_key(|n| n.key);
+        r.neighbours.truncate(u16::MAX as usize / 2);
+        let size = (2 * r.neighbours.len()).next_power_of_two().max(16);
+        (r.slots, r.shift) = (vec![0; size].into_boxed_slice(), 64 - size.trailing_zeros());
+        for i in 0..r.neighbours.len() {
+            let mut h = r.slot(r.neighbours[i].key);
+            while r.slots[h] != 0 {
+                h = (h + 1) & (size - 1);
+            }
+            r.slots[h] = i as u16 + 1;
+        }
         Some(r)
     }
 
@@ -142,9 +160,25 @@ impl Routes {
         self.neighbours.get(i as usize)
     }
 
+    /// Where `key`'s probe starts.
+    #[inline]
+    fn slot(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
     /// The neighbour at `a` in VRF `vrf`, by index.
+    #[inline]
     fn find(&self, vrf: u16, a: Ipv4Addr) -> Option<u16> {
-        self.neighbours.binary_search_by_key(&key(vrf, a), |n| n.key).ok().map(|i| i as u16)
+        let (k, mask) = (key(vrf, a), self.slots.len() - 1);
+        let mut h = self.slot(k);
+        loop {
+            let i = *self.slots.get(h)? as usize;
+            let n = self.neighbours.get(i.checked_sub(1)?)?;
+            if n.key == k {
+                return Some(i as u16 - 1);
+            }
+            h = (h + 1) & mask;
+        }
     }
 
     /// The network of VRF `vrf` that holds `a` (the longest prefix), and whether `a` is a

@@ -51,6 +51,10 @@ enum Mode {
     /// lookup in vm1's zone of the connection table, the 500 connections committed in the
     /// warm-up (what a tracked, allowed connection costs).
     Secured,
+    /// No flows, vm0 on VLAN 10 and vm1 on VLAN 20, two networks of a VRF: every frame, sent
+    /// to the gateway's MAC, routed (its neighbour one of vm1's 500 addresses, its TTL and
+    /// checksum rewritten). Against `Access`: what routing costs beside bridging.
+    Routed,
     /// OVS's `ct` flows: `ct(table=1)` for IP, then in table 1 `ct(commit),output:vm1` for
     /// `+trk+new` (one-way UDP stays new: every frame two tracker lookups and a table-1
     /// lookup, its 500 connections committed in the warm-up).
@@ -106,6 +110,7 @@ fn flows(mode: Mode) -> Vec<String> {
         | Mode::Flood
         | Mode::FloodFull
         | Mode::Access
+        | Mode::Routed
         | Mode::Trunk
         | Mode::Capped
         | Mode::Logged
@@ -164,6 +169,7 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
     let mut b = Bench::new(BenchCfg { vms, mac_buckets: 1, ..BenchCfg::default() });
     let (dst, src) = match mode {
         Mode::Flood | Mode::FloodFull => (FLOWGEN_DST, FLOWGEN_SRC),
+        Mode::Routed => (GATEWAY, mac(0)),
         _ => (mac(1), mac(0)),
     };
     match mode {
@@ -171,6 +177,23 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
             use crate::config::vlan::PortVlan;
             b.policies[0].vlan = PortVlan::access(10);
             b.policies[1].vlan = if mode == Mode::Trunk { PortVlan::trunk(&[10]) } else { PortVlan::access(10) };
+            b.post(0);
+        }
+        Mode::Routed => {
+            use crate::config::ips::IpPrefix;
+            use crate::config::vlan::PortVlan;
+            use crate::config::vrf::{NetworkConfig, VrfConfig};
+            b.policies[0].vlan = PortVlan::access(10);
+            b.policies[1].vlan = PortVlan::access(20);
+            b.policies[1].allowed_macs = vec![crate::wire::MacAddr(mac(1))];
+            b.policies[1].allowed_ips =
+                (0..DESTS).map(|i| IpPrefix::parse(&format!("10.253.{}.{}", i / 256, i % 256)).unwrap()).collect();
+            let net = |vlan, gateway: [u8; 4], prefix_len| NetworkConfig { vlan, gateway: gateway.into(), prefix_len };
+            b.vrfs = vec![VrfConfig {
+                name: "t".into(),
+                gateway_mac: crate::wire::MacAddr(GATEWAY),
+                networks: vec![net(10, [10, 0, 0, 1], 24), net(20, [10, 253, 255, 254], 16)],
+            }];
             b.post(0);
         }
         Mode::Capped => {
@@ -245,13 +268,32 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
         }
         let recv = b.vms[1 - from].recv();
         assert_eq!(recv.len(), BURST, "{mode:?} {size} {lay:?}, burst {burst}: frames arrived");
-        let expected = |s: &Vec<u8>| if mode == Mode::Trunk { tagged(s, 0x8100, 10) } else { s.clone() };
+        let expected = |s: &Vec<u8>| match mode {
+            Mode::Trunk => tagged(s, 0x8100, 10),
+            Mode::Routed => routed(s, mac(1)),
+            _ => s.clone(),
+        };
         assert!(
             recv.iter().zip(&batch).all(|(r, s)| *r == expected(s)),
             "{mode:?} {size} {lay:?}, burst {burst}: frames changed"
         );
     }
     taken
+}
+
+/// The routed cell's gateway MAC.
+const GATEWAY: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+
+/// Frame `s` as the gateway routes it to `to`: the MACs, the TTL one less, the checksum
+/// updated for it.
+fn routed(s: &[u8], to: [u8; 6]) -> Vec<u8> {
+    let mut r = s.to_vec();
+    r[0..6].copy_from_slice(&to);
+    r[6..12].copy_from_slice(&GATEWAY);
+    r[22] -= 1;
+    let sum = u16::from_be_bytes([r[24], r[25]]);
+    r[24..26].copy_from_slice(&crate::wire::checksum::combine(sum, 0x0100).to_be_bytes());
+    r
 }
 
 /// Runs a cell for the measure and prints what the tool reads beside callgrind's count.
@@ -298,6 +340,8 @@ cells! {
     flows1k_1518_chain: Flows1k, 1518, Chain;
     access_64: Access, 64, One;
     access_1518: Access, 1518, One;
+    routed_64: Routed, 64, One;
+    routed_1518: Routed, 1518, One;
     trunk_64: Trunk, 64, One;
     trunk_1518: Trunk, 1518, One;
     capped_64: Capped, 64, One;

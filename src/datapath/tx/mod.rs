@@ -493,8 +493,21 @@ fn deliver_in_order(
             // Classify's pipeline stage always replaces it.
             Out::Pipeline(_) => {}
             Out::Routed(p, n) => {
-                o_close(open.take(), env, dv);
-                route::routed(env, f, p, n, dv);
+                // Held open across a run of frames to one port, as for `Out::Port` (a full
+                // destination drops: a routed frame never makes its sender wait).
+                if open.as_ref().map(|o| o.port.id) != Some(p) {
+                    o_close(open.take(), env, dv);
+                    open = Open::new(env, p);
+                }
+                let pc = &cx.stats.ports[p as usize];
+                match open.as_mut() {
+                    Some(o) => {
+                        if let Err(why) = route::routed(env, o, f, n, dv) {
+                            pc.drop(why, 1);
+                        }
+                    }
+                    None => pc.drop(DropReason::PortDown, 1),
+                }
             }
             Out::Answer => {
                 o_close(open.take(), env, dv);

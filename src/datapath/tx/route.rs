@@ -1,7 +1,7 @@
 //! Delivery of what routing decided (`datapath/route.rs`): a routed frame written to its
 //! neighbour's port under the routed headers, and the switch's answers (ARP for a gateway, an
-//! echo reply from it) written back to their sender. Each is a write of its own (routed
-//! frames are not batched per destination yet).
+//! echo reply from it) written back to their sender. A run of routed frames to one port is
+//! written under one opening of it (`tx::deliver_in_order` holds it), an answer alone.
 #![forbid(unsafe_code)]
 
 use super::Open;
@@ -11,20 +11,14 @@ use crate::datapath::counters::DropReason;
 use crate::datapath::frame::{FRONT_MAX, Frame, Shape};
 use crate::datapath::route::{self, MAX_PREFIX};
 
-/// Writes routed frame `f` to port `p`, neighbour `n` of the plan's routes.
-pub(super) fn routed(env: &Env, f: &Frame, p: u16, n: u16, dv: &mut Delivery) {
-    let pc = &env.cx.stats.ports[p as usize];
-    let Some((nb, net)) = env.ports.routes.as_deref().and_then(|r| Some((r.neighbour(n)?, r.net_of(f.vlan)?))) else {
-        return pc.drop(DropReason::RouteNoNeighbour, 1);
-    };
-    let Some(tagged) = env.ports.policy[p as usize].vlan.egress(net.vlan) else {
-        return pc.drop(DropReason::VlanNotAllowed, 1);
-    };
+/// Writes routed frame `f` to `o`, the open port of neighbour `n` of the plan's routes.
+pub(super) fn routed(env: &Env, o: &mut Open, f: &Frame, n: u16, dv: &mut Delivery) -> Result<(), DropReason> {
+    let routes = env.ports.routes.as_deref().ok_or(DropReason::RouteNoNeighbour)?;
+    let (nb, net) = routes.neighbour(n).zip(routes.net_of(f.vlan)).ok_or(DropReason::RouteNoNeighbour)?;
+    let tagged = o.policy.vlan.egress(net.vlan).ok_or(DropReason::VlanNotAllowed)?;
     let mut buf = [0u8; MAX_PREFIX];
-    match route::shape_routed(f, nb, net, tagged, &mut buf) {
-        Some(shape) => write(env, p, f, shape, dv),
-        None => pc.drop(DropReason::RouteBadHeader, 1),
-    }
+    let shape = route::shape_routed(f, nb, net, tagged, &mut buf).ok_or(DropReason::RouteBadHeader)?;
+    o.write(f, shape, dv)
 }
 
 /// Writes the switch's answer to frame `f` back to its sender, `in_port`.

@@ -241,7 +241,7 @@ pub(super) fn normal_frame(
             (f.vlan, f.tag) = (vid, tag);
             // A VRF's network: its gateway routes and answers (`route.rs`) before NORMAL.
             if let Some(routes) = env.ports.routes.as_deref()
-                && let Some(out) = route::decide(routes, f, vid, addrs)
+                && let Some(out) = route::decide(routes, f, in_port, vid, addrs)
             {
                 return out;
             }

@@ -2,7 +2,8 @@
 //! gateway, the same address and MAC on every host. NORMAL asks here first, for a frame in a
 //! VLAN that is a VRF's network (`decide`):
 //! - an ARP request for the gateway's address is answered by the switch (`Out::Answer`), as is
-//!   an ICMP echo request to it;
+//!   an ICMP echo request to it, and one for a neighbour's address (ARP suppression: answered
+//!   on the asker's host, not flooded, nor carried over a tunnel);
 //! - an IPv4 frame to the gateway's MAC is routed: the VRF's network that holds its
 //!   destination (connected networks, the longest prefix first), the neighbour there (a port
 //!   whose `allowed_ips` hold the address as a host, with its one `allowed_macs` entry), then
@@ -187,6 +188,13 @@ impl Routes {
         self.by_vrf.get(vrf as usize)?.iter().map(|&i| &self.nets[i as usize]).find(|n| n.contains(a))
     }
 
+    /// The neighbour at `a` in network `net` (an address of another network, or another
+    /// VRF's, is none).
+    pub fn answer_for(&self, net: &Net, a: Ipv4Addr) -> Option<&Neighbour> {
+        let n = &self.neighbours[self.find(net.vrf, a)? as usize];
+        (self.nets[n.net as usize].vlan == net.vlan).then_some(n)
+    }
+
     /// Every neighbour, for `pvswitchctl`.
     pub fn neighbours(&self) -> &[Neighbour] {
         &self.neighbours
@@ -196,7 +204,7 @@ impl Routes {
 /// Where NORMAL sends frame `f` from `in_port`, in VLAN `vid`, if routing decides it (None:
 /// switched as any frame is). `addrs`: its destination and source MACs.
 #[inline(never)]
-pub(super) fn decide(routes: &Routes, f: &mut Frame, vid: u16, addrs: &[u8; 12]) -> Option<Out> {
+pub(super) fn decide(routes: &Routes, f: &mut Frame, in_port: u16, vid: u16, addrs: &[u8; 12]) -> Option<Out> {
     let net = routes.net_of(vid)?;
     let (dst, src) = (MacAddr::from_bytes(&addrs[..6]), MacAddr::from_bytes(&addrs[6..]));
     if src == net.gateway_mac {
@@ -209,18 +217,37 @@ pub(super) fn decide(routes: &Routes, f: &mut Frame, vid: u16, addrs: &[u8; 12])
     }
     if dst == MacAddr::BROADCAST && f.front().get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..]) {
         f.deepen_front(l2 + 28);
-        if is_request_for(f.front(), l2, net.gateway) {
+        if let Some(asked) = arp_request(f.front(), l2)
+            && (asked == net.gateway || suppressed(routes, net, in_port, f.front(), l2, asked))
+        {
             return Some(Out::Answer);
         }
     }
     None
 }
 
-/// Whether the front (`l2`: where the ARP packet starts) is an ARP request for `ip`.
-fn is_request_for(front: &[u8], l2: usize, ip: Ipv4Addr) -> bool {
-    front.get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..])
-        && front.get(l2 + 6..l2 + 8) == Some(&arp::OP_REQUEST.to_be_bytes()[..])
-        && front.get(l2 + 24..l2 + 28) == Some(&ip.octets()[..])
+/// The address an ARP request asks for, if the front (`l2`: where the ARP packet starts) is
+/// one.
+fn arp_request(front: &[u8], l2: usize) -> Option<Ipv4Addr> {
+    if front.get(l2 - 2..l2) != Some(&ethertype::ARP.to_be_bytes()[..])
+        || front.get(l2 + 6..l2 + 8) != Some(&arp::OP_REQUEST.to_be_bytes()[..])
+    {
+        return None;
+    }
+    let t = front.get(l2 + 24..l2 + 28)?;
+    Some(Ipv4Addr::new(t[0], t[1], t[2], t[3]))
+}
+
+/// ARP suppression: whether a request for `asked`, a neighbour of `net` on another port than
+/// the asker's, is answered by the switch rather than flooded. A probe (sender 0.0.0.0, a VM
+/// checking that its address is free) and a gratuitous request (sender = target) are not:
+/// they are announcements, and flood as ever.
+fn suppressed(routes: &Routes, net: &Net, in_port: u16, front: &[u8], l2: usize, asked: Ipv4Addr) -> bool {
+    let Some(spa) = front.get(l2 + 14..l2 + 18) else { return false };
+    if spa == [0, 0, 0, 0] || spa == asked.octets() {
+        return false;
+    }
+    routes.answer_for(net, asked).is_some_and(|n| n.port != in_port)
 }
 
 /// Routes an IPv4 frame sent to the gateway of `net` (its header at `l2` of the front).
@@ -309,7 +336,13 @@ fn l2_header(buf: &mut [u8], dst: MacAddr, src: MacAddr, tci: Option<u16>, ty: u
 /// The switch's answer to frame `f` (`Out::Answer`), for its sender, which sends VLAN
 /// `net.vlan` `tagged` or not: the ARP reply for the gateway, or the echo reply from it; into
 /// `buf`.
-pub(super) fn shape_answer<'b>(f: &Frame, net: &Net, tagged: bool, buf: &'b mut [u8; FRONT_MAX]) -> Option<Shape<'b>> {
+pub(super) fn shape_answer<'b>(
+    routes: &Routes,
+    f: &Frame,
+    net: &Net,
+    tagged: bool,
+    buf: &'b mut [u8; FRONT_MAX],
+) -> Option<Shape<'b>> {
     let l2 = if f.tag.is_some() { 18 } else { 14 };
     let front = f.front();
     let tci = tagged.then_some((f.tag.unwrap_or(0) & 0xe000) | net.vlan);
@@ -317,8 +350,14 @@ pub(super) fn shape_answer<'b>(f: &Frame, net: &Net, tagged: bool, buf: &'b mut 
     if front.get(l2 - 2..l2) == Some(&ethertype::ARP.to_be_bytes()[..]) {
         let a = front.get(l2..l2 + 28)?;
         let (sha, spa) = (MacAddr::from_bytes(&a[8..14]), Ipv4Addr::new(a[14], a[15], a[16], a[17]));
-        let reply = arp_frame(asker, arp::OP_REPLY, net.gateway_mac, net.gateway, sha, spa);
-        let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::ARP);
+        let asked = Ipv4Addr::new(a[24], a[25], a[26], a[27]);
+        // The gateway's own MAC, or (suppression) the neighbour's.
+        let mac = match asked == net.gateway {
+            true => net.gateway_mac,
+            false => routes.answer_for(net, asked)?.mac,
+        };
+        let reply = arp_frame(asker, arp::OP_REPLY, mac, asked, sha, spa);
+        let at = l2_header(buf, asker, mac, tci, ethertype::ARP);
         let body = &reply[14..];
         buf[at..at + body.len()].copy_from_slice(body);
         return Some(Shape { prefix: &buf[..at + body.len()], skip: f.len, take: 0, patch: None });

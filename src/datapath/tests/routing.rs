@@ -206,3 +206,38 @@ fn what_a_router_must_refuse_is_dropped_with_its_reason() {
     b.settle(10);
     assert_eq!(b.vms[1].recv(), vec![routed(&ok, mac(1))]);
 }
+
+/// ARP suppression: a request for a neighbour's address (a port's `allowed_ips` in the
+/// network) is answered by the switch with that port's MAC and reaches nobody; a probe (a VM
+/// checking its own address is free) and a request from the address's own port flood as ever.
+#[test]
+fn arp_for_a_known_address_is_answered_on_the_askers_host() {
+    let mut b = bench();
+    let vm0 = Ipv4Addr::new(10, 0, 1, 5);
+    let ask = arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, MacAddr(mac(3)), [10, 0, 1, 7].into(), MacAddr::ZERO, vm0);
+    b.vms[3].guest.send(&tagged(&ask, 0x8100, 10));
+    b.settle(10);
+    let want = arp_frame(MacAddr(mac(3)), arp::OP_REPLY, MacAddr(mac(0)), vm0, MacAddr(mac(3)), [10, 0, 1, 7].into());
+    assert_eq!(b.vms[3].recv(), vec![tagged(&want, 0x8100, 10)], "vm0's MAC, from the switch");
+    assert!(b.vms[0].recv().is_empty(), "the request was flooded");
+    // vm0's own probe for its address (sender 0.0.0.0): a broadcast as ever.
+    let probe =
+        arp_frame(MacAddr::BROADCAST, arp::OP_REQUEST, MacAddr(mac(0)), [0, 0, 0, 0].into(), MacAddr::ZERO, vm0);
+    b.vms[0].guest.send(&probe);
+    b.settle(10);
+    assert_eq!(b.vms[3].recv(), vec![tagged(&probe, 0x8100, 10)]);
+    assert!(b.vms[0].recv().is_empty());
+    // An address of another network (vm1's 10.0.2.5, asked for in VLAN 10): not answered.
+    let other = arp_frame(
+        MacAddr::BROADCAST,
+        arp::OP_REQUEST,
+        MacAddr(mac(3)),
+        [10, 0, 1, 7].into(),
+        MacAddr::ZERO,
+        [10, 0, 2, 5].into(),
+    );
+    b.vms[3].guest.send(&tagged(&other, 0x8100, 10));
+    b.settle(10);
+    assert_eq!(b.vms[0].recv(), vec![other], "flooded in VLAN 10");
+    assert!(b.vms[3].recv().is_empty() && b.vms[1].recv().is_empty());
+}

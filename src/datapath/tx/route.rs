@@ -24,12 +24,13 @@ pub(super) fn routed(env: &Env, o: &mut Open, f: &Frame, n: u16, dv: &mut Delive
 /// Writes the switch's answer to frame `f` back to its sender, `in_port`.
 pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
     let pc = &env.cx.stats.ports[in_port as usize];
-    let Some(net) = env.ports.routes.as_deref().and_then(|r| r.net_of(f.vlan)) else { return };
+    let Some(routes) = env.ports.routes.as_deref() else { return };
+    let Some(net) = routes.net_of(f.vlan) else { return };
     let Some(tagged) = env.ports.policy[in_port as usize].vlan.egress(net.vlan) else {
         return pc.drop(DropReason::VlanNotAllowed, 1);
     };
     let mut buf = [0u8; FRONT_MAX];
-    match route::shape_answer(f, net, tagged, &mut buf) {
+    match route::shape_answer(routes, f, net, tagged, &mut buf) {
         Some(shape) => write(env, in_port, f, shape, dv),
         None => pc.drop(DropReason::RouteBadHeader, 1),
     }

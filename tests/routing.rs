@@ -1,7 +1,8 @@
 //! Routing at the edge (`[[vrf]]`) with real guests: two QEMU Linux guests in two networks of
 //! one tenant (VLANs 100 and 200), each with its default route via the anycast gateway, ping
-//! each other and the gateway and run iperf3 TCP both ways (TSO frames routed whole); the
-//! replies come back with the TTL a router leaves. The data path's own cases (TTL 1, unknown
+//! each other and the gateway, traceroute through it (its time exceeded is the first hop) and
+//! run iperf3 TCP both ways (TSO frames routed whole); the replies come back with the TTL a
+//! router leaves. The data path's own cases (TTL 1, unknown
 //! addresses, the gateway's MAC as a source, two tenants with one address) are
 //! `datapath::tests::routing`.
 
@@ -44,6 +45,7 @@ i=0
 until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
 ping -c 5 -i 0.2 -W 2 $P | grep -E "ttl=|loss" | sed "s/^/PEER /"
 ping -c 3 -i 0.2 -W 2 10.1.0.1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY /"
+traceroute -n -q 1 -w 2 -m 3 $P 2>&1 | sed "s/^/TRACE /"
 for args in "" "-R"; do
   n=0
   until out=$(timeout 30 iperf3 -c $P -t 2 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
@@ -61,6 +63,12 @@ done
     // vm2's replies crossed one router: Linux sends with TTL 64.
     assert!(peer.contains("ttl=63") && !peer.contains("ttl=64"), "{peer}");
     assert!(gw.contains(" 0% packet loss") && gw.contains("ttl=64"), "the gateway answers ping:\n{gw}");
+    // traceroute: the first hop is the gateway (its time exceeded), the second vm2.
+    let trace = lines("TRACE ");
+    let hop = |n: &str, addr: &str| {
+        trace.lines().any(|l| l["TRACE ".len()..].trim_start().starts_with(n) && l.contains(addr))
+    };
+    assert!(hop("1 ", "10.1.0.1") && hop("2 ", "10.2.0.5"), "traceroute through the gateway:\n{trace}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     drop((a, b));
     for p in ["vm1", "vm2"] {

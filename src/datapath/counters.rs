@@ -104,7 +104,8 @@ drop_reasons! {
     /// Routing: a frame to a VRF's gateway whose destination no network of the VRF holds (or
     /// not IPv4, or to the gateway's own address and not an echo request).
     NoRoute = "route_no_route",
-    /// Routing: a frame to a VRF's gateway with a TTL of 1 or 0.
+    /// Routing: a frame to a VRF's gateway with a TTL of 1 or 0 (answered with ICMP time
+    /// exceeded, rate-limited).
     TtlExceeded = "route_ttl_exceeded",
     /// Routing: a frame to a VRF's gateway whose destination is in one of its networks but
     /// is no port's address (`allowed_ips`).

@@ -182,8 +182,7 @@ impl Routes {
         }
     }
 
-    /// The network of VRF `vrf` that holds `a` (the longest prefix), and whether `a` is a
-    /// gateway's own address.
+    /// The network of VRF `vrf` that holds `a` (the longest prefix).
     fn network_of(&self, vrf: u16, a: u32) -> Option<&Net> {
         self.by_vrf.get(vrf as usize)?.iter().map(|&i| &self.nets[i as usize]).find(|n| n.contains(a))
     }
@@ -266,11 +265,20 @@ fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
         return if echo { Out::Answer } else { Out::Drop(DropReason::NoRoute) };
     }
     if ip[8] <= 1 {
-        return Out::Drop(DropReason::TtlExceeded);
+        // A router's answer is an ICMP time exceeded (rate-limited where it is written), but
+        // never for an ICMP error or a later fragment (RFC 1812 4.3.2.7).
+        return if errors_allowed(front, l2, ip) { Out::Answer } else { Out::Drop(DropReason::TtlExceeded) };
     }
     let Some(n) = routes.find(net.vrf, Ipv4Addr::from(dst)) else { return Out::Drop(DropReason::RouteNoNeighbour) };
     f.vlan = to.vlan;
     Out::Routed(routes.neighbours[n as usize].port, n)
+}
+
+/// Whether an ICMP error may answer the IPv4 packet whose header `ip` is at `l2` of `front`.
+fn errors_allowed(front: &[u8], l2: usize, ip: &[u8]) -> bool {
+    let later_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0;
+    let icmp_error = ip[9] == 1 && front.get(l2 + ip.len()).is_none_or(|t| matches!(t, 3 | 4 | 5 | 11 | 12));
+    !later_fragment && !icmp_error
 }
 
 fn is_fragment(ip: &[u8]) -> bool {
@@ -333,16 +341,27 @@ fn l2_header(buf: &mut [u8], dst: MacAddr, src: MacAddr, tci: Option<u16>, ty: u
     at + 2
 }
 
+/// What the switch answers a frame with (`Out::Answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The gateway's or a neighbour's MAC, to an ARP request.
+    Arp,
+    /// An echo reply from the gateway.
+    Echo,
+    /// ICMP time exceeded, to a frame whose TTL ran out here.
+    TimeExceeded,
+}
+
 /// The switch's answer to frame `f` (`Out::Answer`), for its sender, which sends VLAN
-/// `net.vlan` `tagged` or not: the ARP reply for the gateway, or the echo reply from it; into
-/// `buf`.
+/// `net.vlan` `tagged` or not: the ARP reply (for the gateway, or suppression's for a
+/// neighbour), the echo reply from the gateway, or time exceeded; into `buf`.
 pub(super) fn shape_answer<'b>(
     routes: &Routes,
     f: &Frame,
     net: &Net,
     tagged: bool,
     buf: &'b mut [u8; FRONT_MAX],
-) -> Option<Shape<'b>> {
+) -> Option<(Shape<'b>, Answer)> {
     let l2 = if f.tag.is_some() { 18 } else { 14 };
     let front = f.front();
     let tci = tagged.then_some((f.tag.unwrap_or(0) & 0xe000) | net.vlan);
@@ -360,12 +379,18 @@ pub(super) fn shape_answer<'b>(
         let at = l2_header(buf, asker, mac, tci, ethertype::ARP);
         let body = &reply[14..];
         buf[at..at + body.len()].copy_from_slice(body);
-        return Some(Shape { prefix: &buf[..at + body.len()], skip: f.len, take: 0, patch: None });
+        return Some((Shape { prefix: &buf[..at + body.len()], skip: f.len, take: 0, patch: None }, Answer::Arp));
     }
     // An echo request to the gateway: its IPv4 header with the addresses swapped, a TTL of
     // our own, the checksum computed again; its ICMP type 0, the checksum updated for it.
     let ip = ipv4_header(front, l2, f.len)?;
     let ihl = ip.len();
+    let to_gateway = routes
+        .network_of(net.vrf, u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
+        .is_some_and(|n| n.gateway.octets() == ip[16..20]);
+    if !to_gateway {
+        return time_exceeded(f, net, ip, l2, tci, buf).map(|s| (s, Answer::TimeExceeded));
+    }
     let icmp = front.get(l2 + ihl..l2 + ihl + 4)?;
     let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::IPV4);
     let hdr = &mut buf[at..at + ihl];
@@ -382,5 +407,39 @@ pub(super) fn shape_answer<'b>(
     // Type 8 -> 0 in the first word: 0x0800 less in the sum, 0x0800 more in its complement.
     let sum = u16::from_be_bytes([e[2], e[3]]);
     e[2..4].copy_from_slice(&crate::wire::checksum::combine(sum, 0x0800).to_be_bytes());
-    Some(Shape { prefix: &buf[..at + ihl + 4], skip: (l2 + ihl + 4) as u32, take: u32::MAX, patch: None })
+    Some((
+        Shape { prefix: &buf[..at + ihl + 4], skip: (l2 + ihl + 4) as u32, take: u32::MAX, patch: None },
+        Answer::Echo,
+    ))
+}
+
+/// ICMP time exceeded in transit (type 11, code 0) from the gateway of `net` to the sender of
+/// `f` (its IPv4 header `ip` at `l2`), quoting that header and the first 8 bytes after it.
+fn time_exceeded<'b>(
+    f: &Frame,
+    net: &Net,
+    ip: &[u8],
+    l2: usize,
+    tci: Option<u16>,
+    buf: &'b mut [u8; FRONT_MAX],
+) -> Option<Shape<'b>> {
+    let front = f.front();
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let quoted = front.get(l2..l2 + (ip.len() + 8).min(total))?;
+    let asker = MacAddr::from_bytes(front.get(6..12)?);
+    let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::IPV4);
+    let len = 20 + 8 + quoted.len();
+    let hdr = &mut buf[at..at + 20];
+    hdr.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, TTL, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    hdr[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+    hdr[12..16].copy_from_slice(&net.gateway.octets());
+    hdr[16..20].copy_from_slice(&ip[12..16]);
+    let sum = crate::wire::checksum::checksum(hdr);
+    hdr[10..12].copy_from_slice(&sum.to_be_bytes());
+    let icmp = &mut buf[at + 20..at + len];
+    icmp[..8].copy_from_slice(&[11, 0, 0, 0, 0, 0, 0, 0]);
+    icmp[8..].copy_from_slice(quoted);
+    let sum = crate::wire::checksum::checksum(icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    Some(Shape { prefix: &buf[..at + len], skip: f.len, take: 0, patch: None })
 }

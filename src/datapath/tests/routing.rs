@@ -161,8 +161,6 @@ fn arp_and_ping_for_the_gateway_are_answered_by_the_switch() {
 fn what_a_router_must_refuse_is_dropped_with_its_reason() {
     let mut b = bench();
     let cases = [
-        // TTL 1: it would expire here.
-        (ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 5], 17, 1, 100), DropReason::TtlExceeded),
         // No network of VRF a holds it.
         (ip_frame(GW, mac(0), [10, 0, 1, 5], [192, 168, 0, 1], 17, 64, 100), DropReason::NoRoute),
         // In a network, but no port has it.
@@ -240,4 +238,45 @@ fn arp_for_a_known_address_is_answered_on_the_askers_host() {
     b.settle(10);
     assert_eq!(b.vms[0].recv(), vec![other], "flooded in VLAN 10");
     assert!(b.vms[3].recv().is_empty() && b.vms[1].recv().is_empty());
+}
+
+/// A frame whose TTL runs out at the gateway is dropped and answered with ICMP time exceeded
+/// from the gateway's address, quoting its header: traceroute through the gateway works. The
+/// answers are rate-limited (a burst of 10, then 100 a second per poll thread), an ICMP error
+/// is never answered with one, and the frame never goes on.
+#[test]
+fn a_ttl_that_runs_out_is_answered_with_time_exceeded_a_few_times() {
+    let mut b = bench();
+    let f = ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 5], 17, 1, 100);
+    b.vms[0].guest.send(&f);
+    b.settle(10);
+    let got = b.vms[0].recv();
+    assert_eq!(got.len(), 1, "one time exceeded");
+    let r = &got[0];
+    assert_eq!((&r[0..6], &r[6..12], &r[12..14]), (&mac(0)[..], &GW.0[..], &[8u8, 0][..]));
+    assert_eq!(
+        (r[23], &r[26..30], &r[30..34]),
+        (1, &[10u8, 0, 1, 1][..], &[10u8, 0, 1, 5][..]),
+        "ICMP, gateway to sender"
+    );
+    assert_eq!((r[34], r[35]), (11, 0), "time exceeded in transit");
+    assert_eq!(&r[42..], &f[14..14 + 28], "the header and 8 bytes quoted");
+    assert_eq!((checksum(&r[14..34]), checksum(&r[34..])), (0, 0));
+    assert_eq!(b.drops(0, DropReason::TtlExceeded), 1);
+    assert!(b.vms[1].recv().is_empty(), "it went on");
+    // 40 more at once: counted, but only the rest of the burst answered.
+    for _ in 0..40 {
+        b.vms[0].guest.send(&f);
+    }
+    b.settle(20);
+    let n = b.vms[0].recv().len();
+    assert!((1..=10).contains(&n), "{n} answers to 40 expired frames");
+    assert_eq!(b.drops(0, DropReason::TtlExceeded), 41);
+    // An ICMP error with TTL 1 (type 3) gets none.
+    let mut err = ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 5], 1, 1, 100);
+    err[34] = 3;
+    b.vms[0].guest.send(&err);
+    b.settle(10);
+    assert!(b.vms[0].recv().is_empty());
+    assert_eq!(b.drops(0, DropReason::TtlExceeded), 42);
 }

@@ -81,6 +81,38 @@ pub(in crate::datapath) struct Delivery {
     pub flood_missed: bool,
     /// How long (TSC cycles) floods skip a port found full or down: `FLOOD_RETRY_US`.
     pub(in crate::datapath) flood_retry: u64,
+    /// The ICMP errors this thread may still send (routing's time exceeded).
+    pub icmp_errors: ErrorBudget,
+}
+
+/// ICMP errors a poll thread sends (`tx/route.rs`), at most `ICMP_ERRORS_PER_SEC` a second
+/// after a burst of `ICMP_ERRORS_BURST`, as a router limits them (RFC 1812 4.3.2.8; Linux's
+/// `icmp_ratelimit`): a guest that sends frames with TTL 1 gets a few answers, not one a frame.
+#[derive(Default)]
+pub(in crate::datapath) struct ErrorBudget {
+    tokens: u32,
+    /// When the tokens were last refilled (TSC).
+    at: u64,
+}
+
+pub const ICMP_ERRORS_PER_SEC: u64 = 100;
+pub const ICMP_ERRORS_BURST: u32 = 10;
+
+impl ErrorBudget {
+    /// Whether one more error may go at TSC `now` (`hz` cycles a second).
+    pub fn take(&mut self, now: u64, hz: u64) -> bool {
+        let per = (hz / ICMP_ERRORS_PER_SEC).max(1);
+        let earned = now.saturating_sub(self.at) / per;
+        if earned > 0 {
+            self.tokens = (self.tokens as u64 + earned).min(ICMP_ERRORS_BURST as u64) as u32;
+            self.at = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
 }
 
 /// Floods skip a port found full or down for this long before they try it again, and twice as

@@ -9,7 +9,7 @@ use super::delivery::Delivery;
 use crate::datapath::Env;
 use crate::datapath::counters::DropReason;
 use crate::datapath::frame::{FRONT_MAX, Frame, Shape};
-use crate::datapath::route::{self, MAX_PREFIX};
+use crate::datapath::route::{self, Answer, MAX_PREFIX};
 
 /// Writes routed frame `f` to `o`, the open port of neighbour `n` of the plan's routes.
 pub(super) fn routed(env: &Env, o: &mut Open, f: &Frame, n: u16, dv: &mut Delivery) -> Result<(), DropReason> {
@@ -31,7 +31,14 @@ pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
     };
     let mut buf = [0u8; FRONT_MAX];
     match route::shape_answer(routes, f, net, tagged, &mut buf) {
-        Some(shape) => write(env, in_port, f, shape, dv),
+        Some((shape, Answer::TimeExceeded)) => {
+            // The frame itself went no further; the error only while the thread's budget lasts.
+            pc.drop(DropReason::TtlExceeded, 1);
+            if dv.icmp_errors.take(env.now, crate::counter::cycles_per_sec()) {
+                write(env, in_port, f, shape, dv);
+            }
+        }
+        Some((shape, _)) => write(env, in_port, f, shape, dv),
         None => pc.drop(DropReason::RouteBadHeader, 1),
     }
 }

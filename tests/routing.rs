@@ -9,6 +9,7 @@
 use crate::common;
 
 use common::*;
+use pvswitch::proto::{Request, VrfInfo};
 
 const MAC_A: &str = "52:54:00:0b:01:05";
 const MAC_B: &str = "52:54:00:0b:02:05";
@@ -37,6 +38,14 @@ fn guests_in_two_networks_ping_and_run_tcp_through_their_gateway() {
     let Some(_g) = run_alone(QEMU) else { return };
     let dir = test_dir("routing-qemu");
     let sw = Switch::start_config(dir.clone(), &config(&dir));
+    // What routing reaches, as pvswitchctl shows it.
+    let vrfs: Vec<VrfInfo> = sw.ask(&Request::Vrfs);
+    assert_eq!(vrfs.len(), 1);
+    let nets: Vec<(u16, &str)> = vrfs[0].networks.iter().map(|n| (n.vlan, n.gateway.as_str())).collect();
+    assert_eq!(nets, [(100, "10.1.0.1/24"), (200, "10.2.0.1/24")]);
+    let neigh: Vec<(&str, &str, &str, u16)> =
+        vrfs[0].neighbours.iter().map(|n| (n.address.as_str(), n.mac.as_str(), n.port.as_str(), n.vlan)).collect();
+    assert_eq!(neigh, [("10.1.0.5", MAC_A, "vm1", 100), ("10.2.0.5", MAC_B, "vm2", 200)]);
     let server =
         "ip route add default via 10.2.0.1\niperf3 -s -B 10.2.0.5 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
     let client = r#"ip route add default via 10.1.0.1

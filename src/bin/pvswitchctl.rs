@@ -53,6 +53,7 @@ commands:
             to standard output, e.g. pvswitchctl capture vm1 -w - icmp | tcpdump -nr -
   mirrors   each [[mirror]]: what it selects, its output, the copies made and dropped, and the
             ports it names that are absent
+  vrfs      each [[vrf]]: its gateway MAC, its networks and gateways, the neighbours routed to
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).
 exit status: 0 done, 1 failed (or pvswitchd unreachable), 2 bad command line,

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use super::proto::{
     CaptureEnd, CaptureStarted, ConntrackReply, Drops, FdbEntry, FlowsReply, LiveTrace, MigrationInfo, MirrorInfo,
     MoveReply, PortInfo, PortReply, PortVlanInfo, QueueInfo, RateCapsInfo, RebalanceReply, ReloadReply, Request,
-    RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply, VtepInfo,
+    RxqInfo, StatsReply, ThreadStats, TraceReply, VersionReply, VrfInfo, VtepInfo,
 };
 use crate::datapath::counters::DROP_REASONS;
 
@@ -38,6 +38,7 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
         }
         Request::Vteps => vteps(&typed::<Vec<VtepInfo>>(result)?),
         Request::Mirrors => mirrors(&typed::<Vec<MirrorInfo>>(result)?),
+        Request::Vrfs => vrfs(&typed::<Vec<VrfInfo>>(result)?),
         Request::Capture { .. } | Request::TraceLive { .. } => capture_started(&typed(result)?),
     })
 }
@@ -130,6 +131,21 @@ fn vteps(v: &[VtepInfo]) -> String {
 
 /// `mirrors`: a line a mirror (what it selects, where copies go, what they did), and the ports
 /// it names that are absent.
+/// `vrfs`: one block per VRF: its networks, then its neighbours.
+fn vrfs(v: &[VrfInfo]) -> String {
+    let mut s = String::new();
+    for vrf in v {
+        let _ = writeln!(s, "vrf {}: gateway MAC {}", vrf.name, vrf.gateway_mac);
+        for n in &vrf.networks {
+            let _ = writeln!(s, "  network VLAN {}: gateway {}", n.vlan, n.gateway);
+        }
+        for n in &vrf.neighbours {
+            let _ = writeln!(s, "  neighbour {} at {} on {} (VLAN {})", n.address, n.mac, n.port, n.vlan);
+        }
+    }
+    s
+}
+
 fn mirrors(v: &[MirrorInfo]) -> String {
     let mut s = String::new();
     for m in v {

@@ -93,6 +93,7 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
         Request::Version => json(VersionReply::current()),
         Request::Vteps => json(c.vteps()),
         Request::Mirrors => json(c.mirrors()),
+        Request::Vrfs => json(c.vrfs()),
         Request::VtepSync { vtep, state } => done(c.vtep_sync(ep, &vtep, &state)?),
         // A stream, not a reply: the control loop serves it (`control::capture`).
         Request::Capture { .. } | Request::TraceLive { .. } => {

@@ -63,6 +63,13 @@ pub struct Neighbour {
     pub net: u16,
 }
 
+impl Neighbour {
+    /// Its address.
+    pub fn address(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.key as u32)
+    }
+}
+
 /// Every VRF's networks and neighbours, made with each plan (`PortTable::with_routes`).
 #[derive(Debug)]
 pub struct Routes {

@@ -22,6 +22,7 @@ mod ports;
 mod stats;
 #[cfg(test)]
 pub(crate) mod tests;
+pub mod vrfs;
 mod vteps;
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,7 @@ pub use crate::port::nic::{NicInfo, NicOffloads, NicStats};
 pub use client::Client;
 pub use mirrors::MirrorInfo;
 pub use placement::{Moved as MoveReply, Rebalanced as RebalanceReply};
+pub use vrfs::VrfInfo;
 pub use vteps::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
 
 /// One request: the command and its arguments, parsed.
@@ -86,6 +88,8 @@ pub enum Request {
     Vteps,
     /// Each mirror as it runs (reply: `Vec<`[`MirrorInfo`]`>`).
     Mirrors,
+    /// Each VRF, its networks and neighbours (reply: `Vec<`[`VrfInfo`]`>`).
+    Vrfs,
     /// A VTEP's remote endpoints and MACs, whole (JSON, `VtepState`).
     VtepSync { vtep: String, state: String },
     /// The connections security groups track, every port's or `port`'s (reply:
@@ -172,7 +176,7 @@ pub struct PortReply {
 }
 
 /// Every command's name, for the error about an unknown one.
-pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors";
+pub const COMMANDS: &str = "ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors, vrfs";
 
 const MOVE_USAGE: &str = "move: expected PORT:QUEUE THREAD, e.g. move vm1:0 1";
 const TRACE_USAGE: &str = "trace: expected a frame description such as in_port=vm1,dl_dst=02:00:00:00:00:02,ip";
@@ -232,6 +236,7 @@ impl Request {
             "version" => Request::Version,
             "vteps" => Request::Vteps,
             "mirrors" => Request::Mirrors,
+            "vrfs" => Request::Vrfs,
             "vtep-sync" => match args {
                 [vtep, state] => Request::VtepSync { vtep: vtep.clone(), state: state.clone() },
                 _ => return Err("vtep-sync: expected VTEP STATE (JSON: {\"remotes\": [...], \"macs\": [...]})".into()),
@@ -269,6 +274,7 @@ impl Request {
             Request::SetPort { .. } => "set-port",
             Request::Vteps => "vteps",
             Request::Mirrors => "mirrors",
+            Request::Vrfs => "vrfs",
             Request::VtepSync { .. } => "vtep-sync",
             Request::Conntrack { .. } => "conntrack",
             Request::ConntrackFlush { .. } => "conntrack-flush",

@@ -59,6 +59,7 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         ),
         (req("vteps", &[]), Request::Vteps),
         (req("mirrors", &[]), Request::Mirrors),
+        (req("vrfs", &[]), Request::Vrfs),
         (
             req("capture", &["vm1", "vm2", "tcp", "port", "80"]),
             Request::Capture {
@@ -171,7 +172,7 @@ fn garbage_is_refused_with_the_same_errors_as_before() {
     assert_eq!(
         Request::parse(br#"{"command": "reboot"}"#),
         Err("unknown command \"reboot\" (try ports, stats, rxq, fdb, flows, trace, rebalance, move, reload, version, \
-             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors)"
+             add-port, del-port, set-port, vteps, vtep-sync, conntrack, conntrack-flush, capture, mirrors, vrfs)"
             .into())
     );
 }
@@ -478,6 +479,12 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
     };
     check(r, "vteps", vec![vtep], &[]).unwrap();
     check(r, "mirrors", vec![MirrorInfo::default()], &[]).unwrap();
+    let vrf = VrfInfo {
+        networks: vec![crate::proto::vrfs::NetworkInfo::default()],
+        neighbours: vec![crate::proto::vrfs::NeighbourInfo::default()],
+        ..VrfInfo::default()
+    };
+    check(r, "vrfs", vec![vrf], &[]).unwrap();
     check(r, "drops", samples::drops(), &[]).unwrap();
     check(r, "capture", CaptureStarted::default(), &[]).unwrap();
     check(r, "capture's end", CaptureEnd::default(), &[]).unwrap();

@@ -21,6 +21,7 @@ pub mod rebalance;
 pub mod reload;
 pub mod samples;
 pub mod secgroups;
+pub mod vrfs;
 pub mod vtep;
 
 use std::collections::HashMap;

@@ -101,14 +101,15 @@ drop_reasons! {
     /// VXLAN: a frame from one remote VTEP to a MAC behind another (split horizon; counted on
     /// the tunnel it came from).
     SplitHorizon = "vxlan_split_horizon",
-    /// Routing: a frame to a VRF's gateway whose destination no network of the VRF holds (or
-    /// not IPv4, or to the gateway's own address and not an echo request).
+    /// Routing: a frame to a VRF's gateway whose destination no network of the VRF holds
+    /// (answered with ICMP net unreachable, rate-limited), or not IPv4, or to the gateway's own
+    /// address and not an echo request.
     NoRoute = "route_no_route",
     /// Routing: a frame to a VRF's gateway with a TTL of 1 or 0 (answered with ICMP time
     /// exceeded, rate-limited).
     TtlExceeded = "route_ttl_exceeded",
     /// Routing: a frame to a VRF's gateway whose destination is in one of its networks but
-    /// is no port's address (`allowed_ips`).
+    /// is no port's address (`allowed_ips`; answered with ICMP host unreachable, rate-limited).
     RouteNoNeighbour = "route_no_neighbour",
     /// Routing: a frame to a VRF's gateway whose IPv4 header is broken (version, header or
     /// total length).

@@ -264,7 +264,10 @@ fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
     }
     let Some(ip) = ipv4_header(front, l2, f.len) else { return Out::Drop(DropReason::RouteBadHeader) };
     let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
-    let Some(to) = routes.network_of(net.vrf, dst) else { return Out::Drop(DropReason::NoRoute) };
+    // What a router refuses is answered with an ICMP error (rate-limited where it is written),
+    // but never an ICMP error or a later fragment (RFC 1812 4.3.2.7).
+    let refuse = |why| if errors_allowed(front, l2, ip) { Out::Answer } else { Out::Drop(why) };
+    let Some(to) = routes.network_of(net.vrf, dst) else { return refuse(DropReason::NoRoute) };
     if dst == u32::from(to.gateway) {
         // To the gateway itself: an echo request is answered, anything else goes nowhere.
         let l4 = l2 + (ip[0] & 0xf) as usize * 4;
@@ -272,11 +275,9 @@ fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
         return if echo { Out::Answer } else { Out::Drop(DropReason::NoRoute) };
     }
     if ip[8] <= 1 {
-        // A router's answer is an ICMP time exceeded (rate-limited where it is written), but
-        // never for an ICMP error or a later fragment (RFC 1812 4.3.2.7).
-        return if errors_allowed(front, l2, ip) { Out::Answer } else { Out::Drop(DropReason::TtlExceeded) };
+        return refuse(DropReason::TtlExceeded);
     }
-    let Some(n) = routes.find(net.vrf, Ipv4Addr::from(dst)) else { return Out::Drop(DropReason::RouteNoNeighbour) };
+    let Some(n) = routes.find(net.vrf, Ipv4Addr::from(dst)) else { return refuse(DropReason::RouteNoNeighbour) };
     f.vlan = to.vlan;
     Out::Routed(routes.neighbours[n as usize].port, n)
 }
@@ -355,8 +356,10 @@ pub enum Answer {
     Arp,
     /// An echo reply from the gateway.
     Echo,
-    /// ICMP time exceeded, to a frame whose TTL ran out here.
-    TimeExceeded,
+    /// An ICMP error, for a frame dropped for this reason: time exceeded (TTL), net
+    /// unreachable (no network of the VRF holds its destination), host unreachable (no port
+    /// has the address).
+    Error(DropReason),
 }
 
 /// The switch's answer to frame `f` (`Out::Answer`), for its sender, which sends VLAN
@@ -388,16 +391,20 @@ pub(super) fn shape_answer<'b>(
         buf[at..at + body.len()].copy_from_slice(body);
         return Some((Shape { prefix: &buf[..at + body.len()], skip: f.len, take: 0, patch: None }, Answer::Arp));
     }
-    // An echo request to the gateway: its IPv4 header with the addresses swapped, a TTL of
-    // our own, the checksum computed again; its ICMP type 0, the checksum updated for it.
     let ip = ipv4_header(front, l2, f.len)?;
     let ihl = ip.len();
-    let to_gateway = routes
-        .network_of(net.vrf, u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
-        .is_some_and(|n| n.gateway.octets() == ip[16..20]);
-    if !to_gateway {
-        return time_exceeded(f, net, ip, l2, tci, buf).map(|s| (s, Answer::TimeExceeded));
+    // Why `route` answered: the same questions in its order.
+    let why = match routes.network_of(net.vrf, u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]])) {
+        None => Some(DropReason::NoRoute),
+        Some(n) if n.gateway.octets() == ip[16..20] => None,
+        Some(_) if ip[8] <= 1 => Some(DropReason::TtlExceeded),
+        Some(_) => Some(DropReason::RouteNoNeighbour),
+    };
+    if let Some(why) = why {
+        return icmp_error(f, net, ip, l2, why, tci, buf).map(|s| (s, Answer::Error(why)));
     }
+    // An echo request to the gateway: its IPv4 header with the addresses swapped, a TTL of
+    // our own, the checksum computed again; its ICMP type 0, the checksum updated for it.
     let icmp = front.get(l2 + ihl..l2 + ihl + 4)?;
     let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::IPV4);
     let hdr = &mut buf[at..at + ihl];
@@ -420,16 +427,23 @@ pub(super) fn shape_answer<'b>(
     ))
 }
 
-/// ICMP time exceeded in transit (type 11, code 0) from the gateway of `net` to the sender of
-/// `f` (its IPv4 header `ip` at `l2`), quoting that header and the first 8 bytes after it.
-fn time_exceeded<'b>(
+/// The ICMP error for a frame dropped for `why` (time exceeded in transit, type 11 code 0; net
+/// unreachable, 3/0; host unreachable, 3/1) from the gateway of `net` to the sender of `f` (its
+/// IPv4 header `ip` at `l2`), quoting that header and the first 8 bytes after it.
+fn icmp_error<'b>(
     f: &Frame,
     net: &Net,
     ip: &[u8],
     l2: usize,
+    why: DropReason,
     tci: Option<u16>,
     buf: &'b mut [u8; FRONT_MAX],
 ) -> Option<Shape<'b>> {
+    let (ty, code) = match why {
+        DropReason::TtlExceeded => (11, 0),
+        DropReason::NoRoute => (3, 0),
+        _ => (3, 1),
+    };
     let front = f.front();
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     let quoted = front.get(l2..l2 + (ip.len() + 8).min(total))?;
@@ -444,7 +458,7 @@ fn time_exceeded<'b>(
     let sum = crate::wire::checksum::checksum(hdr);
     hdr[10..12].copy_from_slice(&sum.to_be_bytes());
     let icmp = &mut buf[at + 20..at + len];
-    icmp[..8].copy_from_slice(&[11, 0, 0, 0, 0, 0, 0, 0]);
+    icmp[..8].copy_from_slice(&[ty, code, 0, 0, 0, 0, 0, 0]);
     icmp[8..].copy_from_slice(quoted);
     let sum = crate::wire::checksum::checksum(icmp);
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());

@@ -160,11 +160,14 @@ fn arp_and_ping_for_the_gateway_are_answered_by_the_switch() {
 #[test]
 fn what_a_router_must_refuse_is_dropped_with_its_reason() {
     let mut b = bench();
+    // Each with the ICMP error the sender gets back (type, code), if any.
     let cases = [
-        // No network of VRF a holds it.
-        (ip_frame(GW, mac(0), [10, 0, 1, 5], [192, 168, 0, 1], 17, 64, 100), DropReason::NoRoute),
-        // In a network, but no port has it.
-        (ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 99], 17, 64, 100), DropReason::RouteNoNeighbour),
+        // No network of VRF a holds it: net unreachable.
+        (ip_frame(GW, mac(0), [10, 0, 1, 5], [192, 168, 0, 1], 17, 64, 100), DropReason::NoRoute, Some((3, 0))),
+        // In a network, but no port has it: host unreachable.
+        (ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 99], 17, 64, 100), DropReason::RouteNoNeighbour, Some((3, 1))),
+        // A source address that is not vm0's: port security's, before routing looks.
+        (ip_frame(GW, mac(0), [10, 0, 1, 99], [10, 0, 2, 5], 17, 64, 100), DropReason::IpSpoofed, None),
         // A header that lies about its length.
         (
             {
@@ -173,15 +176,21 @@ fn what_a_router_must_refuse_is_dropped_with_its_reason() {
                 f
             },
             DropReason::RouteBadHeader,
+            None,
         ),
     ];
-    for (f, why) in &cases {
+    for (f, why, icmp) in &cases {
         let before = b.drops(0, *why);
         b.vms[0].guest.send(f);
         b.settle(10);
         assert_eq!(b.drops(0, *why), before + 1, "{why:?}");
         for i in 1..4 {
             assert!(b.vms[i].recv().is_empty(), "{why:?}: vm{i} got a copy");
+        }
+        let back: Vec<(u8, u8, Vec<u8>)> = b.vms[0].recv().iter().map(|r| (r[34], r[35], r[42..].to_vec())).collect();
+        match icmp {
+            Some((ty, code)) => assert_eq!(back, [(*ty, *code, f[14..42].to_vec())], "{why:?}: the error quoting it"),
+            None => assert!(back.is_empty(), "{why:?}: answered"),
         }
     }
     // The gateway's MAC as a source, from the trunk (no port security of its own): nobody
@@ -198,6 +207,7 @@ fn what_a_router_must_refuse_is_dropped_with_its_reason() {
     b.settle(10);
     assert_eq!(b.drops(2, DropReason::NoRoute), 1);
     assert!(b.vms[0].recv().is_empty(), "VRF b reached VRF a");
+    assert_eq!(b.vms[2].recv().iter().map(|r| (r[34], r[35])).collect::<Vec<_>>(), [(3, 0)], "net unreachable");
     // The tenants still route.
     let ok = ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 5], 17, 64, 100);
     b.vms[0].guest.send(&ok);

@@ -31,9 +31,9 @@ pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
     };
     let mut buf = [0u8; FRONT_MAX];
     match route::shape_answer(routes, f, net, tagged, &mut buf) {
-        Some((shape, Answer::TimeExceeded)) => {
+        Some((shape, Answer::Error(why))) => {
             // The frame itself went no further; the error only while the thread's budget lasts.
-            pc.drop(DropReason::TtlExceeded, 1);
+            pc.drop(why, 1);
             if dv.icmp_errors.take(env.now, crate::counter::cycles_per_sec()) {
                 write(env, in_port, f, shape, dv);
             }

@@ -286,7 +286,10 @@ fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
 fn errors_allowed(front: &[u8], l2: usize, ip: &[u8]) -> bool {
     let later_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0;
     let icmp_error = ip[9] == 1 && front.get(l2 + ip.len()).is_none_or(|t| matches!(t, 3 | 4 | 5 | 11 | 12));
-    !later_fragment && !icmp_error
+    // Nor to a multicast or broadcast destination, nor from an unspecified source.
+    let group = ip[16] >= 224;
+    let nobody = ip[12..16] == [0, 0, 0, 0];
+    !later_fragment && !icmp_error && !group && !nobody
 }
 
 fn is_fragment(ip: &[u8]) -> bool {

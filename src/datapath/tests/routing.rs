@@ -166,6 +166,8 @@ fn what_a_router_must_refuse_is_dropped_with_its_reason() {
         (ip_frame(GW, mac(0), [10, 0, 1, 5], [192, 168, 0, 1], 17, 64, 100), DropReason::NoRoute, Some((3, 0))),
         // In a network, but no port has it: host unreachable.
         (ip_frame(GW, mac(0), [10, 0, 1, 5], [10, 0, 2, 99], 17, 64, 100), DropReason::RouteNoNeighbour, Some((3, 1))),
+        // To a broadcast address: no network holds it, and no error answers it.
+        (ip_frame(GW, mac(0), [10, 0, 1, 5], [255, 255, 255, 255], 17, 64, 100), DropReason::NoRoute, None),
         // A source address that is not vm0's: port security's, before routing looks.
         (ip_frame(GW, mac(0), [10, 0, 1, 99], [10, 0, 2, 5], 17, 64, 100), DropReason::IpSpoofed, None),
         // A header that lies about its length.

@@ -2,13 +2,16 @@
 //! one tenant (VLANs 100 and 200), each with its default route via the anycast gateway, ping
 //! each other and the gateway, traceroute through it (its time exceeded is the first hop) and
 //! run iperf3 TCP both ways (TSO frames routed whole); the replies come back with the TTL a
-//! router leaves. The data path's own cases (TTL 1, unknown
+//! router leaves. With pvsgen as the VMs, a routed frame byte for byte and a TTL that runs out,
+//! as `trace --live` tells them. The data path's own cases (TTL 1, unknown
 //! addresses, the gateway's MAC as a source, two tenants with one address) are
 //! `datapath::tests::routing`.
 
 use crate::common;
 
+use common::vms::{RX_BUF, recv_n};
 use common::*;
+use pvsgen::frontend::Vm;
 use pvswitch::proto::{Request, VrfInfo};
 
 const MAC_A: &str = "52:54:00:0b:01:05";
@@ -89,4 +92,61 @@ done
             assert_eq!(c.drops.get(why), 0, "{p}: {why:?}");
         }
     }
+}
+
+/// An IPv4/UDP frame from `src` (MAC, address) to the gateway's MAC, for `dst`, with `ttl`.
+fn to_gateway(src: &str, from: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    let mac = |m: &str| -> Vec<u8> { m.split(':').map(|b| u8::from_str_radix(b, 16).unwrap()).collect() };
+    let mut f = mac("02:00:00:00:01:01");
+    f.extend(mac(src));
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 60, 0, 1, 0, 0, ttl, 17, 0, 0]);
+    f.extend_from_slice(&from);
+    f.extend_from_slice(&dst);
+    let sum = pvswitch::wire::checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, 0, 40, 0, 0]);
+    f.resize(74, 0x5a);
+    f
+}
+
+/// Through a running pvswitchd, with pvsgen as the VMs: a frame to the gateway reaches vm2 as
+/// a router leaves it, one whose TTL runs out comes back as time exceeded, and
+/// `trace --live` says which was which.
+#[test]
+fn routed_frames_and_what_trace_live_says_of_them() {
+    let Some(_g) = run_alone(&[Need::Root, Need::Hugepages(64)]) else { return };
+    let dir = test_dir("routing-trace");
+    let sw = Switch::start_config(dir.clone(), &config(&dir));
+    let (mut a, mut b) = (Vm::connect(&sw.sock("vm1")), Vm::connect(&sw.sock("vm2")));
+    sw.wait_running("vm1", 1);
+    sw.wait_running("vm2", 1);
+    a.post_rx_buffers(16, RX_BUF);
+    b.post_rx_buffers(16, RX_BUF);
+    let (child, err) = start_trace(&sw, &["-c", "2", "vm1"]);
+    let f = to_gateway(MAC_A, [10, 1, 0, 5], [10, 2, 0, 5], 64);
+    a.send(&f);
+    let got = recv_n(&mut b, 1);
+    let mut want = f.clone();
+    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
+    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    want[22] = 63;
+    want[24..26].copy_from_slice(&[0, 0]);
+    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&sum.to_be_bytes());
+    assert_eq!(got, [want], "vm2 gets the frame as a router leaves it");
+    a.send(&to_gateway(MAC_A, [10, 1, 0, 5], [10, 2, 0, 5], 1));
+    let back = recv_n(&mut a, 1);
+    assert_eq!(
+        (back[0][23], back[0][34], &back[0][26..30]),
+        (1, 11, &[10u8, 1, 0, 1][..]),
+        "time exceeded from the gateway"
+    );
+    let (t, end) = traces(child, err);
+    assert!(end.contains("2 frames traced"), "{end}");
+    let words: Vec<String> = t.iter().map(pvswitch::ctl::human::live_trace).collect();
+    assert_eq!(t[0].outputs, ["vm2"], "{}", words[0]);
+    assert!(t[0].steps.iter().any(|s| s.contains("routed: to vm2 in VLAN 200")), "{}", words[0]);
+    assert_eq!(t[1].outputs, ["vm1"], "{}", words[1]);
+    assert!(t[1].steps.iter().any(|s| s.contains("answered by the switch")), "{}", words[1]);
+    assert_eq!(sw.counters("vm1").drops.get(DropReason::TtlExceeded), 1);
 }

@@ -3,8 +3,7 @@
 //! learned port, flooded, dropped as runts, steered and rewritten by a flow, dropped by a flow,
 //! pushed into a VLAN) and checks the trace says so, and that the frames went where it says.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::Command;
 
 use pvsgen::frontend::Vm;
 use pvswitch::proto::LiveTrace;
@@ -15,45 +14,6 @@ use common::*;
 
 const NEEDS: &[Need] = &[Need::Root, Need::Hugepages(64)];
 const MAC_D: [u8; 6] = [0x02, 0, 0, 0, 0, 0xdd];
-
-/// `pvswitchctl --json trace --live ARGS`, started; returns once pvswitchd has hooked it (its
-/// first line, on standard error).
-fn start_trace(sw: &Switch, args: &[&str]) -> (Child, BufReader<ChildStderr>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
-        .arg("--control")
-        .arg(&sw.ctl)
-        .arg("--json")
-        .args(["trace", "--live"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.starts_with("tracing the frames "), "trace --live {args:?}: {first}\n{}", sw.log());
-    (child, err)
-}
-
-/// Waits for the trace to end (killed, and the test failed, after `DEADLINE`); returns the
-/// traced frames and its standard error after the first line.
-fn traces(mut child: Child, mut err: BufReader<ChildStderr>) -> (Vec<LiveTrace>, String) {
-    let status = try_wait_for(|| child.try_wait().unwrap());
-    let mut rest = String::new();
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        err.read_to_string(&mut rest).unwrap();
-        panic!("the trace did not end within {DEADLINE:?}: {rest}");
-    };
-    err.read_to_string(&mut rest).unwrap();
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(status.success(), "trace --live failed: {rest}\n{out}");
-    let t = out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-    (t, rest)
-}
 
 fn has_step(t: &LiveTrace, text: &str) -> bool {
     t.steps.iter().any(|s| s.contains(text))

@@ -199,3 +199,45 @@ pub fn tcpdump(file: &Path, filter: &[&str]) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// `pvswitchctl --json trace --live ARGS`, started; returns once pvswitchd has hooked it (its
+/// first line, on standard error).
+pub fn start_trace(sw: &Switch, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
+        .arg("--control")
+        .arg(&sw.ctl)
+        .arg("--json")
+        .args(["trace", "--live"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.starts_with("tracing the frames "), "trace --live {args:?}: {first}\n{}", sw.log());
+    (child, err)
+}
+
+/// Waits for the trace to end (killed, and the test failed, after `DEADLINE`); returns the
+/// traced frames and its standard error after the first line.
+pub fn traces(
+    mut child: Child,
+    mut err: BufReader<std::process::ChildStderr>,
+) -> (Vec<pvswitch::proto::LiveTrace>, String) {
+    let status = try_wait_for(|| child.try_wait().unwrap());
+    let mut rest = String::new();
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        err.read_to_string(&mut rest).unwrap();
+        panic!("the trace did not end within {DEADLINE:?}: {rest}");
+    };
+    err.read_to_string(&mut rest).unwrap();
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "trace --live failed: {rest}\n{out}");
+    let t = out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    (t, rest)
+}

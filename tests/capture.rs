@@ -4,8 +4,8 @@
 //! once, a port deleted under a capture, a VLAN tag pushed for the port it goes to, the
 //! command's bad input, and two QEMU guests' pings and iperf3 picked out by filters.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::io::Read;
+use std::process::Command;
 
 use pvsgen::frontend::Vm;
 
@@ -247,18 +247,7 @@ fn real_guests_traffic_is_captured_by_filter_and_traced() {
     // ICMP frames at vm1, requests in and replies out, or the other way round.
     let pings = start_capture(&sw, &icmp, &["vm1", "-c", "20", "icmp"]);
     let iperf = start_capture(&sw, &tcp, &["vm1", "-c", "300", "tcp", "port", "5201"]);
-    let mut trace = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
-        .arg("--control")
-        .arg(&sw.ctl)
-        .args(["--json", "trace", "--live", "-c", "2", "vm1", "icmp[icmptype]", "=", "icmp-echo"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut trace_err = BufReader::new(trace.stderr.take().unwrap());
-    let mut first = String::new();
-    trace_err.read_line(&mut first).unwrap();
-    assert!(first.starts_with("tracing the frames "), "trace --live: {first}\n{}", sw.log());
+    let trace = start_trace(&sw, &["-c", "2", "vm1", "icmp[icmptype]", "=", "icmp-echo"]);
     let logdir = sw.dir.join("vm-pair");
     let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/vm-pair.sh"))
         .arg(sw.sock("vm1"))
@@ -291,16 +280,8 @@ fn real_guests_traffic_is_captured_by_filter_and_traced() {
     assert!(longest > 1514, "no frame longer than the MTU among {} (longest {longest})", recs.len());
 
     // Long done (the guests pinged 10 times): a trace still waiting is a failure.
-    let (mut err, mut stdout) = (String::new(), String::new());
-    let status = try_wait_for(|| trace.try_wait().unwrap());
-    if status.is_none() {
-        let _ = trace.kill();
-    }
-    trace_err.read_to_string(&mut err).unwrap();
-    trace.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    assert!(status.is_some_and(|s| s.success()) && err.contains("2 frames traced"), "{err}");
-    let traced: Vec<pvswitch::proto::LiveTrace> =
-        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let (traced, err) = traces(trace.0, trace.1);
+    assert!(err.contains("2 frames traced"), "{err}");
     assert_eq!(traced.len(), 2, "{traced:#?}");
     for t in &traced {
         let words = pvswitch::ctl::human::live_trace(t);

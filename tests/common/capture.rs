@@ -152,40 +152,51 @@ pub fn read_pcapng(path: &Path) -> (Vec<String>, Vec<Rec>) {
     (names, recs)
 }
 
-/// `pvswitchctl capture ARGS -w FILE`, started; returns once pvswitchd has hooked it (its
-/// first line, on standard error).
-pub fn start_capture(sw: &Switch, file: &Path, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+/// `pvswitchctl ARGS`, started with its standard error (and output) piped; returns once
+/// pvswitchd has hooked the stream (its first line on standard error starts with `first`).
+fn stream(sw: &Switch, args: &[&str], first: &str) -> (Child, BufReader<std::process::ChildStderr>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
         .arg("--control")
         .arg(&sw.ctl)
-        .arg("capture")
         .args(args)
-        .arg("-w")
-        .arg(file)
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.starts_with("capturing on "), "capture {args:?}: {first}\n{}", sw.log());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with(first), "pvswitchctl {args:?}: {line}\n{}", sw.log());
     (child, err)
 }
 
-/// Waits for a capture's command to end (it is killed, and the test fails, if it has not
-/// after `DEADLINE`); returns its standard error after the first line.
-pub fn end_of(mut child: Child, mut err: BufReader<std::process::ChildStderr>) -> String {
+/// Waits for a stream's command to end (it is killed, and the test fails, if it has not after
+/// `DEADLINE`); returns its standard error after the first line, and its output.
+fn ended(mut child: Child, mut err: BufReader<std::process::ChildStderr>, what: &str) -> (String, String) {
     let status = try_wait_for(|| child.try_wait().unwrap());
-    let mut rest = String::new();
+    let (mut rest, mut out) = (String::new(), String::new());
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
         err.read_to_string(&mut rest).unwrap();
-        panic!("the capture did not end within {DEADLINE:?}: {rest}");
+        panic!("the {what} did not end within {DEADLINE:?}: {rest}");
     };
     err.read_to_string(&mut rest).unwrap();
-    assert!(status.success(), "capture failed: {rest}");
-    rest
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "{what} failed: {rest}\n{out}");
+    (rest, out)
+}
+
+/// `pvswitchctl capture ARGS -w FILE`, started; returns once pvswitchd has hooked it.
+pub fn start_capture(sw: &Switch, file: &Path, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+    let args: Vec<&str> =
+        ["capture"].into_iter().chain(args.iter().copied()).chain(["-w", file.to_str().unwrap()]).collect();
+    stream(sw, &args, "capturing on ")
+}
+
+/// Waits for a capture's command to end (see `ended`); its standard error after the first line.
+pub fn end_of(child: Child, err: BufReader<std::process::ChildStderr>) -> String {
+    ended(child, err, "capture").0
 }
 
 /// What tcpdump prints of a capture file (one line a frame), failing if it cannot read it.
@@ -200,44 +211,16 @@ pub fn tcpdump(file: &Path, filter: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// `pvswitchctl --json trace --live ARGS`, started; returns once pvswitchd has hooked it (its
-/// first line, on standard error).
+/// `pvswitchctl --json trace --live ARGS`, started; returns once pvswitchd has hooked it.
 pub fn start_trace(sw: &Switch, args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pvswitchctl"))
-        .arg("--control")
-        .arg(&sw.ctl)
-        .arg("--json")
-        .args(["trace", "--live"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.starts_with("tracing the frames "), "trace --live {args:?}: {first}\n{}", sw.log());
-    (child, err)
+    let args: Vec<&str> = ["--json", "trace", "--live"].into_iter().chain(args.iter().copied()).collect();
+    stream(sw, &args, "tracing the frames ")
 }
 
-/// Waits for the trace to end (killed, and the test failed, after `DEADLINE`); returns the
-/// traced frames and its standard error after the first line.
-pub fn traces(
-    mut child: Child,
-    mut err: BufReader<std::process::ChildStderr>,
-) -> (Vec<pvswitch::proto::LiveTrace>, String) {
-    let status = try_wait_for(|| child.try_wait().unwrap());
-    let mut rest = String::new();
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        err.read_to_string(&mut rest).unwrap();
-        panic!("the trace did not end within {DEADLINE:?}: {rest}");
-    };
-    err.read_to_string(&mut rest).unwrap();
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(status.success(), "trace --live failed: {rest}\n{out}");
+/// Waits for the trace to end (see `ended`); the traced frames, and its standard error after
+/// the first line.
+pub fn traces(child: Child, err: BufReader<std::process::ChildStderr>) -> (Vec<pvswitch::proto::LiveTrace>, String) {
+    let (rest, out) = ended(child, err, "trace --live");
     let t = out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
     (t, rest)
 }

@@ -715,9 +715,14 @@ fn wire_cost(f: &Frame, e: Shape) -> Cost {
 /// Sends one frame to port `p`; a port that is down counts a drop only if `named` (an
 /// explicit output, not a flood, which reaches whoever is up).
 fn send_one(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery, named: bool) {
-    if !firewall::admits(env, p, f) {
-        return;
+    if firewall::admits(env, p, f) {
+        write_alone(env, p, f, shape, dv, named);
     }
+}
+
+/// Writes `f` as `shape` makes it to port `p`, opened for it alone; a port that is not there
+/// (or not running) counts the frame as `port_down` if `named` (a flood's copy is not missed).
+fn write_alone(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery, named: bool) {
     let pc = &env.cx.stats.ports[p as usize];
     match Open::new(env, p) {
         Some(mut o) => {

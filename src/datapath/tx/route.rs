@@ -4,11 +4,11 @@
 //! written under one opening of it (`tx::deliver_in_order` holds it), an answer alone.
 #![forbid(unsafe_code)]
 
-use super::Open;
 use super::delivery::Delivery;
+use super::{Open, write_alone};
 use crate::datapath::Env;
 use crate::datapath::counters::DropReason;
-use crate::datapath::frame::{FRONT_MAX, Frame, Shape};
+use crate::datapath::frame::{FRONT_MAX, Frame};
 use crate::datapath::route::{self, Answer, MAX_PREFIX};
 
 /// Writes routed frame `f` to `o`, the open port of neighbour `n` of the plan's routes.
@@ -35,24 +35,11 @@ pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
             // The frame itself went no further; the error only while the thread's budget lasts.
             pc.drop(why, 1);
             if dv.icmp_errors.take(env.now, crate::counter::cycles_per_sec()) {
-                write(env, in_port, f, shape, dv);
+                write_alone(env, in_port, f, shape, dv, true);
             }
         }
-        Some((shape, _)) => write(env, in_port, f, shape, dv),
+        // Not `send_one`: the sender's rules would judge the frame it sent, not this answer.
+        Some((shape, _)) => write_alone(env, in_port, f, shape, dv, true),
         None => pc.drop(DropReason::RouteBadHeader, 1),
-    }
-}
-
-/// Writes `f` as `shape` makes it to port `p`, alone.
-fn write(env: &Env, p: u16, f: &Frame, shape: Shape, dv: &mut Delivery) {
-    let pc = &env.cx.stats.ports[p as usize];
-    match Open::new(env, p) {
-        Some(mut o) => {
-            if let Err(why) = o.write(f, shape, dv) {
-                pc.drop(why, 1);
-            }
-            o.close(pc, dv);
-        }
-        None => pc.drop(DropReason::PortDown, 1),
     }
 }

@@ -1,8 +1,9 @@
-//! Routing at the edge (`[[vrf]]`) with real guests: two QEMU Linux guests in two networks of
-//! one tenant (VLANs 100 and 200), each with its default route via the anycast gateway, ping
-//! each other and the gateway, traceroute through it (its time exceeded is the first hop) and
-//! run iperf3 TCP both ways (TSO frames routed whole); the replies come back with the TTL a
-//! router leaves. With pvsgen as the VMs, a routed frame byte for byte and a TTL that runs out,
+//! Routing at the edge (`[[vrf]]`) with real guests: two QEMU Linux guests in two dual-stack
+//! networks of one tenant (VLANs 100 and 200), each with its default routes via the anycast
+//! gateway, ping each other and the gateway over IPv4 and IPv6 (the guests' own neighbour
+//! discovery finds the gateway), traceroute through it (its time exceeded is the first hop) and
+//! run iperf3 TCP both ways (TSO frames routed whole); the replies come back with the TTL and
+//! hop limit a router leaves. With pvsgen as the VMs, a routed frame byte for byte and a TTL that runs out,
 //! as `trace --live` tells them. The data path's own cases (TTL 1, unknown
 //! addresses, the gateway's MAC as a source, two tenants with one address) are
 //! `datapath::tests::routing`.
@@ -22,14 +23,15 @@ fn config(dir: &std::path::Path) -> String {
     let port = |name: &str, tag: u16, mac: &str, ip: &str| {
         format!(
             "[[port]]\nname = \"{name}\"\ntype = \"vhost-user\"\nsocket = \"{name}.sock\"\ntag = {tag}\n\
-             allowed_macs = [\"{mac}\"]\nallowed_ips = [\"{ip}\"]\n"
+             allowed_macs = [\"{mac}\"]\nallowed_ips = [\"{ip}\", \"{}\"]\n",
+            ip.replace("10.", "fd00:").replace(".0.", "::")
         )
     };
     format!(
         "[switch]\npoll_cores = [1]\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n{}{}\
          [[vrf]]\nname = \"t\"\ngateway_mac = \"02:00:00:00:01:01\"\n\
-         [[vrf.network]]\nvlan = 100\ngateway = \"10.1.0.1/24\"\n\
-         [[vrf.network]]\nvlan = 200\ngateway = \"10.2.0.1/24\"\n",
+         [[vrf.network]]\nvlan = 100\ngateway = \"10.1.0.1/24\"\ngateway6 = \"fd00:1::1/64\"\n\
+         [[vrf.network]]\nvlan = 200\ngateway = \"10.2.0.1/24\"\ngateway6 = \"fd00:2::1/64\"\n",
         dir.display(),
         port("vm1", 100, MAC_A, "10.1.0.5"),
         port("vm2", 200, MAC_B, "10.2.0.5"),
@@ -44,20 +46,37 @@ fn guests_in_two_networks_ping_and_run_tcp_through_their_gateway() {
     // What routing reaches, as pvswitchctl shows it.
     let vrfs: Vec<VrfInfo> = sw.ask(&Request::Vrfs);
     assert_eq!(vrfs.len(), 1);
-    let nets: Vec<(u16, &str)> = vrfs[0].networks.iter().map(|n| (n.vlan, n.gateway.as_str())).collect();
-    assert_eq!(nets, [(100, "10.1.0.1/24"), (200, "10.2.0.1/24")]);
-    let neigh: Vec<(&str, &str, &str, u16)> =
+    let nets: Vec<(u16, &str, Option<&str>)> =
+        vrfs[0].networks.iter().map(|n| (n.vlan, n.gateway.as_str(), n.gateway6.as_deref())).collect();
+    assert_eq!(nets, [(100, "10.1.0.1/24", Some("fd00:1::1/64")), (200, "10.2.0.1/24", Some("fd00:2::1/64"))]);
+    let mut neigh: Vec<(&str, &str, &str, u16)> =
         vrfs[0].neighbours.iter().map(|n| (n.address.as_str(), n.mac.as_str(), n.port.as_str(), n.vlan)).collect();
-    assert_eq!(neigh, [("10.1.0.5", MAC_A, "vm1", 100), ("10.2.0.5", MAC_B, "vm2", 200)]);
-    let server =
-        "ip route add default via 10.2.0.1\niperf3 -s -B 10.2.0.5 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
+    neigh.sort();
+    assert_eq!(
+        neigh,
+        [
+            ("10.1.0.5", MAC_A, "vm1", 100),
+            ("10.2.0.5", MAC_B, "vm2", 200),
+            ("fd00:1::5", MAC_A, "vm1", 100),
+            ("fd00:2::5", MAC_B, "vm2", 200)
+        ]
+    );
+    let server = "ip route add default via 10.2.0.1\nip addr add fd00:2::5/64 dev eth0\n\
+                  ip -6 route add default via fd00:2::1\n\
+                  iperf3 -s -B 10.2.0.5 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
     let client = r#"ip route add default via 10.1.0.1
+ip addr add fd00:1::5/64 dev eth0
+ip -6 route add default via fd00:1::1
 P=10.2.0.5
 i=0
 until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
 ping -c 5 -i 0.2 -W 2 $P | grep -E "ttl=|loss" | sed "s/^/PEER /"
 ping -c 3 -i 0.2 -W 2 10.1.0.1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY /"
 traceroute -n -q 1 -w 2 -m 3 $P 2>&1 | sed "s/^/TRACE /"
+i=0
+until ping -6 -c 1 -W 1 fd00:2::5 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
+ping -6 -c 5 -i 0.2 -W 2 fd00:2::5 | grep -E "ttl=|loss" | sed "s/^/PEER6 /"
+ping -6 -c 3 -i 0.2 -W 2 fd00:1::1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY6 /"
 for args in "" "-R"; do
   n=0
   until out=$(timeout 30 iperf3 -c $P -t 2 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
@@ -70,7 +89,7 @@ done
     let out = guest_log(&dir, "vm1");
     let lines = |tag: &str| out.lines().filter(|l| l.starts_with(tag)).collect::<Vec<_>>().join("\n");
     let (peer, gw) = (lines("PEER "), lines("GATEWAY "));
-    eprintln!("{peer}\n{gw}\n{}", lines("PVS-IPERF"));
+    eprintln!("{peer}\n{gw}\n{}\n{}\n{}", lines("PEER6 "), lines("GATEWAY6 "), lines("PVS-IPERF"));
     assert!(peer.contains(" 0% packet loss"), "vm1 -> vm2 through the gateway:\n{out}\n{}", sw.log());
     // vm2's replies crossed one router: Linux sends with TTL 64.
     assert!(peer.contains("ttl=63") && !peer.contains("ttl=64"), "{peer}");
@@ -81,6 +100,11 @@ done
         trace.lines().any(|l| l["TRACE ".len()..].trim_start().starts_with(n) && l.contains(addr))
     };
     assert!(hop("1 ", "10.1.0.1") && hop("2 ", "10.2.0.5"), "traceroute through the gateway:\n{trace}");
+    // IPv6: the peer through the gateway (busybox prints the hop limit as ttl=), and the
+    // gateway's own echo replies.
+    let (peer6, gw6) = (lines("PEER6 "), lines("GATEWAY6 "));
+    assert!(peer6.contains(" 0% packet loss") && peer6.contains("ttl=63"), "IPv6 vm1 -> vm2:\n{out}");
+    assert!(gw6.contains(" 0% packet loss") && gw6.contains("ttl=64"), "the gateway answers ping -6:\n{out}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     drop((a, b));
     for p in ["vm1", "vm2"] {

@@ -72,6 +72,11 @@ impl IpPrefix {
         self.v6
     }
 
+    /// The IPv6 address, if the prefix is one IPv6 host (`fd00::5`, `fd00::5/128`).
+    pub fn host6(&self) -> Option<std::net::Ipv6Addr> {
+        (self.v6 && self.len == 128).then(|| std::net::Ipv6Addr::from(self.addr))
+    }
+
     /// The IPv4 address, if the prefix is one IPv4 host (`10.0.0.5`, `10.0.0.5/32`).
     pub fn host4(&self) -> Option<std::net::Ipv4Addr> {
         (!self.v6 && self.len == 32)

@@ -70,7 +70,7 @@ pub use switch::{
     DEFAULT_WEIGHT_BYTES, DEFAULT_WEIGHT_PACKETS, MAX_BURST, PollMode, PortDefaults, RxqAssign,
 };
 pub use tenant::{DEFAULT_RATE_BURST_MS, RateCaps};
-pub use vrf::VrfConfig;
+pub use vrf::{Gateway6, VrfConfig};
 pub use vtep::{Remotes, VniConfig, VtepConfig};
 
 pub use crate::mem::MemLimits;

@@ -45,6 +45,7 @@ pub(super) struct RawVrf {
 pub(super) struct RawVrfNetwork {
     pub vlan: Spanned<i64>,
     pub gateway: Spanned<String>,
+    pub gateway6: Option<Spanned<String>>,
 }
 
 /// The `[ipfix]` table: flow export (`ipfix.rs`).

@@ -6,7 +6,7 @@
 //! same addresses (nothing is routed between them).
 #![forbid(unsafe_code)]
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::error::{ConfigError, Ctx};
 use super::raw::RawVrf;
@@ -25,12 +25,39 @@ pub struct VrfConfig {
     pub networks: Vec<NetworkConfig>,
 }
 
-/// One network of a VRF: a VLAN, and the gateway's address in it with the network's prefix.
+/// One network of a VRF: a VLAN, and the gateway's address in it with the network's prefix;
+/// and for a dual-stack network, the gateway's IPv6 address and prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetworkConfig {
     pub vlan: u16,
     pub gateway: Ipv4Addr,
     pub prefix_len: u8,
+    pub gateway6: Option<Gateway6>,
+}
+
+/// A network's IPv6 gateway: its address and the network's prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gateway6 {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl Gateway6 {
+    /// The network's mask, as a number.
+    pub fn mask(&self) -> u128 {
+        u128::MAX.checked_shl(128 - self.prefix_len as u32).unwrap_or(0)
+    }
+
+    /// Whether `a` is in the network.
+    pub fn contains(&self, a: Ipv6Addr) -> bool {
+        (u128::from(a) ^ u128::from(self.addr)) & self.mask() == 0
+    }
+}
+
+impl std::fmt::Display for Gateway6 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
 }
 
 impl NetworkConfig {
@@ -100,7 +127,8 @@ pub(super) fn validate(raw: &[RawVrf], cx: &Ctx) -> Result<Vec<VrfConfig>, Confi
                 .ok()
                 .filter(|l: &u8| (8..=30).contains(l) && len == l.to_string())
                 .ok_or_else(|| cx.err(Some(n.gateway.span()), "gateway: a network's prefix length is 8 to 30"))?;
-            let net = NetworkConfig { vlan, gateway, prefix_len };
+            let gateway6 = n.gateway6.as_ref().map(|g| gateway6(g, cx)).transpose()?;
+            let net = NetworkConfig { vlan, gateway, prefix_len, gateway6 };
             let host = u32::from(gateway) & !net.mask();
             if host == 0 || host == !net.mask() {
                 return Err(cx.err(
@@ -117,9 +145,42 @@ pub(super) fn validate(raw: &[RawVrf], cx: &Ctx) -> Result<Vec<VrfConfig>, Confi
                     ),
                 ));
             }
+            let overlaps6 = |o: &NetworkConfig| {
+                o.gateway6.zip(gateway6).is_some_and(|(a, b)| a.contains(b.addr) || b.contains(a.addr))
+            };
+            if let Some(o) = networks.iter().find(|o| overlaps6(o)) {
+                let span = n.gateway6.as_ref().map(|g| g.span());
+                return Err(cx.err(
+                    span,
+                    format!("gateway6: overlaps VLAN {}'s network ({}) in the same vrf", o.vlan, o.gateway6.unwrap()),
+                ));
+            }
             networks.push(net);
         }
         vrfs.push(VrfConfig { name: name.clone(), gateway_mac, networks });
     }
     Ok(vrfs)
+}
+
+/// A network's `gateway6`: a global unicast or unique local address with its prefix length,
+/// 16 to 126, not the network's own address (the subnet-router anycast, RFC 4291 2.6.1).
+fn gateway6(g: &toml::Spanned<String>, cx: &Ctx) -> Result<Gateway6, ConfigError> {
+    let bad = |m: &str| cx.err(Some(g.span()), format!("gateway6: {m}"));
+    let expected = "expected the gateway's IPv6 address and its network's prefix length (fd00:1::1/64)";
+    let (addr, len) = g.get_ref().split_once('/').ok_or_else(|| bad(expected))?;
+    let addr: Ipv6Addr = addr.parse().map_err(|_| bad(expected))?;
+    let prefix_len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l: &u8| (16..=126).contains(l) && len == l.to_string())
+        .ok_or_else(|| bad("a network's prefix length is 16 to 126"))?;
+    let gw = Gateway6 { addr, prefix_len };
+    let a = u128::from(addr);
+    if addr.is_multicast() || addr.is_loopback() || addr.is_unspecified() || a >> 118 == 0x3fa || a >> 32 == 0xffff {
+        return Err(bad(&format!("{addr} is not a unicast address a network routes (link-local, multicast, mapped)")));
+    }
+    if a & !gw.mask() == 0 {
+        return Err(bad(&format!("{addr} is its network's own address (the subnet-router anycast), not a host")));
+    }
+    Ok(gw)
 }

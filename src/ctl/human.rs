@@ -129,15 +129,14 @@ fn vteps(v: &[VtepInfo]) -> String {
     s
 }
 
-/// `mirrors`: a line a mirror (what it selects, where copies go, what they did), and the ports
-/// it names that are absent.
 /// `vrfs`: one block per VRF: its networks, then its neighbours.
 fn vrfs(v: &[VrfInfo]) -> String {
     let mut s = String::new();
     for vrf in v {
         let _ = writeln!(s, "vrf {}: gateway MAC {}", vrf.name, vrf.gateway_mac);
         for n in &vrf.networks {
-            let _ = writeln!(s, "  network VLAN {}: gateway {}", n.vlan, n.gateway);
+            let six = n.gateway6.as_deref().map(|g| format!(" and {g}")).unwrap_or_default();
+            let _ = writeln!(s, "  network VLAN {}: gateway {}{six}", n.vlan, n.gateway);
         }
         for n in &vrf.neighbours {
             let _ = writeln!(s, "  neighbour {} at {} on {} (VLAN {})", n.address, n.mac, n.port, n.vlan);
@@ -146,6 +145,8 @@ fn vrfs(v: &[VrfInfo]) -> String {
     s
 }
 
+/// `mirrors`: a line a mirror (what it selects, where copies go, what they did), and the ports
+/// it names that are absent.
 fn mirrors(v: &[MirrorInfo]) -> String {
     let mut s = String::new();
     for m in v {

@@ -239,7 +239,7 @@ pub(super) fn normal_frame(
     match ingress_vlan(&policy.vlan, f) {
         Ok((vid, tag)) => {
             (f.vlan, f.tag) = (vid, tag);
-            // A VRF's network: its gateway routes and answers (`route.rs`) before NORMAL.
+            // A VRF's network: its gateway routes and answers (`route/`) before NORMAL.
             if let Some(routes) = env.ports.routes.as_deref()
                 && let Some(out) = route::decide(routes, f, in_port, vid, addrs)
             {

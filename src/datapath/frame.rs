@@ -310,11 +310,11 @@ pub enum Out {
     Pipeline(u32),
     /// Run the action lists of the flows the frame met (`Frame::path`; `.0` is the first).
     Path(u32),
-    /// Routed (`route.rs`) to port `.0`, neighbour `.1` of the plan's routes: written with
+    /// Routed (`route/`) to port `.0`, neighbour `.1` of the plan's routes: written with
     /// new addresses and TTL, in the VLAN `Frame::vlan` now says.
     Routed(u16, u16),
-    /// Answered by the switch (`route.rs`: an ARP request for a gateway, an echo request to
-    /// it): the answer goes back to the sender.
+    /// Answered by the switch (`route/`: an ARP request or a solicitation for a gateway, an
+    /// echo request to it, an ICMP error): the answer goes back to the sender.
     Answer,
 }
 

@@ -198,7 +198,7 @@ pub struct PortTable {
     pub flow_conntrack: Option<Arc<crate::conntrack::Conntrack>>,
     /// Flow export (`[ipfix]`), if configured: every burst's frames are offered to it.
     pub export: Option<Arc<crate::export::FlowExport>>,
-    /// Routing (`[[vrf]]`, `route.rs`), if some VRF is configured: NORMAL asks it first for a
+    /// Routing (`[[vrf]]`, `route/`), if some VRF is configured: NORMAL asks it first for a
     /// frame in one of its VLANs.
     pub routes: Option<Arc<crate::datapath::route::Routes>>,
 }

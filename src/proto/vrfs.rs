@@ -12,12 +12,15 @@ pub struct VrfInfo {
     pub neighbours: Vec<NeighbourInfo>,
 }
 
-/// A network of a VRF: its VLAN and the gateway's address with the prefix length.
+/// A network of a VRF: its VLAN and the gateway's address with the prefix length, IPv4 and
+/// (a dual-stack network) IPv6.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkInfo {
     pub vlan: u16,
     pub gateway: String,
+    #[serde(default)]
+    pub gateway6: Option<String>,
 }
 
 /// An address routing reaches: the port that has it (`allowed_ips`), its MAC, its VLAN.

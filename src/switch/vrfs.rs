@@ -23,7 +23,11 @@ impl Switch {
                 networks: v
                     .networks
                     .iter()
-                    .map(|n| NetworkInfo { vlan: n.vlan, gateway: format!("{}/{}", n.gateway, n.prefix_len) })
+                    .map(|n| NetworkInfo {
+                        vlan: n.vlan,
+                        gateway: format!("{}/{}", n.gateway, n.prefix_len),
+                        gateway6: n.gateway6.map(|g| g.to_string()),
+                    })
                     .collect(),
                 neighbours: routes
                     .iter()

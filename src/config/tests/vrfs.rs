@@ -29,6 +29,37 @@ fn a_vrf_reads_its_networks_and_two_tenants_may_share_addresses() {
 }
 
 #[test]
+fn a_network_may_have_an_ipv6_gateway_and_a_bad_one_is_refused_at_its_line() {
+    let text = "[[vrf]]\nname = \"a\"\ngateway_mac = \"02:00:00:00:01:01\"\n[[vrf.network]]\nvlan = 10\n\
+                gateway = \"10.0.1.1/24\"\ngateway6 = \"fd00:1::1/64\"\n[[vrf.network]]\nvlan = 20\n\
+                gateway = \"10.0.2.1/24\"\n";
+    let c = Config::parse("t.toml", text).unwrap();
+    let g = c.vrfs[0].networks[0].gateway6.unwrap();
+    assert_eq!(g.to_string(), "fd00:1::1/64");
+    assert!(g.contains("fd00:1::9".parse().unwrap()) && !g.contains("fd00:2::9".parse().unwrap()));
+    assert_eq!(c.vrfs[0].networks[1].gateway6, None);
+    // Line 7 is the first network's gateway6; line 11 the second's (added).
+    let with = |g1: &str, g2: &str| {
+        text.replace("fd00:1::1/64", g1)
+            .replace("gateway = \"10.0.2.1/24\"\n", &format!("gateway = \"10.0.2.1/24\"\ngateway6 = \"{g2}\"\n"))
+    };
+    let cases = [
+        (with("fd00:1::1", "fd00:2::1/64"), 7, "gateway6: expected the gateway's IPv6 address"),
+        (with("10.0.1.1/24", "fd00:2::1/64"), 7, "gateway6: expected the gateway's IPv6 address"),
+        (with("fd00:1::1/127", "fd00:2::1/64"), 7, "prefix length is 16 to 126"),
+        (with("fd00:1::/64", "fd00:2::1/64"), 7, "the subnet-router anycast"),
+        (with("fe80::1/64", "fd00:2::1/64"), 7, "not a unicast address a network routes"),
+        (with("ff05::1/64", "fd00:2::1/64"), 7, "not a unicast address a network routes"),
+        (with("::ffff:10.0.0.1/120", "fd00:2::1/64"), 7, "not a unicast address a network routes"),
+        (with("fd00:1::1/64", "fd00:1::2/64"), 11, "gateway6: overlaps VLAN 10's network (fd00:1::1/64)"),
+    ];
+    for (text, line, msg) in cases {
+        let (l, m) = err(&text);
+        assert!(l == line && m.contains(msg), "{msg}: got line {l}: {m}");
+    }
+}
+
+#[test]
 fn bad_vrfs_are_refused_where_they_are_wrong() {
     // Lines: 1 [[vrf]], 2 name, 3 gateway_mac, then 3 a network (4 header, 5 vlan, 6 gateway).
     let one = |mac: &str, vlan: &str, gw: &str| vrf("a", mac, &[(vlan, gw)]);

@@ -188,7 +188,12 @@ fn run(mode: Mode, size: usize, lay: Lay, warm: usize, bursts: usize) -> u64 {
             b.policies[1].allowed_macs = vec![crate::wire::MacAddr(mac(1))];
             b.policies[1].allowed_ips =
                 (0..DESTS).map(|i| IpPrefix::parse(&format!("10.253.{}.{}", i / 256, i % 256)).unwrap()).collect();
-            let net = |vlan, gateway: [u8; 4], prefix_len| NetworkConfig { vlan, gateway: gateway.into(), prefix_len };
+            let net = |vlan, gateway: [u8; 4], prefix_len| NetworkConfig {
+                vlan,
+                gateway: gateway.into(),
+                prefix_len,
+                gateway6: None,
+            };
             b.vrfs = vec![VrfConfig {
                 name: "t".into(),
                 gateway_mac: crate::wire::MacAddr(GATEWAY),

@@ -15,6 +15,7 @@ mod offloads;
 mod park;
 mod rewrites;
 mod routing;
+mod routing6;
 mod secgroups;
 mod switching;
 mod vlans;

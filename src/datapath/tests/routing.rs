@@ -23,7 +23,12 @@ fn vrf(name: &str, nets: &[(u16, [u8; 4], u8)]) -> VrfConfig {
         gateway_mac: GW,
         networks: nets
             .iter()
-            .map(|&(vlan, gw, prefix_len)| NetworkConfig { vlan, gateway: Ipv4Addr::from(gw), prefix_len })
+            .map(|&(vlan, gw, prefix_len)| NetworkConfig {
+                vlan,
+                gateway: Ipv4Addr::from(gw),
+                prefix_len,
+                gateway6: None,
+            })
             .collect(),
     }
 }

@@ -1,7 +1,7 @@
 //! Routing at the edge (`[[vrf]]`) with real guests: two QEMU Linux guests in two dual-stack
 //! networks of one tenant (VLANs 100 and 200), each with its default routes via the anycast
-//! gateway, ping each other and the gateway over IPv4 and IPv6 (the guests' own neighbour
-//! discovery finds the gateway), traceroute through it (its time exceeded is the first hop) and
+//! gateway, ping each other and the gateway over IPv4 and IPv6 (the guests' own router and
+//! neighbour discovery find the gateway), traceroute through it (its time exceeded is the first hop) and
 //! run iperf3 TCP both ways (TSO frames routed whole); the replies come back with the TTL and
 //! hop limit a router leaves. With pvsgen as the VMs, a routed frame byte for byte and a TTL that runs out,
 //! as `trace --live` tells them. The data path's own cases (TTL 1, unknown
@@ -61,12 +61,11 @@ fn guests_in_two_networks_ping_and_run_tcp_through_their_gateway() {
             ("fd00:2::5", MAC_B, "vm2", 200)
         ]
     );
+    // IPv6's default route comes from the gateway's router advertisement.
     let server = "ip route add default via 10.2.0.1\nip addr add fd00:2::5/64 dev eth0\n\
-                  ip -6 route add default via fd00:2::1\n\
                   iperf3 -s -B 10.2.0.5 >/dev/null 2>&1 &\nwhile true; do sleep 1000; done\n";
     let client = r#"ip route add default via 10.1.0.1
 ip addr add fd00:1::5/64 dev eth0
-ip -6 route add default via fd00:1::1
 P=10.2.0.5
 i=0
 until ping -c 1 -W 1 $P >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 120 ] || break; done
@@ -74,9 +73,12 @@ ping -c 5 -i 0.2 -W 2 $P | grep -E "ttl=|loss" | sed "s/^/PEER /"
 ping -c 3 -i 0.2 -W 2 10.1.0.1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY /"
 traceroute -n -q 1 -w 2 -m 3 $P 2>&1 | sed "s/^/TRACE /"
 i=0
-until ping -6 -c 1 -W 1 fd00:2::5 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; done
+until ip -6 route | grep -q "^default"; do i=$((i+1)); [ $i -lt 150 ] || break; sleep 0.2; done
+i=0
+until ping -6 -c 1 -W 1 fd00:2::5 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; sleep 0.2; done
 ping -6 -c 5 -i 0.2 -W 2 fd00:2::5 | grep -E "ttl=|loss" | sed "s/^/PEER6 /"
 ping -6 -c 3 -i 0.2 -W 2 fd00:1::1 | grep -E "ttl=|loss" | sed "s/^/GATEWAY6 /"
+ip -6 route | sed "s/^/ROUTE6 /"
 for args in "" "-R"; do
   n=0
   until out=$(timeout 30 iperf3 -c $P -t 2 -f m $args 2>&1); do n=$((n+1)); [ $n -lt 20 ] || break; sleep 0.5; done
@@ -105,6 +107,10 @@ done
     let (peer6, gw6) = (lines("PEER6 "), lines("GATEWAY6 "));
     assert!(peer6.contains(" 0% packet loss") && peer6.contains("ttl=63"), "IPv6 vm1 -> vm2:\n{out}");
     assert!(gw6.contains(" 0% packet loss") && gw6.contains("ttl=64"), "the gateway answers ping -6:\n{out}");
+    // The default route the gateway's advertisement gave: its link-local address (fe80:: and
+    // 02:00:00:00:01:01's modified EUI-64).
+    let route6 = lines("ROUTE6 ");
+    assert!(route6.contains("default via fe80::ff:fe00:101 dev eth0"), "router advertisement:\n{route6}");
     assert!(out.contains("PVS-IPERF ") && out.contains("PVS-IPERF-R "), "iperf3 both ways:\n{out}");
     drop((a, b));
     for p in ["vm1", "vm2"] {

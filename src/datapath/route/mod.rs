@@ -2,7 +2,8 @@
 //! gateway, the same address and MAC on every host. NORMAL asks here first, for a frame in a
 //! VLAN that is a VRF's network (`decide`):
 //! - an ARP request or neighbour solicitation for the gateway's address is answered by the
-//!   switch (`Out::Answer`), as is an ICMP or ICMPv6 echo request to it, and a request or
+//!   switch (`Out::Answer`), as are an ICMP or ICMPv6 echo request to it, a router
+//!   solicitation (with the gateway's advertisement), and a request or
 //!   solicitation for a neighbour's address (ARP and ND suppression: answered on the asker's
 //!   host, not flooded, nor carried over a tunnel);
 //! - an IPv4 or IPv6 frame to the gateway's MAC is routed: the VRF's network that holds its
@@ -38,8 +39,9 @@ use crate::wire::arp;
 use crate::wire::{MacAddr, ethertype};
 use table::mapped;
 
-/// ICMPv6 types: echo request, neighbour solicitation.
+/// ICMPv6 types: echo request, router and neighbour solicitation.
 const ICMP6_ECHO: u8 = 128;
+const ND_RS: u8 = 133;
 const ND_NS: u8 = 135;
 /// IPv6 next headers: a fragment header, ICMPv6.
 const NH_FRAGMENT: u8 = 44;
@@ -67,13 +69,21 @@ pub(super) fn decide(routes: &Routes, f: &mut Frame, in_port: u16, vid: u16, add
         {
             return Some(Out::Answer);
         }
-    } else if addrs[..3] == [0x33, 0x33, 0xff] && ty == ethertype::IPV6.to_be_bytes() && net.gateway6.is_some() {
-        // To a solicited-node group: a neighbour solicitation, perhaps.
-        f.deepen_front(l2 + 40 + 24);
-        if let Some(target) = solicited(f.front(), l2)
-            && (is_gateway6(net, target) || suppressed6(routes, net, in_port, f.front(), l2, target))
-        {
-            return Some(Out::Answer);
+    } else if addrs[..2] == [0x33, 0x33] && ty == ethertype::IPV6.to_be_bytes() && net.gateway6.is_some() {
+        if addrs[2] == 0xff {
+            // To a solicited-node group: a neighbour solicitation, perhaps.
+            f.deepen_front(l2 + 40 + 24);
+            if let Some(target) = solicited(f.front(), l2)
+                && (is_gateway6(net, target) || suppressed6(routes, net, in_port, f.front(), l2, target))
+            {
+                return Some(Out::Answer);
+            }
+        } else if addrs[2..6] == [0, 0, 0, 2] {
+            // To all routers: a router solicitation is the gateway's to answer.
+            f.deepen_front(l2 + 40 + 8);
+            if router_solicitation(f.front(), l2) {
+                return Some(Out::Answer);
+            }
         }
     }
     None
@@ -119,6 +129,18 @@ fn solicited(front: &[u8], l2: usize) -> Option<u128> {
         && icmp[8] != 0xff
         && ip[8..24] != [0; 16];
     ok.then(|| u128::from_be_bytes(icmp[8..24].try_into().unwrap()))
+}
+
+/// Whether the front holds a valid router solicitation at `l2` (RFC 4861 6.1.1: hop limit 255,
+/// ICMPv6 code 0, 8 bytes or more).
+fn router_solicitation(front: &[u8], l2: usize) -> bool {
+    let (Some(ip), Some(icmp)) = (front.get(l2..l2 + 40), front.get(l2 + 40..l2 + 48)) else { return false };
+    ip[0] >> 4 == 6
+        && ip[6] == NH_ICMP6
+        && ip[7] == 255
+        && u16::from_be_bytes([ip[4], ip[5]]) >= 8
+        && icmp[0] == ND_RS
+        && icmp[1] == 0
 }
 
 /// Whether `a` is the gateway's IPv6 address in `net`, or its link-local address.

@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::table::{Neighbour, Net, Routes, mapped};
-use super::{ND_NS, ipv4_header, ipv6_header, solicited};
+use super::{ND_NS, ND_RS, ipv4_header, ipv6_header, solicited};
 use crate::datapath::counters::DropReason;
 use crate::datapath::frame::{FRONT_MAX, Frame, Shape};
 use crate::wire::arp::{self, arp_frame};
@@ -21,13 +21,21 @@ pub const MAX_PREFIX: usize = 18 + 60;
 const TTL: u8 = 64;
 /// ICMPv6 types: echo reply, neighbour advertisement.
 const ICMP6_ECHO_REPLY: u8 = 129;
+const ND_RA: u8 = 134;
 const ND_NA: u8 = 136;
+/// A router advertisement's router lifetime (seconds), and its prefix's valid and preferred
+/// lifetimes (RFC 4861's defaults: 1800 s, 30 days, 7 days).
+const RA_LIFETIME: u16 = 1800;
+const PREFIX_VALID: u32 = 2_592_000;
+const PREFIX_PREFERRED: u32 = 604_800;
 
 /// What the switch answers a frame with (`Out::Answer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
     /// The gateway's or a neighbour's MAC, to an ARP request or a neighbour solicitation.
     Arp,
+    /// The gateway's router advertisement, to a router solicitation.
+    Advert,
     /// An echo reply from the gateway.
     Echo,
     /// An ICMP error, for a frame dropped for this reason: time exceeded (TTL), net
@@ -226,6 +234,9 @@ fn answer6<'b>(
         let len = ipv6_icmp(buf, at, target.to_be_bytes(), src.try_into().unwrap(), 255, &na);
         return Some((Shape { prefix: &buf[..len], skip: f.len, take: 0, patch: None }, Answer::Arp));
     }
+    if icmp == Some(ND_RS) {
+        return router_advert(f, net, l2, asker, tci, buf).map(|s| (s, Answer::Advert));
+    }
     let to = routes.network_of6(net.vrf, dst);
     let why = match to {
         _ if dst == net.link_local() => None,
@@ -271,6 +282,41 @@ fn answer6<'b>(
     let sum = u16::from_be_bytes([e[2], e[3]]);
     hdr[42..44].copy_from_slice(&combine(sum, !0x0100).to_be_bytes());
     Some((Shape { prefix: &buf[..at + 44], skip: (l2 + 44) as u32, take: u32::MAX, patch: None }, Answer::Echo))
+}
+
+/// The gateway's answer to a router solicitation (RFC 4861 4.2): from its link-local address
+/// to the asker (all nodes if it asked from ::), the asker's MAC: a default router for 30
+/// minutes, the gateway's MAC, and the network's prefix as on-link. Not for address
+/// autoconfiguration: a port's addresses are its `allowed_ips`, which the guest is given.
+fn router_advert<'b>(
+    f: &Frame,
+    net: &Net,
+    l2: usize,
+    asker: MacAddr,
+    tci: Option<u16>,
+    buf: &'b mut [u8; FRONT_MAX],
+) -> Option<Shape<'b>> {
+    let (gw, mask) = net.gateway6?;
+    let src = f.front().get(l2 + 8..l2 + 24)?;
+    let dst = match src == [0; 16] {
+        true => 0xff02_u128 << 112 | 1,
+        false => u128::from_be_bytes(src.try_into().ok()?),
+    };
+    let mut ra = [0u8; 56];
+    ra[0] = ND_RA;
+    ra[4] = TTL;
+    ra[6..8].copy_from_slice(&RA_LIFETIME.to_be_bytes());
+    // The source link-layer address option.
+    ra[16..18].copy_from_slice(&[1, 1]);
+    ra[18..24].copy_from_slice(&net.gateway_mac.0);
+    // The prefix information option: its length, on-link (L) only.
+    ra[24..28].copy_from_slice(&[3, 4, mask.count_ones() as u8, 0x80]);
+    ra[28..32].copy_from_slice(&PREFIX_VALID.to_be_bytes());
+    ra[32..36].copy_from_slice(&PREFIX_PREFERRED.to_be_bytes());
+    ra[40..56].copy_from_slice(&(gw & mask).to_be_bytes());
+    let at = l2_header(buf, asker, net.gateway_mac, tci, ethertype::IPV6);
+    let len = ipv6_icmp(buf, at, net.link_local().to_be_bytes(), dst.to_be_bytes(), 255, &ra);
+    Some(Shape { prefix: &buf[..len], skip: f.len, take: 0, patch: None })
 }
 
 /// Writes at `at` of `buf` an IPv6 header from `src` to `dst` with hop limit `hops`, and the

@@ -224,3 +224,35 @@ fn what_a_router_refuses_gets_icmpv6_errors_never_for_an_error() {
 fn untagged(f: &[u8]) -> Vec<u8> {
     [&f[..12], &f[16..]].concat()
 }
+
+/// A router solicitation (from a guest's link-local address, or from ::) gets the gateway's
+/// advertisement: from its link-local address, a default router, its MAC, the network's prefix
+/// on-link and not for autoconfiguration. Not flooded to other VMs.
+#[test]
+fn a_router_solicitation_gets_the_gateways_advertisement() {
+    let mut b = bench();
+    let m = mac(0);
+    let iid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]];
+    let ll = Ipv6Addr::from(iid).to_string();
+    for (src, to) in [(ll.as_str(), ll.as_str()), ("::", "ff02::1")] {
+        let rs = ip6([0x33, 0x33, 0, 0, 0, 2], m, src, "ff02::2", 255, 58, &[133, 0, 0, 0, 0, 0, 0, 0]);
+        b.vms[0].guest.send(&rs);
+        b.settle(10);
+        let got = b.vms[0].recv();
+        assert_eq!(got.len(), 1, "{src}: one advertisement");
+        let r = &got[0];
+        assert_eq!((&r[0..6], &r[6..12], r[21]), (&m[..], &GW.0[..], 255), "{src}: to the asker, hop limit 255");
+        assert_eq!((a_of(&r[22..38]), a_of(&r[38..54])), (a(GW_LL), a(to)), "{src}: from the gateway's link-local");
+        let ra = &r[54..];
+        assert_eq!((ra[0], ra[1], ra[4], ra[5], u16::from_be_bytes([ra[6], ra[7]])), (134, 0, 64, 0, 1800));
+        assert_eq!((&ra[16..18], &ra[18..24]), (&[1u8, 1][..], &GW.0[..]), "the gateway's MAC");
+        assert_eq!(&ra[24..28], &[3, 4, 64, 0x80], "a /64 prefix, on-link, no autoconfiguration");
+        assert_eq!(a_of(&ra[40..56]), a("fd00:1::"));
+        assert!(icmp6_ok(r), "{src}: checksum");
+        assert!(b.vms[3].recv().is_empty(), "{src}: the solicitation flooded");
+    }
+    // In VRF b's network (no IPv6 gateway) nobody answers.
+    b.vms[2].guest.send(&ip6([0x33, 0x33, 0, 0, 0, 2], mac(2), "::", "ff02::2", 255, 58, &[133, 0, 0, 0, 0, 0, 0, 0]));
+    b.settle(10);
+    assert!(b.vms[2].recv().is_empty());
+}

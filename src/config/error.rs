@@ -46,6 +46,24 @@ impl Ctx<'_> {
         ConfigError { file: self.file.to_string(), line, col, message: message.into(), snippet }
     }
 
+    /// A table's `name` (a mirror's, a security group's, a VRF's): 1-64 characters of
+    /// A-Z a-z 0-9 - _ ., and none that `taken` already says is a `kind`'s.
+    pub fn name(
+        &self,
+        name: &Spanned<String>,
+        kind: &str,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<String, ConfigError> {
+        let n = name.get_ref();
+        if n.is_empty() || n.len() > 64 || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(self.err(Some(name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
+        }
+        if taken(n) {
+            return Err(self.err(Some(name.span()), format!("duplicate {kind} \"{n}\"")));
+        }
+        Ok(n.clone())
+    }
+
     /// A number key from `lo` to `hi` inclusive, `dflt` when absent.
     pub fn range(&self, v: &Option<Spanned<u32>>, name: &str, lo: u32, hi: u32, dflt: u32) -> Result<u32, ConfigError> {
         match v {

@@ -46,13 +46,7 @@ pub(super) fn validate(raw: &[RawMirror], cx: &Ctx) -> Result<Vec<MirrorConfig>,
     }
     let mut mirrors: Vec<MirrorConfig> = Vec::new();
     for m in raw {
-        let name = m.name.get_ref();
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(cx.err(Some(m.name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
-        }
-        if mirrors.iter().any(|o| &o.name == name) {
-            return Err(cx.err(Some(m.name.span()), format!("duplicate mirror \"{name}\"")));
-        }
+        let name = &cx.name(&m.name, "mirror", |n| mirrors.iter().any(|o| o.name == n))?;
         let ports = |v: &[toml::Spanned<String>], key: &str| -> Result<Vec<String>, ConfigError> {
             if v.len() > MAX_SELECTED {
                 return Err(cx.err(Some(m.name.span()), format!("{key}: at most {MAX_SELECTED} ports")));

@@ -100,13 +100,7 @@ pub(super) fn validate(raw: Vec<RawSecurityGroup>, cx: &Ctx) -> Result<Vec<Secur
     }
     let mut groups: Vec<SecurityGroup> = Vec::new();
     for g in &raw {
-        let name = g.name.get_ref();
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(cx.err(Some(g.name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
-        }
-        if groups.iter().any(|o| &o.name == name) {
-            return Err(cx.err(Some(g.name.span()), format!("duplicate security group \"{name}\"")));
-        }
+        let name = &cx.name(&g.name, "security group", |n| groups.iter().any(|o| o.name == n))?;
         if g.rule.len() > MAX_RULES {
             return Err(cx.err(Some(g.name.span()), format!("{} rules: at most {MAX_RULES} a group", g.rule.len())));
         }

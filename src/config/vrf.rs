@@ -9,7 +9,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::error::{ConfigError, Ctx};
-use super::raw::RawVrf;
+use super::raw::{RawVrf, RawVrfNetwork};
 use crate::config::vlan::MAX_VID;
 use crate::wire::MacAddr;
 
@@ -81,13 +81,7 @@ pub(super) fn validate(raw: &[RawVrf], cx: &Ctx) -> Result<Vec<VrfConfig>, Confi
     }
     let mut vrfs: Vec<VrfConfig> = Vec::new();
     for v in raw {
-        let name = v.name.get_ref();
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(cx.err(Some(v.name.span()), "name: expected 1-64 characters of A-Z a-z 0-9 - _ ."));
-        }
-        if vrfs.iter().any(|o| &o.name == name) {
-            return Err(cx.err(Some(v.name.span()), format!("duplicate vrf \"{name}\"")));
-        }
+        let name = &cx.name(&v.name, "vrf", |n| vrfs.iter().any(|o| o.name == n))?;
         let gateway_mac: MacAddr = v.gateway_mac.get_ref().parse().map_err(|_| {
             cx.err(Some(v.gateway_mac.span()), "gateway_mac: expected a MAC address (02:00:00:00:00:01)")
         })?;
@@ -102,64 +96,70 @@ pub(super) fn validate(raw: &[RawVrf], cx: &Ctx) -> Result<Vec<VrfConfig>, Confi
         }
         let mut networks: Vec<NetworkConfig> = Vec::new();
         for n in &v.network {
-            let vlan = *n.vlan.get_ref();
-            if !(1..=MAX_VID as i64).contains(&vlan) {
-                return Err(cx.err(Some(n.vlan.span()), format!("vlan: expected a VLAN id from 1 to {MAX_VID}")));
-            }
-            let vlan = vlan as u16;
-            let taken = vrfs.iter().find(|o| o.networks.iter().any(|x| x.vlan == vlan)).map(|o| o.name.as_str());
-            if let Some(other) = taken.or(networks.iter().any(|x| x.vlan == vlan).then_some(name.as_str())) {
-                return Err(
-                    cx.err(Some(n.vlan.span()), format!("vlan: VLAN {vlan} is a network of vrf \"{other}\" already"))
-                );
-            }
-            let gw = n.gateway.get_ref();
-            let bad = || {
-                cx.err(
-                    Some(n.gateway.span()),
-                    "gateway: expected the gateway's IPv4 address and its network's prefix length (10.0.1.1/24)",
-                )
-            };
-            let (addr, len) = gw.split_once('/').ok_or_else(bad)?;
-            let gateway: Ipv4Addr = addr.parse().map_err(|_| bad())?;
-            let prefix_len: u8 = len
-                .parse()
-                .ok()
-                .filter(|l: &u8| (8..=30).contains(l) && len == l.to_string())
-                .ok_or_else(|| cx.err(Some(n.gateway.span()), "gateway: a network's prefix length is 8 to 30"))?;
-            let gateway6 = n.gateway6.as_ref().map(|g| gateway6(g, cx)).transpose()?;
-            let net = NetworkConfig { vlan, gateway, prefix_len, gateway6 };
-            let host = u32::from(gateway) & !net.mask();
-            if host == 0 || host == !net.mask() {
-                return Err(cx.err(
-                    Some(n.gateway.span()),
-                    format!("gateway: {gateway} is its network's own address or its broadcast, not a host"),
-                ));
-            }
-            if let Some(o) = networks.iter().find(|o| o.contains(gateway) || net.contains(o.gateway)) {
-                return Err(cx.err(
-                    Some(n.gateway.span()),
-                    format!(
-                        "gateway: overlaps VLAN {}'s network ({}/{}) in the same vrf",
-                        o.vlan, o.gateway, o.prefix_len
-                    ),
-                ));
-            }
-            let overlaps6 = |o: &NetworkConfig| {
-                o.gateway6.zip(gateway6).is_some_and(|(a, b)| a.contains(b.addr) || b.contains(a.addr))
-            };
-            if let Some(o) = networks.iter().find(|o| overlaps6(o)) {
-                let span = n.gateway6.as_ref().map(|g| g.span());
-                return Err(cx.err(
-                    span,
-                    format!("gateway6: overlaps VLAN {}'s network ({}) in the same vrf", o.vlan, o.gateway6.unwrap()),
-                ));
-            }
+            let net = network(n, name, &vrfs, &networks, cx)?;
             networks.push(net);
         }
         vrfs.push(VrfConfig { name: name.clone(), gateway_mac, networks });
     }
     Ok(vrfs)
+}
+
+/// One `[[vrf.network]]` of VRF `name`: a VLAN no network of `vrfs` or of this VRF (`mine`, so
+/// far) has, gateways that overlap none of this VRF's networks.
+fn network(
+    n: &RawVrfNetwork,
+    name: &str,
+    vrfs: &[VrfConfig],
+    mine: &[NetworkConfig],
+    cx: &Ctx,
+) -> Result<NetworkConfig, ConfigError> {
+    let vlan = *n.vlan.get_ref();
+    if !(1..=MAX_VID as i64).contains(&vlan) {
+        return Err(cx.err(Some(n.vlan.span()), format!("vlan: expected a VLAN id from 1 to {MAX_VID}")));
+    }
+    let vlan = vlan as u16;
+    let taken = vrfs.iter().find(|o| o.networks.iter().any(|x| x.vlan == vlan)).map(|o| o.name.as_str());
+    if let Some(other) = taken.or(mine.iter().any(|x| x.vlan == vlan).then_some(name)) {
+        return Err(cx.err(Some(n.vlan.span()), format!("vlan: VLAN {vlan} is a network of vrf \"{other}\" already")));
+    }
+    let (gateway, prefix_len) = gateway4(&n.gateway, cx)?;
+    let gateway6 = n.gateway6.as_ref().map(|g| gateway6(g, cx)).transpose()?;
+    let net = NetworkConfig { vlan, gateway, prefix_len, gateway6 };
+    if let Some(o) = mine.iter().find(|o| o.contains(gateway) || net.contains(o.gateway)) {
+        return Err(cx.err(
+            Some(n.gateway.span()),
+            format!("gateway: overlaps VLAN {}'s network ({}/{}) in the same vrf", o.vlan, o.gateway, o.prefix_len),
+        ));
+    }
+    let overlaps6 =
+        |o: &NetworkConfig| o.gateway6.zip(gateway6).is_some_and(|(a, b)| a.contains(b.addr) || b.contains(a.addr));
+    if let Some(o) = mine.iter().find(|o| overlaps6(o)) {
+        return Err(cx.err(
+            n.gateway6.as_ref().map(|g| g.span()),
+            format!("gateway6: overlaps VLAN {}'s network ({}) in the same vrf", o.vlan, o.gateway6.unwrap()),
+        ));
+    }
+    Ok(net)
+}
+
+/// A network's `gateway`: an IPv4 address with its prefix length, 8 to 30, a host of it (not
+/// the network's own address nor its broadcast).
+fn gateway4(g: &toml::Spanned<String>, cx: &Ctx) -> Result<(Ipv4Addr, u8), ConfigError> {
+    let bad = |m: &str| cx.err(Some(g.span()), format!("gateway: {m}"));
+    let expected = "expected the gateway's IPv4 address and its network's prefix length (10.0.1.1/24)";
+    let (addr, len) = g.get_ref().split_once('/').ok_or_else(|| bad(expected))?;
+    let gateway: Ipv4Addr = addr.parse().map_err(|_| bad(expected))?;
+    let prefix_len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l: &u8| (8..=30).contains(l) && len == l.to_string())
+        .ok_or_else(|| bad("a network's prefix length is 8 to 30"))?;
+    let mask = u32::MAX << (32 - prefix_len);
+    let host = u32::from(gateway) & !mask;
+    if host == 0 || host == !mask {
+        return Err(bad(&format!("{gateway} is its network's own address or its broadcast, not a host")));
+    }
+    Ok((gateway, prefix_len))
 }
 
 /// A network's `gateway6`: a global unicast or unique local address with its prefix length,

@@ -96,9 +96,25 @@ impl Explainer {
         }
     }
 
-    /// Record `r` in words.
+    /// Record `r` in words: what the frame is, the flows it hit, where it went.
     pub fn explain(&self, r: &Record) -> LiveTrace {
         let v = r.verdict.unwrap_or_default();
+        let mut steps = self.frame_steps(r, &v);
+        let flow = self.flow_steps(&v, &mut steps);
+        let h = EthernetRepr::parse(r.data).map(|(h, _)| h).unwrap_or_default();
+        let (outputs, dropped) = self.outcome(&v, &h, flow.as_deref(), &mut steps);
+        if dropped.is_none() {
+            steps.push(if outputs.is_empty() {
+                "result: delivered nowhere".into()
+            } else {
+                format!("result: output to {}", outputs.join(", "))
+            });
+        }
+        LiveTrace { port: self.port.clone(), time_ns: r.time_ns, len: r.len, flow, outputs, dropped, steps }
+    }
+
+    /// The frame's headers as a match, its offloads, its VLAN.
+    fn frame_steps(&self, r: &Record, v: &Verdict) -> Vec<String> {
         let name = |id: u16| self.name(id);
         let key = FlowKey::extract(self.in_port, r.data);
         // The frame's headers: the tracker's fields are none, and a field a frame does not
@@ -110,7 +126,6 @@ impl Explainer {
             .chain(absent.into_iter().filter(|&f| key.get(f) == 0))
             .fold(FlowKey::EXACT, |m, f| m.with(f, 0));
         let mut steps = vec![format!("frame: {} ({} bytes)", Match::new(key, headers).to_ovs_string(&name), r.len)];
-        let h = EthernetRepr::parse(r.data).map(|(h, _)| h).unwrap_or_default();
         if v.mss > 0 {
             let ip = if v.v6 { "IPv6" } else { "IPv4" };
             steps.push(format!(
@@ -127,6 +142,11 @@ impl Explainer {
             };
             steps.push(format!("vlan: VLAN {} (it came {came})", v.vlan));
         }
+        steps
+    }
+
+    /// The flows the frame hit (none without flows), and the first one's text.
+    fn flow_steps(&self, v: &Verdict, steps: &mut Vec<String>) -> Option<String> {
         let mut flow = None;
         if self.flows.is_normal() {
             steps.push("no flows configured: actions=normal".into());
@@ -147,6 +167,18 @@ impl Explainer {
                 }
             }
         }
+        flow
+    }
+
+    /// Where the frame went: its outputs, or its drop reason.
+    fn outcome(
+        &self,
+        v: &Verdict,
+        h: &EthernetRepr,
+        flow: Option<&str>,
+        steps: &mut Vec<String>,
+    ) -> (Vec<String>, Option<String>) {
+        let name = |id: u16| self.name(id);
         let (mut outputs, mut dropped) = (Vec::new(), None);
         let vid = v.vlan;
         let in_vlan = if vid != Verdict::NO_VLAN && self.vlans { format!(" in VLAN {vid}") } else { String::new() };
@@ -159,8 +191,8 @@ impl Explainer {
             capture::OUT_NOWHERE => steps.push("goes nowhere: its destination is the port it came from".into()),
             capture::OUT_PORT => {
                 let p = v.value as u16;
-                let out = self.leaves(p, vid, &h).unwrap_or_else(|| self.name(p));
-                if self.flows.is_normal() || flow.as_deref().is_some_and(|f| f.contains("NORMAL")) {
+                let out = self.leaves(p, vid, h).unwrap_or_else(|| self.name(p));
+                if self.flows.is_normal() || flow.is_some_and(|f| f.contains("NORMAL")) {
                     steps.push(format!("normal: {} learned on {}{in_vlan}", h.dst, self.name(p)));
                 }
                 outputs.push(out);
@@ -177,7 +209,7 @@ impl Explainer {
             capture::OUT_FLOOD => {
                 let why = if h.dst.is_multicast() { "broadcast/multicast" } else { "destination not learned" };
                 steps.push(format!("normal: {why}: flood{in_vlan}"));
-                outputs = self.flood(vid, &h);
+                outputs = self.flood(vid, h);
             }
             _ => {
                 // Actions run at delivery (rewrites, several outputs): what they do to it.
@@ -186,7 +218,7 @@ impl Explainer {
                 let t = &self.flows;
                 let found = path.iter().all(|&i| i == NO_MATCH || (i as usize) < t.entries().len());
                 if found {
-                    execute_path(path, &|i| t.actions(i), &h, |emit, hh| match emit {
+                    execute_path(path, &|i| t.actions(i), h, |emit, hh| match emit {
                         Emit::Port(p) if p == self.in_port => {
                             steps.push(format!("output:{} skipped: input port", name(p)))
                         }
@@ -200,13 +232,6 @@ impl Explainer {
                 }
             }
         }
-        if dropped.is_none() {
-            steps.push(if outputs.is_empty() {
-                "result: delivered nowhere".into()
-            } else {
-                format!("result: output to {}", outputs.join(", "))
-            });
-        }
-        LiveTrace { port: self.port.clone(), time_ns: r.time_ns, len: r.len, flow, outputs, dropped, steps }
+        (outputs, dropped)
     }
 }

@@ -216,23 +216,7 @@ fn answer6<'b>(
     let (src, dst) = (&ip[8..24], u128::from_be_bytes(ip[24..40].try_into().unwrap()));
     let icmp = (ip[6] == super::NH_ICMP6).then(|| front.get(l2 + 40)).flatten().copied();
     if icmp == Some(ND_NS) {
-        let target = solicited(front, l2)?;
-        // The gateway's own MAC (a router's advertisement), or (suppression) the neighbour's.
-        let (mac, router) = match super::is_gateway6(net, target) {
-            true => (net.gateway_mac, true),
-            false => (routes.answer_for(net, target)?.mac, false),
-        };
-        let at = l2_header(buf, asker, mac, tci, ethertype::IPV6);
-        let mut na = [0u8; 32];
-        na[0] = ND_NA;
-        // Router, solicited, override (RFC 4861 4.4).
-        na[4] = if router { 0xe0 } else { 0x60 };
-        na[8..24].copy_from_slice(&target.to_be_bytes());
-        // The target link-layer address option.
-        na[24..26].copy_from_slice(&[2, 1]);
-        na[26..32].copy_from_slice(&mac.0);
-        let len = ipv6_icmp(buf, at, target.to_be_bytes(), src.try_into().unwrap(), 255, &na);
-        return Some((Shape { prefix: &buf[..len], skip: f.len, take: 0, patch: None }, Answer::Arp));
+        return neighbour_advert(routes, f, net, l2, asker, tci, buf).map(|s| (s, Answer::Arp));
     }
     if icmp == Some(ND_RS) {
         return router_advert(f, net, l2, asker, tci, buf).map(|s| (s, Answer::Advert));
@@ -282,6 +266,39 @@ fn answer6<'b>(
     let sum = u16::from_be_bytes([e[2], e[3]]);
     hdr[42..44].copy_from_slice(&combine(sum, !0x0100).to_be_bytes());
     Some((Shape { prefix: &buf[..at + 44], skip: (l2 + 44) as u32, take: u32::MAX, patch: None }, Answer::Echo))
+}
+
+/// The answer to a neighbour solicitation (its IPv6 header at `l2`): an advertisement for the
+/// target, from the target's address to the asker: the gateway's (a router's), or a
+/// neighbour's (suppression).
+fn neighbour_advert<'b>(
+    routes: &Routes,
+    f: &Frame,
+    net: &Net,
+    l2: usize,
+    asker: MacAddr,
+    tci: Option<u16>,
+    buf: &'b mut [u8; FRONT_MAX],
+) -> Option<Shape<'b>> {
+    let front = f.front();
+    let src: [u8; 16] = front.get(l2 + 8..l2 + 24)?.try_into().ok()?;
+    let target = solicited(front, l2)?;
+    // The gateway's own MAC (a router's advertisement), or (suppression) the neighbour's.
+    let (mac, router) = match super::is_gateway6(net, target) {
+        true => (net.gateway_mac, true),
+        false => (routes.answer_for(net, target)?.mac, false),
+    };
+    let at = l2_header(buf, asker, mac, tci, ethertype::IPV6);
+    let mut na = [0u8; 32];
+    na[0] = ND_NA;
+    // Router, solicited, override (RFC 4861 4.4).
+    na[4] = if router { 0xe0 } else { 0x60 };
+    na[8..24].copy_from_slice(&target.to_be_bytes());
+    // The target link-layer address option.
+    na[24..26].copy_from_slice(&[2, 1]);
+    na[26..32].copy_from_slice(&mac.0);
+    let len = ipv6_icmp(buf, at, target.to_be_bytes(), src, 255, &na);
+    Some(Shape { prefix: &buf[..len], skip: f.len, take: 0, patch: None })
 }
 
 /// The gateway's answer to a router solicitation (RFC 4861 4.2): from its link-local address

@@ -296,4 +296,12 @@ fn a_ttl_that_runs_out_is_answered_with_time_exceeded_a_few_times() {
     b.settle(10);
     assert!(b.vms[0].recv().is_empty());
     assert_eq!(b.drops(0, DropReason::TtlExceeded), 42);
+    // vm0 spent its own budget, not its neighbours': vm3's traceroute (from the trunk, in
+    // VLAN 10) still gets its time exceeded, at once.
+    let mine = ip_frame(GW, mac(3), [10, 0, 1, 7], [10, 0, 2, 5], 17, 1, 100);
+    b.vms[3].guest.send(&tagged(&mine, 0x8100, 10));
+    b.settle(10);
+    let got = b.vms[3].recv();
+    assert_eq!(got.len(), 1, "vm3's time exceeded, after vm0 spent its budget");
+    assert_eq!((got[0][38], got[0][39]), (11, 0));
 }

@@ -81,14 +81,17 @@ pub(in crate::datapath) struct Delivery {
     pub flood_missed: bool,
     /// How long (TSC cycles) floods skip a port found full or down: `FLOOD_RETRY_US`.
     pub(in crate::datapath) flood_retry: u64,
-    /// The ICMP errors this thread may still send (routing's time exceeded).
-    pub icmp_errors: ErrorBudget,
+    /// Per port: the ICMP errors this thread may still send it (routing's answers to what a
+    /// router refuses). A port's own, so a VM that sends frames with TTL 1 by the thousand
+    /// spends its budget, not its neighbours'.
+    pub icmp_errors: Vec<ErrorBudget>,
 }
 
-/// ICMP errors a poll thread sends (`tx/route.rs`), at most `ICMP_ERRORS_PER_SEC` a second
-/// after a burst of `ICMP_ERRORS_BURST`, as a router limits them (RFC 1812 4.3.2.8; Linux's
-/// `icmp_ratelimit`): a guest that sends frames with TTL 1 gets a few answers, not one a frame.
-#[derive(Default)]
+/// ICMP errors a poll thread sends one port (`tx/route.rs`), at most `ICMP_ERRORS_PER_SEC` a
+/// second after a burst of `ICMP_ERRORS_BURST`, as a router limits them (RFC 1812 4.3.2.8;
+/// Linux's `icmp_ratelimit`, per destination): a guest that sends frames with TTL 1 gets a few
+/// answers, not one a frame.
+#[derive(Default, Clone)]
 pub(in crate::datapath) struct ErrorBudget {
     tokens: u32,
     /// When the tokens were last refilled (TSC).
@@ -150,6 +153,8 @@ impl Delivery {
         self.too_small.resize(ports, None);
         self.flood_skip.clear();
         self.flood_skip.resize(ports, FloodSkip::default());
+        // Budgets are kept across plans: a port's spent budget is not refilled by a new plan.
+        self.icmp_errors.resize(ports, ErrorBudget::default());
         self.flood_retry = FLOOD_RETRY_US * crate::counter::cycles_per_sec() / 1_000_000;
     }
 

@@ -32,9 +32,10 @@ pub(super) fn answer(env: &Env, f: &Frame, in_port: u16, dv: &mut Delivery) {
     let mut buf = [0u8; FRONT_MAX];
     match route::shape_answer(routes, f, net, tagged, &mut buf) {
         Some((shape, Answer::Error(why))) => {
-            // The frame itself went no further; the error only while the thread's budget lasts.
+            // The frame itself went no further; the error only while the sender's budget lasts.
             pc.drop(why, 1);
-            if dv.icmp_errors.take(env.now, crate::counter::cycles_per_sec()) {
+            let budget = dv.icmp_errors.get_mut(in_port as usize);
+            if budget.is_some_and(|b| b.take(env.now, crate::counter::cycles_per_sec())) {
                 write_alone(env, in_port, f, shape, dv, true);
             }
         }

@@ -39,7 +39,7 @@ fn a_collector_reads_each_flows_record_as_sent() {
     let port = 4739 + (std::process::id() % 1000) as u16;
     // The collector first: tshark decoding IPFIX on the loopback, a line a message.
     let fields = ["cflow.srcport", "cflow.dstport", "cflow.protocol", "cflow.packets", "cflow.octets"];
-    let more = ["cflow.inputint", "cflow.outputint", "cflow.srcaddr", "cflow.dstaddr"];
+    let more = ["cflow.inputint", "cflow.outputint", "cflow.srcaddr", "cflow.dstaddr", "cflow.layer2_segment_id"];
     let mut tshark = Command::new("tshark");
     tshark.args(["-i", "lo", "-l", "-f", &format!("udp port {port}"), "-d", &format!("udp.port=={port},cflow")]);
     tshark.args(["-T", "fields", "-E", "separator=;"]);
@@ -119,7 +119,8 @@ fn a_collector_reads_each_flows_record_as_sent() {
     let z = find("5678").unwrap_or_else(|| panic!("no record of good2's flow: {records:?}"));
     let (in1, in2) = ((id1 + 1).to_string(), (id2 + 1).to_string());
     let want = |sp: &str, dp: &str, n: usize, bytes: u64, i: &str, o: &str, s: &str, d: &str| {
-        [sp, dp, "17", &n.to_string(), &bytes.to_string(), i, o, s, d].map(String::from).to_vec()
+        // No VTEP carries these VLANs: segment id 0.
+        [sp, dp, "17", &n.to_string(), &bytes.to_string(), i, o, s, d, "0"].map(String::from).to_vec()
     };
     assert_eq!(a, want("1234", "5678", 50, ip_bytes(&there), &in1, &in2, "10.9.0.1", "10.9.0.2"));
     assert_eq!(z, want("5678", "1234", 20, ip_bytes(&back), &in2, &in1, "10.9.0.2", "10.9.0.1"));

@@ -32,6 +32,8 @@ mod ie {
     pub const SRC_V6: (u16, u16) = (27, 16);
     pub const DST_V6: (u16, u16) = (28, 16);
     pub const VLAN_ID: (u16, u16) = (58, 2);
+    /// RFC 7133's layer2SegmentId: the segment's type in the high byte (1: VXLAN), its id below.
+    pub const LAYER2_SEGMENT_ID: (u16, u16) = (351, 8);
     pub const END_REASON: (u16, u16) = (136, 1);
     pub const OBSERVATION_DOMAIN: (u16, u16) = (149, 4);
     pub const START_MS: (u16, u16) = (152, 8);
@@ -47,6 +49,7 @@ fn fields(v6: bool) -> Vec<(u16, u16)> {
         ie::INGRESS,
         ie::EGRESS,
         ie::VLAN_ID,
+        ie::LAYER2_SEGMENT_ID,
         src,
         dst,
         ie::PROTOCOL,
@@ -144,22 +147,24 @@ fn row(r: &FlowRecord, v6: bool) -> Vec<(IPFixField, FieldValue)> {
         let a = |b: &[u8; 16]| std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
         (FieldValue::Ip4Addr(a(&t.src)), FieldValue::Ip4Addr(a(&t.dst)))
     };
-    let f = fields(v6);
-    let mut out = vec![
-        num(f[0].0, DataNumber::U32(k.ingress)),
-        num(f[1].0, DataNumber::U32(k.egress)),
-        num(f[2].0, DataNumber::U16(k.vlan)),
-        (IPFixField::new(f[3].0, None), src),
-        (IPFixField::new(f[4].0, None), dst),
-        num(f[5].0, DataNumber::U8(t.proto)),
-        num(f[6].0, DataNumber::U16(t.sport)),
-        num(f[7].0, DataNumber::U16(t.dport)),
-        num(f[8].0, DataNumber::U16(c.tcp_flags)),
-        num(f[9].0, DataNumber::U64(c.packets)),
-        num(f[10].0, DataNumber::U64(c.bytes)),
-        num(f[11].0, DataNumber::U64(c.start_ms)),
-        num(f[12].0, DataNumber::U64(c.end_ms)),
+    // A flow in a VLAN a VTEP carries: its VNI, as a VXLAN segment (RFC 7133 4.2); 0 otherwise.
+    let segment = if r.vni != 0 { 1 << 56 | r.vni as u64 } else { 0 };
+    let values = [
+        FieldValue::DataNumber(DataNumber::U32(k.ingress)),
+        FieldValue::DataNumber(DataNumber::U32(k.egress)),
+        FieldValue::DataNumber(DataNumber::U16(k.vlan)),
+        FieldValue::DataNumber(DataNumber::U64(segment)),
+        src,
+        dst,
+        FieldValue::DataNumber(DataNumber::U8(t.proto)),
+        FieldValue::DataNumber(DataNumber::U16(t.sport)),
+        FieldValue::DataNumber(DataNumber::U16(t.dport)),
+        FieldValue::DataNumber(DataNumber::U16(c.tcp_flags)),
+        FieldValue::DataNumber(DataNumber::U64(c.packets)),
+        FieldValue::DataNumber(DataNumber::U64(c.bytes)),
+        FieldValue::DataNumber(DataNumber::U64(c.start_ms)),
+        FieldValue::DataNumber(DataNumber::U64(c.end_ms)),
+        FieldValue::DataNumber(DataNumber::U8(r.reason as u8)),
     ];
-    out.push(num(f[13].0, DataNumber::U8(r.reason as u8)));
-    out
+    fields(v6).iter().zip(values).map(|(&(id, _), v)| (IPFixField::new(id, None), v)).collect()
 }

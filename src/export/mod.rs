@@ -58,6 +58,8 @@ pub struct FlowRecord {
     pub key: FlowKey,
     pub counts: FlowCounts,
     pub reason: EndReason,
+    /// The VNI a VTEP carries the flow's VLAN in (0: none).
+    pub vni: u32,
 }
 
 /// One frame as a poll thread hands it over: its first bytes, length, ports and VLAN.
@@ -97,6 +99,9 @@ pub struct FlowExport {
     /// The next message's sequence number (records sent before it, RFC 7011) and when
     /// templates last went.
     state: Mutex<ExportState>,
+    /// By VLAN id: the VNI a VTEP carries it in (0: none), for the records (`set_vnis`). The
+    /// control thread's alone.
+    vnis: Mutex<Vec<u32>>,
 }
 
 struct ExportState {
@@ -172,6 +177,19 @@ impl FlowExport {
             messages: AtomicU64::new(0),
             send_errors: AtomicU64::new(0),
             state: Mutex::new(ExportState { sequence: 0, templates_sent: None }),
+            vnis: Mutex::new(vec![0; 4096]),
+        }
+    }
+
+    /// The VNIs of the VLANs VTEPs carry (`(vlan, vni)`), named in the records of their flows
+    /// from now on.
+    pub fn set_vnis(&self, map: impl Iterator<Item = (u16, u32)>) {
+        let mut v = self.vnis.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter_mut().for_each(|x| *x = 0);
+        for (vlan, vni) in map {
+            if let Some(x) = v.get_mut(vlan as usize) {
+                *x = vni;
+            }
         }
     }
 
@@ -221,6 +239,7 @@ impl FlowExport {
     pub fn expire(&self, now_ms: u64, all: bool) -> Vec<FlowRecord> {
         let (idle, active) = (self.cfg.idle_timeout_s as u64 * 1000, self.cfg.active_timeout_s as u64 * 1000);
         let mut out = Vec::new();
+        let vnis = self.vnis.lock().unwrap_or_else(|e| e.into_inner());
         for slot in self.slots.iter() {
             let mut t = slot.lock().unwrap_or_else(|e| e.into_inner());
             t.flows.retain(|key, c| {
@@ -233,7 +252,8 @@ impl FlowExport {
                 } else {
                     return true;
                 };
-                out.push(FlowRecord { key: *key, counts: *c, reason });
+                let vni = vnis.get(key.vlan as usize).copied().unwrap_or(0);
+                out.push(FlowRecord { key: *key, counts: *c, reason, vni });
                 false
             });
         }

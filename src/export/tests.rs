@@ -96,7 +96,10 @@ fn messages_read_back_as_the_records_sent() {
     let tcp = eth(0x0800, &build::ipv4(6, V4A, V4B, &build::tcp(40000, 5201, 0x02, 1, 0, 65535, None, 0)));
     let six = eth(0x86dd, &build::ipv6(17, [1; 16], [2; 16], &build::udp(7, 8, 10)));
     observe(&x, &[tcp.clone(), tcp.clone(), six.clone()], Some(9), 1_700_000_000_000);
+    // VLAN 0 (these frames' own) carried as VNI 5000 by a VTEP, for the records' segment id.
+    x.set_vnis([(0, 5000)].into_iter());
     let recs = x.expire(0, true);
+    assert!(recs.iter().all(|r| r.vni == 5000));
     let mut p = NetflowParser::default();
     let t = ipfix::templates(1, 0, 7, 1).unwrap();
     let m = ipfix::records(1, 0, 7, &recs).unwrap();
@@ -117,7 +120,10 @@ fn messages_read_back_as_the_records_sent() {
         .collect();
     assert_eq!(rows.len(), 2, "{rows:?}");
     let text = format!("{rows:?}");
-    for want in ["U16(5201)", "U16(40000)", "U64(2)", "Ip4Addr(10.0.0.2)", "Ip6Addr(202:202", "U32(10)"] {
+    // The VNI as a VXLAN layer2SegmentId: type 1 in the high byte (72057594037932936 is
+    // 1 << 56 | 5000).
+    let segment = format!("U64({})", 1u64 << 56 | 5000);
+    for want in ["U16(5201)", "U16(40000)", "U64(2)", "Ip4Addr(10.0.0.2)", "Ip6Addr(202:202", "U32(10)", &segment] {
         assert!(text.contains(want), "{want} not in {text}");
     }
 }

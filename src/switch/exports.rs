@@ -25,6 +25,13 @@ impl Switch {
             cfg.idle_timeout_s
         );
         let n = self.threads.len();
-        Some(Arc::new(FlowExport::new(cfg, n, thread_slots(n))))
+        let x = FlowExport::new(cfg, n, thread_slots(n));
+        self.export_vnis(&x);
+        Some(Arc::new(x))
+    }
+
+    /// Tells flow export the VNIs the VTEPs carry the VLANs in (at its start and each reload).
+    pub(super) fn export_vnis(&self, x: &FlowExport) {
+        x.set_vnis(self.cfg.vteps.iter().flat_map(|t| t.vnis.iter().map(|v| (v.vlan, v.vni))));
     }
 }

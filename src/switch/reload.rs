@@ -182,6 +182,10 @@ impl Switch {
         });
         self.cfg = new;
         (self.cfg.control_socket, self.cfg.control_socket_mode) = (ctl, mode);
+        // Records name the VNIs of the VTEPs the file has now.
+        if let Some(x) = &self.export {
+            self.export_vnis(x);
+        }
         // Burst, retry time and polling mode reach running threads with their next plan.
         if retune {
             self.publish();

@@ -115,3 +115,65 @@ fn a_mirror_whose_output_takes_nothing_costs_the_pair_nothing() {
     assert_eq!(copies.len(), 16);
     assert!(copies.iter().all(|c| c.len() == 64), "{:?}", copies.iter().map(Vec::len).collect::<Vec<_>>());
 }
+
+/// `add-mirror`/`del-mirror`: a mirror added while pvswitchd runs copies at once, is checked as
+/// the file's are (bad keys and values, a name or an output taken, an output selected: refused,
+/// nothing changed), survives a reload, and `del-mirror` ends it; the file's mirrors are not
+/// the command's to remove.
+#[test]
+fn a_mirror_added_at_run_time_copies_until_it_is_removed() {
+    use pvswitch::proto::{PortReply, Request};
+    let Some(_g) = run_alone(NEEDS) else { return };
+    let mut b = Bench::start("mirror-cmd");
+    let mut probe = b.connect_evil();
+    probe.post_rx_buffers(256, RX_BUF);
+    let add = |name: &str, settings: &[(&str, &str)]| Request::AddMirror {
+        name: name.into(),
+        settings: settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    let good = [("output_port", "evil"), ("select_src_port", "good1"), ("snaplen", "64")];
+    // Refused, each with its reason, and nothing runs.
+    let refused: &[(Request, &str)] = &[
+        (add("tap", &[("output_port", "evil"), ("colour", "red")]), "unknown key \"colour\""),
+        (add("tap", &[("output_port", "evil"), ("select_vlan", "ten")]), "select_vlan: expected VLAN ids"),
+        (add("tap", &[("output_port", "evil"), ("select_all", "yes")]), "select_all: expected true or false"),
+        (add("tap", &[("output_port", "evil"), ("select_src_port", "good1"), ("snaplen", "10")]), "snaplen"),
+        (add("tap", &[("output_port", "evil")]), "selects nothing"),
+        (add("tap", &[("output_port", "good1"), ("select_src_port", "good1")]), "never mirrored"),
+        (add("bad name", &good), "name: expected 1-64 characters"),
+        (Request::DelMirror { name: "nope".into(), if_exists: false }, "no mirror \"nope\""),
+    ];
+    for (req, want) in refused {
+        let e = b.sw.try_ask::<PortReply>(req).expect_err(want);
+        assert!(e.contains(want), "{req:?}: {e}");
+    }
+    assert_eq!(b.sw.ctl("mirrors").as_array().map(Vec::len), Some(0));
+    // Added: copies of what good1 sends, cut to 64 bytes, at once.
+    let r: PortReply = b.sw.ask(&add("tap", &good));
+    assert_eq!(r.summary, "mirror tap added: copies to evil");
+    let e = b.sw.try_ask::<PortReply>(&add("tap", &good)).unwrap_err();
+    assert!(e.contains("mirror \"tap\" exists"), "{e}");
+    let e = b.sw.try_ask::<PortReply>(&add("tap2", &good)).unwrap_err();
+    assert!(e.contains("is already mirror \"tap\"'s output"), "{e}");
+    let f = frame(MAC_B, MAC_A, 300, 1, 0);
+    b.good1.send(&f);
+    assert_delivered(std::slice::from_ref(&f), &recv_n(&mut b.good2, 1));
+    assert_eq!(recv_n(&mut probe, 1), vec![f[..64].to_vec()]);
+    // A reload keeps it (the file has no mirrors), and it still copies.
+    let summary = reload_with(&b, "");
+    assert!(!summary.contains("mirror"), "{summary}");
+    b.good1.send(&f);
+    recv_n(&mut b.good2, 1);
+    assert_eq!(recv_n(&mut probe, 1), vec![f[..64].to_vec()]);
+    // Removed: nothing more, and removing it again is an error unless --if-exists.
+    let r: PortReply = b.sw.ask(&Request::DelMirror { name: "tap".into(), if_exists: false });
+    assert_eq!(r.summary, "mirror tap removed");
+    let r: PortReply = b.sw.ask(&Request::DelMirror { name: "tap".into(), if_exists: true });
+    assert!(r.summary.contains("nothing to do"), "{}", r.summary);
+    b.check_forwarding(10);
+    assert!(probe.recv().is_empty(), "the probe still got copies");
+    // The file's mirror is the file's.
+    reload_with(&b, PROBE);
+    let e = b.sw.try_ask::<PortReply>(&Request::DelMirror { name: "probe".into(), if_exists: false }).unwrap_err();
+    assert!(e.contains("is the configuration file's"), "{e}");
+}

@@ -53,6 +53,11 @@ commands:
             to standard output, e.g. pvswitchctl capture vm1 -w - icmp | tcpdump -nr -
   mirrors   each [[mirror]]: what it selects, its output, the copies made and dropped, and the
             ports it names that are absent
+  add-mirror NAME output_port=PORT [select_src_port=P,..] [select_dst_port=P,..] [select_all=true]
+            [select_vlan=V,..] [snaplen=N]
+            a mirror, running at once, until del-mirror or pvswitchd stops (kept across reloads)
+  del-mirror [--if-exists] NAME
+            remove a mirror add-mirror added
   vrfs      each [[vrf]]: its gateway MAC, its networks and gateways, the neighbours routed to
   version   pvswitchd's version
 `--` ends the options: every argument after it is the command's (a NAME beginning with -).

@@ -120,3 +120,85 @@ pub(super) fn validate(raw: &[RawMirror], cx: &Ctx) -> Result<Vec<MirrorConfig>,
     }
     Ok(mirrors)
 }
+
+/// A mirror added at run time (`pvswitchctl add-mirror NAME KEY=VALUE...`): the settings are
+/// `[[mirror]]`'s keys (lists comma-separated: `select_src_port=vm1,vm2`), checked as the file's
+/// are and against the mirrors running (`existing`: a name or an output taken, an output
+/// another selects, the most mirrors).
+pub fn from_settings(
+    name: &str,
+    settings: &[(String, String)],
+    existing: &[MirrorConfig],
+) -> Result<MirrorConfig, String> {
+    let quoted = |v: &str| toml::Value::String(v.to_string()).to_string();
+    let mut text = String::new();
+    for m in existing {
+        text += &to_toml(m);
+    }
+    text += &format!("[[mirror]]\nname = {}\n", quoted(name));
+    for (k, v) in settings {
+        let value = match k.as_str() {
+            "select_src_port" | "select_dst_port" => {
+                format!("[{}]", v.split(',').filter(|p| !p.is_empty()).map(quoted).collect::<Vec<_>>().join(", "))
+            }
+            "select_vlan" => {
+                let ids: Vec<&str> = v.split(',').filter(|p| !p.is_empty()).collect();
+                if !ids.iter().all(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) && i.len() <= 5) {
+                    return Err(format!("select_vlan: expected VLAN ids from 1 to 4094, found \"{v}\""));
+                }
+                format!("[{}]", ids.join(", "))
+            }
+            "select_all" if v == "true" || v == "false" => v.clone(),
+            "select_all" => return Err(format!("select_all: expected true or false, found \"{v}\"")),
+            "snaplen" if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => v.clone(),
+            "snaplen" => return Err(format!("snaplen: expected a number from 64 to 65535, found \"{v}\"")),
+            "output_port" => quoted(v),
+            _ => {
+                return Err(format!(
+                    "unknown key \"{k}\": expected output_port, select_src_port, select_dst_port, select_all, select_vlan or snaplen"
+                ));
+            }
+        };
+        text += &format!("{k} = {value}\n");
+    }
+    let mut all = validate_text(&text)?;
+    all.pop().ok_or_else(|| "no mirror".to_string())
+}
+
+/// Whether mirrors `all` may run together (as a file's would be checked).
+pub fn check_together(all: &[MirrorConfig]) -> Result<(), String> {
+    validate_text(&all.iter().map(to_toml).collect::<String>()).map(|_| ())
+}
+
+/// The `[[mirror]]` tables of `text`, checked.
+fn validate_text(text: &str) -> Result<Vec<MirrorConfig>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Mirrors {
+        #[serde(default)]
+        mirror: Vec<RawMirror>,
+    }
+    let raw: Mirrors = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    let cx = Ctx { file: "add-mirror", text };
+    validate(&raw.mirror, &cx).map_err(|e| e.message)
+}
+
+/// A mirror as the file's `[[mirror]]` table says it.
+fn to_toml(m: &MirrorConfig) -> String {
+    let list =
+        |v: &[String]| v.iter().map(|p| toml::Value::String(p.clone()).to_string()).collect::<Vec<_>>().join(", ");
+    let mut s = format!(
+        "[[mirror]]\nname = {}\noutput_port = {}\nselect_src_port = [{}]\nselect_dst_port = [{}]\nselect_all = {}\n",
+        toml::Value::String(m.name.clone()),
+        toml::Value::String(m.output_port.clone()),
+        list(&m.select_src_port),
+        list(&m.select_dst_port),
+        m.select_all
+    );
+    let vlans: Vec<String> = m.select_vlan.iter().map(|v| v.to_string()).collect();
+    s += &format!("select_vlan = [{}]\n", vlans.join(", "));
+    if let Some(n) = m.snaplen {
+        s += &format!("snaplen = {n}\n");
+    }
+    s
+}

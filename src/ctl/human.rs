@@ -32,6 +32,8 @@ pub fn render(req: &Request, result: &str) -> Result<String, String> {
         Request::AddPort { .. }
         | Request::DelPort { .. }
         | Request::SetPort { .. }
+        | Request::AddMirror { .. }
+        | Request::DelMirror { .. }
         | Request::VtepSync { .. }
         | Request::ConntrackFlush { .. } => {
             format!("{}\n", typed::<PortReply>(result)?.summary)

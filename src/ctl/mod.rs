@@ -93,6 +93,8 @@ pub fn answer(c: &mut Switch, ep: &mut dyn Endpoints, req: Request) -> Result<St
         Request::Version => json(VersionReply::current()),
         Request::Vteps => json(c.vteps()),
         Request::Mirrors => json(c.mirrors()),
+        Request::AddMirror { name, settings } => done(c.add_mirror_cmd(&name, &settings)?),
+        Request::DelMirror { name, if_exists } => done(c.del_mirror_cmd(&name, if_exists)?),
         Request::Vrfs => json(c.vrfs()),
         Request::VtepSync { vtep, state } => done(c.vtep_sync(ep, &vtep, &state)?),
         // A stream, not a reply: the control loop serves it (`control::capture`).

@@ -88,6 +88,12 @@ pub enum Request {
     Vteps,
     /// Each mirror as it runs (reply: `Vec<`[`MirrorInfo`]`>`).
     Mirrors,
+    /// Adds a mirror with these settings (`[[mirror]]`'s keys) until pvswitchd stops or
+    /// `DelMirror` (reply: a summary).
+    AddMirror { name: String, settings: Vec<(String, String)> },
+    /// Removes a mirror added at run time (reply: a summary); `if_exists`: no such mirror is
+    /// not an error.
+    DelMirror { name: String, if_exists: bool },
     /// Each VRF, its networks and neighbours (reply: `Vec<`[`VrfInfo`]`>`).
     Vrfs,
     /// A VTEP's remote endpoints and MACs, whole (JSON, `VtepState`).
@@ -236,6 +242,15 @@ impl Request {
             "version" => Request::Version,
             "vteps" => Request::Vteps,
             "mirrors" => Request::Mirrors,
+            "add-mirror" => {
+                let (name, settings) = port_settings("add-mirror", args)?;
+                Request::AddMirror { name, settings }
+            }
+            "del-mirror" => {
+                let (if_exists, rest) = flag(args, "--if-exists");
+                let [name] = rest.as_slice() else { return Err("del-mirror: expected [--if-exists] NAME".into()) };
+                Request::DelMirror { name: name.to_string(), if_exists }
+            }
             "vrfs" => Request::Vrfs,
             "vtep-sync" => match args {
                 [vtep, state] => Request::VtepSync { vtep: vtep.clone(), state: state.clone() },
@@ -274,6 +289,8 @@ impl Request {
             Request::SetPort { .. } => "set-port",
             Request::Vteps => "vteps",
             Request::Mirrors => "mirrors",
+            Request::AddMirror { .. } => "add-mirror",
+            Request::DelMirror { .. } => "del-mirror",
             Request::Vrfs => "vrfs",
             Request::VtepSync { .. } => "vtep-sync",
             Request::Conntrack { .. } => "conntrack",
@@ -303,7 +320,12 @@ impl Request {
             Request::DelPort { name, if_exists } => {
                 if_exists.then(|| "--if-exists".to_string()).into_iter().chain(std::iter::once(name.clone())).collect()
             }
-            Request::SetPort { name, settings } => std::iter::once(name.clone()).chain(pairs(settings)).collect(),
+            Request::SetPort { name, settings } | Request::AddMirror { name, settings } => {
+                std::iter::once(name.clone()).chain(pairs(settings)).collect()
+            }
+            Request::DelMirror { name, if_exists } => {
+                if_exists.then(|| "--if-exists".to_string()).into_iter().chain(std::iter::once(name.clone())).collect()
+            }
             Request::VtepSync { vtep, state } => vec![vtep.clone(), state.clone()],
             Request::Conntrack { port: Some(p) } | Request::ConntrackFlush { port: p } => vec![p.clone()],
             Request::Capture { words, direction, drops, count, snaplen } => {

@@ -59,6 +59,14 @@ fn every_command_parses_and_goes_back_to_the_same_line() {
         ),
         (req("vteps", &[]), Request::Vteps),
         (req("mirrors", &[]), Request::Mirrors),
+        (
+            req("add-mirror", &["tap1", "output_port=mon", "select_src_port=vm1,vm2"]),
+            Request::AddMirror {
+                name: "tap1".into(),
+                settings: vec![("output_port".into(), "mon".into()), ("select_src_port".into(), "vm1,vm2".into())],
+            },
+        ),
+        (req("del-mirror", &["--if-exists", "tap1"]), Request::DelMirror { name: "tap1".into(), if_exists: true }),
         (req("vrfs", &[]), Request::Vrfs),
         (
             req("capture", &["vm1", "vm2", "tcp", "port", "80"]),

@@ -198,6 +198,9 @@ pub struct Switch {
     captures: Vec<captures::Hooked>,
     /// Flow export (`[ipfix]`, `exports.rs`), in the plans while configured.
     pub export: Option<Arc<crate::export::FlowExport>>,
+    /// The mirrors of `cfg.mirrors` added at run time (`add-mirror`, `mirrors.rs`), by name:
+    /// a reload keeps them beside the file's.
+    runtime_mirrors: Vec<String>,
 }
 
 impl Switch {
@@ -230,6 +233,7 @@ impl Switch {
             flow_ct_cursor: 0,
             captures: Vec::new(),
             export: None,
+            runtime_mirrors: Vec::new(),
         };
         sw.export = sw.new_export();
         for (id, p) in sw.cfg.ports.clone().into_iter().enumerate() {

@@ -45,7 +45,7 @@ impl Switch {
     /// (1) removed and replaced ports retired, (2) in-place changes, new ports and flows,
     /// (3) poll threads started or stopped and queues moved; each step reads what the ones
     /// before it decided.
-    fn apply_ports(&mut self, ep: &mut dyn Endpoints, new: Config) -> Result<String, String> {
+    fn apply_ports(&mut self, ep: &mut dyn Endpoints, mut new: Config) -> Result<String, String> {
         // Ids for the new port set: kept ports keep theirs, new ones take free slots.
         let mut removed = Vec::new();
         let mut updated = Vec::new();
@@ -140,6 +140,8 @@ impl Switch {
             self.cfg.security_groups = new.security_groups.clone();
             notes.push("security groups changed".into());
         }
+        // Mirrors added at run time stay beside the file's (unless the file's now conflict).
+        new.mirrors = self.with_runtime_mirrors(std::mem::take(&mut new.mirrors), &mut notes);
         if self.cfg.mirrors != new.mirrors {
             self.cfg.mirrors = new.mirrors.clone();
             notes.push("mirrors changed".into());

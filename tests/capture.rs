@@ -95,6 +95,36 @@ fn a_filter_runs_where_the_frame_is_and_drops_come_with_their_reason() {
     assert_eq!(tcpdump(&file, &["ether", "src", "02:00:00:00:00:0a"]).len(), 1);
 }
 
+/// `--drops` on the way out: a frame delivery could not write to the port (here its receive
+/// buffers are too small for it) is a record with its reason, as it would have been written;
+/// one that fits is an ordinary record.
+#[test]
+fn drops_on_the_way_out_come_with_their_reason() {
+    let Some(_g) = run_alone(NEEDS) else { return };
+    let mut b = Bench::start("capture-drops-out");
+    let sw = &b.sw;
+    sw.try_ctl_args("add-port", &["small", "type=vhost-user", "socket=small.sock"]).unwrap();
+    let mut vm = Vm::connect(&sw.sock("small"));
+    sw.wait_running("small", 1);
+    vm.post_rx_buffers(64, 256);
+    // Its MAC learned, so good1's frames to it are unicast to "small" alone.
+    vm.send(&frame(BCAST, MAC_C, 60, 1, 0));
+    recv_n(&mut b.good1, 1);
+    let file = sw.dir.join("drops-out.pcapng");
+    let (child, err) = start_capture(sw, &file, &["small", "--direction", "out", "--drops", "-c", "2"]);
+    let (big, fits) = (frame(MAC_C, MAC_A, 1000, 2, 1), frame(MAC_C, MAC_A, 200, 2, 2));
+    b.good1.send(&big);
+    b.good1.send(&fits);
+    assert_eq!(recv_n(&mut vm, 1), vec![fits.clone()]);
+    let end = end_of(child, err);
+    assert!(end.contains("2 packets captured"), "{end}");
+    let (_, recs) = read_pcapng(&file);
+    let got: Vec<(usize, Option<&str>)> = recs.iter().map(|r| (r.data.len(), r.comment.as_deref())).collect();
+    assert_eq!(got, [(1000, Some("dropped: rx_buffer_too_small")), (200, None)]);
+    assert_eq!((&recs[0].data, &recs[1].data), (&big, &fits));
+    assert_eq!(sw.counters("small").drops.get(DropReason::RxBufferTooSmall), 1);
+}
+
 #[test]
 fn a_reader_that_stops_slows_nothing_and_learns_what_it_lost() {
     let Some(_g) = run_alone(NEEDS) else { return };

@@ -9,6 +9,7 @@
 //! test of an empty slice.
 
 use crate::capture::{self, Tap, Verdict, Way};
+use crate::datapath::counters::DropReason;
 use crate::datapath::frame::{FRONT_MAX, FlowState, Frame, NO_VLAN, Out, Shape};
 use crate::export::{FlowExport, Observed};
 
@@ -97,14 +98,16 @@ fn verdict(f: &Frame) -> Verdict {
 }
 
 /// Offers a frame written to a port, shaped by `e` (a prefix, then the sender's bytes from
-/// `skip`, a checksum patched in), to its captures.
+/// `skip`, a checksum patched in), to its captures; or (`drop`) one that delivery could not
+/// write there, for the captures that take drops, with the reason (a full ring, buffers too
+/// small, the MTU, a rate cap), as it would have been written.
 #[cold]
 #[inline(never)]
-pub(in crate::datapath) fn sent(thread: usize, taps: &[Tap], f: &Frame, e: Shape) {
+pub(in crate::datapath) fn sent(thread: usize, taps: &[Tap], f: &Frame, e: Shape, drop: Option<DropReason>) {
     let len = e.prefix.len() as u32 + e.body_len(f);
-    for t in taps.iter().filter(|t| t.capture.looks_out()) {
+    for t in taps.iter().filter(|t| t.capture.looks_out() && (drop.is_none() || t.capture.drops)) {
         if let Some(mut slot) = t.capture.slot(thread) {
-            slot.offer(t.iface, Way::Out, None, len, |buf| shaped(f, e, buf));
+            slot.offer(t.iface, Way::Out, drop.map(|d| d as u8), len, |buf| shaped(f, e, buf));
         }
     }
 }

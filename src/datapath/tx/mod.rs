@@ -148,13 +148,19 @@ impl<'a> Open<'a> {
     #[cold]
     fn write_slow(&mut self, f: &Frame, e: Shape, dv: &mut Delivery) -> Result<(), DropReason> {
         let rates = &self.port.rates;
-        if self.capped && !rates.egress_allows() {
-            return Err(DropReason::RateCap);
-        }
-        if !self.policy.watched_dst {
-            self.write_uncapped::<false>(f, e, dv)?;
+        let written = if self.capped && !rates.egress_allows() {
+            Err(DropReason::RateCap)
+        } else if !self.policy.watched_dst {
+            self.write_uncapped::<false>(f, e, dv)
         } else {
-            self.write_uncapped::<true>(f, e, dv)?;
+            self.write_uncapped::<true>(f, e, dv)
+        };
+        if let Err(why) = written {
+            // `capture --drops` of this port sees what it missed, and why.
+            if self.policy.watched_dst && !self.policy.taps.0.is_empty() {
+                tap::sent(self.cx.index, &self.policy.taps.0, f, e, Some(why));
+            }
+            return Err(why);
         }
         if self.capped {
             rates.charge_egress(wire_cost(f, e));
@@ -350,7 +356,7 @@ impl<'a> Open<'a> {
     #[inline(always)]
     fn tap(&self, f: &Frame, e: Shape, dv: &mut Delivery) {
         if !self.policy.taps.0.is_empty() {
-            tap::sent(self.cx.index, &self.policy.taps.0, f, e);
+            tap::sent(self.cx.index, &self.policy.taps.0, f, e, None);
         }
         if !self.policy.mirrors.as_dst.is_empty() {
             mirror::as_dst(self.env, dv, &self.policy.mirrors.as_dst, f, e);

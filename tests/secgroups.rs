@@ -78,14 +78,25 @@ fn a_group_allowing_tcp_5201_in_lets_iperf3_through_and_nothing_else_and_a_live_
     let dir = test_dir("secgroups-qemu");
     let sw = Switch::start_config(dir.clone(), &config(&dir, WEB));
     // vm1 (no groups): waits until 5201 answers, then the checks, then a long stream.
+    // `again`: a command run again while iperf3 could not connect (its server may refuse a
+    // client right after the previous test ends), never once it ran.
     let job1 = r#"iperf3 -s -D
+again() {
+  n=0
+  while :; do
+    "$@" > /tmp/again 2>&1 && break
+    grep -q "unable to connect" /tmp/again && [ $n -lt 10 ] || break
+    n=$((n+1)); sleep 0.3
+  done
+  cat /tmp/again
+}
 i=0
 until timeout 5 iperf3 -c 10.40.0.2 -t 1 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || break; sleep 0.5; done
-timeout 30 iperf3 -c 10.40.0.2 -t 3 -f m 2>&1 | grep receiver | sed "s/^/PVS-IPERF-5201 /"
+again timeout 30 iperf3 -c 10.40.0.2 -t 3 -f m | grep receiver | sed "s/^/PVS-IPERF-5201 /"
 timeout 6 iperf3 -c 10.40.0.2 -p 5202 -t 1 >/dev/null 2>&1 || echo PVS-5202-REFUSED
 ping -c 3 -i 0.3 -W 1 10.40.0.2 2>&1 | grep -q ' 100% packet loss' && echo PVS-PING-IN-REFUSED
 echo PVS-LONG-START
-timeout 40 iperf3 -c 10.40.0.2 -t 25 -i 1 -f m > /tmp/long 2>&1
+again timeout 40 iperf3 -c 10.40.0.2 -t 25 -i 1 -f m > /tmp/long
 echo PVS-LONG-END
 until timeout 5 iperf3 -c 10.40.0.2 -t 1 >/dev/null 2>&1; do sleep 0.5; done
 echo PVS-FLOWS-5201-OPEN

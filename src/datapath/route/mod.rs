@@ -188,9 +188,10 @@ fn route(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
     if ip[8] <= 1 {
         return refuse(DropReason::TtlExceeded);
     }
-    let Some(n) = routes.find4(net.vrf, dst) else { return refuse(DropReason::RouteNoNeighbour) };
+    let found = routes.find4(net.vrf, dst).and_then(|n| Some((n, routes.neighbour(n)?.port)));
+    let Some((n, port)) = found else { return refuse(DropReason::RouteNoNeighbour) };
     f.vlan = to.vlan;
-    Out::Routed(routes.neighbour(n).map_or(0, |nb| nb.port), n)
+    Out::Routed(port, n)
 }
 
 /// Routes an IPv6 frame sent to the gateway of `net`, as `route` does IPv4: hop limit for
@@ -220,9 +221,10 @@ fn route6(routes: &Routes, net: &Net, f: &mut Frame, l2: usize) -> Out {
     if ip[7] <= 1 {
         return refuse(DropReason::TtlExceeded);
     }
-    let Some(n) = routes.find6(net.vrf, dst) else { return refuse(DropReason::RouteNoNeighbour) };
+    let found = routes.find6(net.vrf, dst).and_then(|n| Some((n, routes.neighbour(n)?.port)));
+    let Some((n, port)) = found else { return refuse(DropReason::RouteNoNeighbour) };
     f.vlan = to.vlan;
-    Out::Routed(routes.neighbour(n).map_or(0, |nb| nb.port), n)
+    Out::Routed(port, n)
 }
 
 /// Whether an ICMP error may answer the IPv4 packet whose header `ip` is at `l2` of `front`.

@@ -9,7 +9,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 
 use common::*;
-use pvswitch::proto::{MoveReply, PortInfo, ThreadStats};
+use pvswitch::proto::{MoveReply, PortInfo, ThreadStats, WokenBy};
 
 /// The veth pair and namespace a test sets up.
 const NETNS: &[Need] = &[Need::Root, Need::Cmd("ip"), Need::Cmd("ping")];
@@ -636,5 +636,47 @@ for i in range(200):
     assert_eq!(nic_thread(&sw).0, other);
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(pings(&ns, 5), 5, "pings after the move\n{:#}", sw.rxq().json());
+    vm.quit();
+}
+
+/// A NIC with receive interrupts (issue 54): net_tap's queue file is readable while frames
+/// wait, and an idle thread sleeps on it with no NIC timer at all (`nic_sleep_us` 0, `rxq`
+/// says the queue wakes its thread by interrupt). Only the interrupt can then wake the thread
+/// for the NIC's frames: pings from the namespace after an idle second are answered, those
+/// wake-ups are counted as interrupts, and no timer ever woke it.
+#[test]
+fn a_nic_with_receive_interrupts_wakes_its_sleeping_thread() {
+    let Some(_g) = run_alone(&[TESTPMD, NETNS].concat()) else { return };
+    let ns = Lan::bare("r");
+    let iface = ns.host_if.clone();
+    let dir = test_dir("nicintr");
+    let dev = format!("net_tap0,iface={iface}");
+    let text = config(&dir, &["vm"], &[("eth", dev.as_str())], &[])
+        .replace("poll_cores = [1]\n", "poll_cores = [1]\npoll_mode = \"adaptive\"\n");
+    let sw = Switch::start_config(dir.clone(), &text);
+    let eth = sw.port_info("eth");
+    assert_eq!(eth.state, "running", "{}\n{}", eth.json(), sw.log());
+    ns.adopt(&iface, 1500);
+    let mut vm = Testpmd::spawn(
+        &format!("pvsir{}", std::process::id()),
+        &[format!("net_virtio_user0,path={},queues=1,mac=02:00:00:00:77:02", sw.sock("vm"))],
+        &["--forward-mode=icmpecho"],
+    );
+    sw.wait_running("vm", 1);
+    vm.cmd("start");
+    let rxq = sw.rxq();
+    let woken = |port: &str| rxq.iter().find(|q| q.port == port).and_then(|q| q.woken_by);
+    assert_eq!((woken("eth"), woken("vm")), (Some(WokenBy::Interrupt), Some(WokenBy::Kick)), "{:#}", rxq.json());
+    let (t, _) = nic_thread(&sw);
+    wait_for("the NIC's thread asleep without a timer", || {
+        let th = sw.thread_stats(t);
+        (th.sleeping && th.sleeps > 0 && th.running.nic_sleep_us == 0).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let before = sw.thread_stats(t);
+    assert_eq!(pings(&ns, 5), 5, "pings to a sleeping thread\n{:#}\n{}", sw.ports().json(), before.json());
+    let after = sw.thread_stats(t);
+    assert!(after.wakeups.interrupt > before.wakeups.interrupt, "no wake-up by interrupt: {}", after.json());
+    assert_eq!(after.wakeups.timeout, 0, "a timer woke the thread: {}", after.json());
     vm.quit();
 }

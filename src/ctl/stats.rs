@@ -11,11 +11,12 @@ use serde_json::Value;
 
 use super::proto::{
     FlowExportStats, Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats,
-    WakeBucket, Wakeups,
+    WakeBucket, Wakeups, WokenBy,
 };
 use crate::datapath::counters::{self, LoopCounters, PortCounters, RunningTuning, RxqStats, cycles_per_sec};
-use crate::switch::Switch;
+use crate::port::PortKind;
 use crate::switch::samples::{ThreadTotals, pct};
+use crate::switch::{PortState, Switch};
 
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
@@ -118,7 +119,12 @@ fn thread(c: &Switch, i: usize, hz: u64) -> ThreadStats {
         sleeps: l.sleeps,
         sleeping: th.sleeping.load(Relaxed) == 1,
         asleep_secs: l.asleep_cycles as f64 / hz as f64,
-        wakeups: Wakeups { kick: l.wakeups_kick, control: l.wakeups_control, timeout: l.wakeups_timeout },
+        wakeups: Wakeups {
+            kick: l.wakeups_kick,
+            control: l.wakeups_control,
+            timeout: l.wakeups_timeout,
+            interrupt: l.wakeups_interrupt,
+        },
         parked: th.parked.load(Relaxed),
         parking: Parking {
             parks: l.parks,
@@ -160,12 +166,26 @@ pub fn rxq(c: &Switch) -> Vec<RxqInfo> {
                 numa_node: ps.numa_node(),
                 busy_share_pct: pct(s.cycles, busy_total),
                 parked,
+                woken_by: woken_by(ps, q),
                 last_interval,
                 counters: s,
             });
         }
     }
     out
+}
+
+/// What wakes a sleeping thread for queue `q` of port `ps`.
+fn woken_by(ps: &PortState, q: usize) -> Option<WokenBy> {
+    match &ps.port.kind {
+        PortKind::VhostUser(_) => Some(WokenBy::Kick),
+        PortKind::Nic(n) => Some(match n.rx_interrupt(q) {
+            Some(i) if i.needs_arming => WokenBy::ArmedInterrupt,
+            Some(_) => WokenBy::Interrupt,
+            None => WokenBy::Timer,
+        }),
+        PortKind::Failed | PortKind::Tunnel(_) => None,
+    }
 }
 
 fn esc(s: &str) -> String {

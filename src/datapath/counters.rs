@@ -293,6 +293,8 @@ counters! {
         wakeups_control: AtomicU64,
         /// Wake-ups by the NIC poll timer.
         wakeups_timeout: AtomicU64,
+        /// Wake-ups by a NIC queue's receive interrupt.
+        wakeups_interrupt: AtomicU64,
         /// Queues parked (idle for `park_after_us`: no longer polled, their kicks watched).
         parks: AtomicU64,
         /// Parked queues polled again because their guest kicked.

@@ -15,7 +15,7 @@
 
 use crate::config::Config;
 
-pub use super::nic_info::{NicInfo, NicOffloads, NicStats};
+pub use super::nic_info::{NicInfo, NicOffloads, NicStats, RxInterrupt};
 #[cfg(feature = "dpdk")]
 pub use imp::*;
 #[cfg(not(feature = "dpdk"))]
@@ -30,7 +30,7 @@ pub fn wanted(cfg: &Config) -> bool {
 mod imp {
     use std::sync::Mutex;
 
-    use super::{NicInfo, NicOffloads};
+    use super::{NicInfo, NicOffloads, RxInterrupt};
     use crate::config::{Config, DpdkConfig, DpdkPortConfig};
     use crate::port::dpdk::{self, DEFAULT_DATA_ROOM, Eal, EthPort, MbufBurst, Mempool, PKTMBUF_HEADROOM, PortSetup};
     use crate::wire::virtio_net::Negotiated;
@@ -238,6 +238,18 @@ mod imp {
             self.eth.socket_id()
         }
 
+        /// Receive queue `q`'s interrupt, if the driver has one: an idle poll thread sleeps on it.
+        #[inline]
+        pub fn rx_interrupt(&self, q: usize) -> Option<&RxInterrupt> {
+            self.eth.rx_interrupt(q as u16)
+        }
+
+        /// Arms (before its poller sleeps) or disarms queue `q`'s interrupt where it
+        /// `needs_arming`; a no-op for the others.
+        pub fn arm_rx_interrupt(&self, q: usize, on: bool) {
+            self.eth.arm_rx_interrupt(q as u16, on)
+        }
+
         /// Receives up to `max` frames from queue `q` into `burst` (which must be empty). None
         /// if another thread holds the queue (a plan change in flight).
         #[inline]
@@ -320,6 +332,12 @@ mod stub {
             match *self {}
         }
         pub fn socket_id(&self) -> Option<u32> {
+            match *self {}
+        }
+        pub fn rx_interrupt(&self, _: usize) -> Option<&super::RxInterrupt> {
+            match *self {}
+        }
+        pub fn arm_rx_interrupt(&self, _: usize, _: bool) {
             match *self {}
         }
         pub fn info(&self) -> NicInfo {

@@ -48,3 +48,15 @@ pub struct NicStats {
     pub oerrors: u64,
     pub rx_nombuf: u64,
 }
+
+/// An Rx queue's receive interrupt: a file that becomes readable when frames arrive (an
+/// eventfd the kernel signals, or for net_tap the queue's own file). Ours is a duplicate of
+/// DPDK's descriptor, so it stays valid while a poll thread watches it, even past the port's
+/// close; it is never read (watch it edge-triggered).
+#[derive(Debug, Clone)]
+pub struct RxInterrupt {
+    pub fd: std::sync::Arc<std::fs::File>,
+    /// The driver signals only after `arm_rx_interrupt(q, true)` (a NIC's interrupt register);
+    /// false: it signals whenever frames arrive (net_tap).
+    pub needs_arming: bool,
+}

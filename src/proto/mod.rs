@@ -36,7 +36,7 @@ pub use self::ports::{
 };
 pub use self::stats::{
     FlowExportStats, Parking, PollMode, RunningInfo, RxqInfo, RxqInterval, StatsReply, ThreadInterval, ThreadStats,
-    WakeBucket, Wakeups,
+    WakeBucket, Wakeups, WokenBy,
 };
 pub use crate::config::RxqAssign;
 pub use crate::datapath::counters::{DropTotals as Drops, PortTotals as Counters, RxqTotals};

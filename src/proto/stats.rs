@@ -84,7 +84,9 @@ pub struct RunningInfo {
     #[serde(default)]
     pub nic_poll_max_us: u64,
     /// How long the thread's latest sleep on the NIC timer was to last: `nic_poll_interval_us`
-    /// after a frame, doubled by each sleep that found nothing, up to `nic_poll_max_us`.
+    /// after a frame, doubled by each sleep that found nothing, up to `nic_poll_max_us`; 0 when
+    /// every NIC queue it polls wakes it by interrupt (no timer). The ceiling alone when its
+    /// only timer is the safety net of interrupts that must be armed.
     #[serde(default)]
     pub nic_sleep_us: u64,
     /// Parking: queues empty this long are parked (0: never); their kicks are looked at this often.
@@ -105,7 +107,11 @@ pub enum PollMode {
 pub struct Wakeups {
     pub kick: u64,
     pub control: u64,
+    /// By the NIC poll timer.
     pub timeout: u64,
+    /// By a NIC queue's receive interrupt.
+    #[serde(default)]
+    pub interrupt: u64,
 }
 
 /// What a thread's parking did: queues parked, polled again (by a kick, after a control
@@ -148,10 +154,28 @@ pub struct RxqInfo {
     pub busy_share_pct: f64,
     /// Parked now: not polled, its kicks watched (`parks`/`unparks` count the times).
     pub parked: bool,
+    /// What wakes its thread for it in adaptive polling (None: a port of neither kind).
+    #[serde(default)]
+    pub woken_by: Option<WokenBy>,
     pub last_interval: Option<RxqInterval>,
     /// The queue's counters (their fields inline).
     #[serde(flatten)]
     pub counters: RxqTotals,
+}
+
+/// What wakes a sleeping poll thread for a receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WokenBy {
+    /// A guest's TX queue: its kicks.
+    Kick,
+    /// A NIC queue with a receive interrupt that signals by itself (net_tap).
+    Interrupt,
+    /// A NIC queue whose interrupt is armed before each sleep (a NIC's register), with the
+    /// timer at `nic_poll_max_us` as its safety net.
+    ArmedInterrupt,
+    /// A NIC queue without interrupts: the NIC timer, backing off to `nic_poll_max_us`.
+    Timer,
 }
 
 /// A receive queue over the last sample interval.

@@ -14,7 +14,15 @@
 //! The control thread wakes a sleeping thread when one of its rings changes (a vhost-user
 //! request) or a plan is posted, so a newly started ring is never missed.
 //!
-//! NIC queues cannot kick: a thread with NIC queues sleeps on a timer as well, first for
+//! A NIC queue whose driver has receive interrupts (`NicPort::rx_interrupt`: net_tap, and
+//! NICs bound to vfio) wakes the thread by its interrupt, watched with the kicks (DPDK's
+//! l3fwd-power does the same with its own epoll). A driver whose interrupt must be armed
+//! (a NIC's register) is armed just before the sleep and disarmed after it; a frame that came
+//! between the last poll and the arming may raise none, so such a thread also sleeps at most
+//! `nic_poll_max_us`. net_tap's interrupt is its queue's file itself, readable while frames
+//! wait: nothing to arm and no race, so no timer.
+//!
+//! Other NIC queues cannot wake the thread: it sleeps on a timer, first for
 //! `nic_poll_interval_us`, then twice as long each time it woke and found nothing, up to
 //! `nic_poll_max_us` (OVS's `pmd-sleep-max`); the first frame starts it over. A thread that
 //! woke and found nothing sleeps again at once, without polling `idle_before_sleep_us` first:
@@ -30,6 +38,7 @@ use vmm_sys_util::epoll::EpollEvent;
 use super::kicks::{Kicks, TIMER, WAKE};
 use crate::datapath::counters::{ThreadStats, bump, cycles, cycles_per_sec};
 use crate::datapath::plan::Mailbox;
+use crate::port::nic::NicPort;
 use crate::vring::VringLock;
 
 /// Events a sleep ended with: queue ids (kicks), [`WAKE`], [`TIMER`].
@@ -87,14 +96,15 @@ impl Sleeper {
     /// The thread found nothing this iteration. Once that has lasted the threshold, sleeps
     /// until a kick, a plan or shutdown (`still_wanted` says whether to sleep at all: false
     /// once a plan is pending or shutdown was asked), and returns what woke it. `queues` are
-    /// the polled queues, with their ids; `nic`: the thread also has NIC queues, which cannot
-    /// wake it, so it sleeps at most the NIC timer's current interval. A thread that slept
-    /// stays idle: if its next iteration finds nothing, it sleeps again at once.
+    /// the polled guest queues, with their ids; `nics` the polled NIC queues (id, port, queue):
+    /// those with a receive interrupt wake the thread by it, the others cannot wake it, so it
+    /// sleeps at most the NIC timer's current interval. A thread that slept stays idle: if its
+    /// next iteration finds nothing, it sleeps again at once.
     pub fn idle<'a>(
         &mut self,
         queues: impl Iterator<Item = (u64, &'a VringLock)> + Clone,
+        nics: impl Iterator<Item = (u64, &'a NicPort, usize)> + Clone,
         kicks: &mut Kicks,
-        nic: bool,
         st: &ThreadStats,
         mailbox: &Mailbox,
         still_wanted: impl Fn() -> bool,
@@ -116,13 +126,30 @@ impl Sleeper {
                 work |= !matches!(ring.avail(), Ok(0));
             }
         }
+        // The NIC timer: backing off for queues without interrupts, the ceiling as the safety
+        // net of armed interrupts, none if every NIC queue signals by itself.
+        let (mut backoff, mut armed) = (false, false);
+        for (id, nic, q) in nics.clone() {
+            match nic.rx_interrupt(q) {
+                Some(i) if kicks.watch_interrupt(id, &i.fd) => armed |= i.needs_arming,
+                _ => backoff = true,
+            }
+        }
+        let timer = match (backoff, armed) {
+            (true, _) => Some(self.nic_next),
+            (false, true) => Some(self.nic_max),
+            (false, false) => None,
+        };
         let mut woken = None;
         if !work && still_wanted() {
             // A ring without a kick fd cannot wake us: look again every millisecond.
             let timeout = if unkickable { 1 } else { -1 };
-            if nic {
-                kicks.arm_timer(self.nic_next);
-                st.running.nic_sleep_us.store(self.nic_next.as_micros() as u64, Relaxed);
+            if let Some(t) = timer {
+                kicks.arm_timer(t);
+            }
+            st.running.nic_sleep_us.store(timer.map_or(0, |t| t.as_micros() as u64), Relaxed);
+            if armed {
+                nics.clone().for_each(|(_, nic, q)| nic.arm_rx_interrupt(q, true));
             }
             let t0 = cycles();
             bump(&st.loops.sleeps, 1);
@@ -132,16 +159,23 @@ impl Sleeper {
             let t1 = cycles();
             st.sleeping.store(0, Relaxed);
             bump(&st.loops.asleep_cycles, t1.wrapping_sub(t0));
+            if armed {
+                nics.for_each(|(_, nic, q)| nic.arm_rx_interrupt(q, false));
+            }
             if w.ids().any(|e| e == WAKE) {
                 mailbox.drain_wake();
                 bump(&st.loops.wakeups_control, 1);
                 let posted = mailbox.woken_at.load(Relaxed);
                 st.record_wake_latency(t1.saturating_sub(posted));
             }
-            if nic {
+            if timer.is_some() {
                 kicks.disarm_timer();
             }
-            if w.ids().any(|e| e != WAKE && e != TIMER) {
+            let other = |e: u64| e != WAKE && e != TIMER;
+            if w.ids().any(|e| other(e) && kicks.is_interrupt(e)) {
+                bump(&st.loops.wakeups_interrupt, 1);
+            }
+            if w.ids().any(|e| other(e) && !kicks.is_interrupt(e)) {
                 bump(&st.loops.wakeups_kick, 1);
             }
             let timer_only = w.ids().all(|e| e == TIMER);
@@ -149,8 +183,8 @@ impl Sleeper {
                 bump(&st.loops.wakeups_timeout, 1);
             }
             // Woken by the timer alone: the NIC may stay quiet longer; anything else starts
-            // the backoff over (a kick, a plan: work may follow).
-            self.nic_next = match timer_only && nic {
+            // the backoff over (a kick, an interrupt, a plan: work may follow).
+            self.nic_next = match timer_only && backoff {
                 true => (self.nic_next * 2).min(self.nic_max),
                 false => self.nic_first,
             };

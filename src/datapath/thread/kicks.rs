@@ -1,6 +1,7 @@
 //! A poll thread's watch on its guests' kick eventfds: one epoll set holding the kick fd of
 //! every queue it may stop polling (a parked queue, or every queue of a thread about to sleep),
-//! its mailbox's wake-up eventfd, and a timer for NIC queues (which cannot kick). Parking
+//! the receive interrupt of each of its NIC queues that has one, its mailbox's wake-up
+//! eventfd, and a timer for NIC queues without interrupts. Parking
 //! (`park`) looks at it without waiting, every check interval; adaptive polling (`idle`) sleeps
 //! on it. One set for both, so a kick on a parked queue also wakes a sleeping thread.
 //!
@@ -9,7 +10,8 @@
 //! counter can stay at any value). A registration is for one start of its ring (the ring's
 //! `epoch`): after a restart, possibly with another kick fd, it is made again. A registration
 //! is removed before the last handle on its file could be dropped, so a file number reused by
-//! the process is never mistaken for a registered one.
+//! the process is never mistaken for a registered one. A NIC queue's interrupt is watched the
+//! same way, edge-triggered and never read, through the port's duplicate of DPDK's descriptor.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -43,6 +45,8 @@ pub struct Kicks {
 struct Reg {
     epoch: u64,
     kick: Option<Arc<File>>,
+    /// A NIC queue's receive interrupt rather than a guest's kick.
+    interrupt: bool,
 }
 
 impl Kicks {
@@ -60,6 +64,7 @@ impl Kicks {
     pub fn watch(&mut self, id: u64, ring: &Vring) -> bool {
         if let Some(r) = self.regs.get(&id)
             && r.epoch == ring.epoch
+            && !r.interrupt
         {
             return r.kick.is_some();
         }
@@ -68,13 +73,34 @@ impl Kicks {
         if let Some(k) = &kick {
             let ev = EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, id);
             if self.epoll.ctl(ControlOperation::Add, k.as_raw_fd(), ev).is_err() {
-                self.regs.insert(id, Reg { epoch: ring.epoch, kick: None });
+                self.regs.insert(id, Reg { epoch: ring.epoch, kick: None, interrupt: false });
                 return false;
             }
         }
         let has = kick.is_some();
-        self.regs.insert(id, Reg { epoch: ring.epoch, kick });
+        self.regs.insert(id, Reg { epoch: ring.epoch, kick, interrupt: false });
         has
+    }
+
+    /// Makes sure NIC queue `id`'s receive interrupt `fd` is watched; false if epoll refused
+    /// it (the queue is then looked at on the NIC timer). One `epoll_ctl` the first time.
+    pub fn watch_interrupt(&mut self, id: u64, fd: &Arc<File>) -> bool {
+        if let Some(r) = self.regs.get(&id)
+            && r.interrupt
+        {
+            return r.kick.is_some();
+        }
+        self.forget(id);
+        let ev = EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, id);
+        let kick = self.epoll.ctl(ControlOperation::Add, fd.as_raw_fd(), ev).is_ok().then(|| fd.clone());
+        let has = kick.is_some();
+        self.regs.insert(id, Reg { epoch: 0, kick, interrupt: true });
+        has
+    }
+
+    /// Whether event `id` is a NIC queue's receive interrupt.
+    pub fn is_interrupt(&self, id: u64) -> bool {
+        self.regs.get(&id).is_some_and(|r| r.interrupt)
     }
 
     /// Stops watching queue `id` (it left the thread).

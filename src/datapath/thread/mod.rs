@@ -324,9 +324,12 @@ impl PollThread {
                         let r = &rxqs[i];
                         r.spec.port.queues().map(|q| (r.state.id, q.guest_tx(r.spec.qpair)))
                     });
-                    let nic = self.polled.iter().any(|&i| rxqs[i].spec.port.nic().is_some());
+                    let nics = self.polled.iter().filter_map(|&i| {
+                        let r = &rxqs[i];
+                        r.spec.port.nic().map(|n| (r.state.id, n, r.spec.qpair))
+                    });
                     let still = || !mb.pending(have) && !shutdown.load(Relaxed) && !mb.retired();
-                    if let Some(w) = s.idle(queues, kicks, nic, &st, mb, still) {
+                    if let Some(w) = s.idle(queues, nics, kicks, &st, mb, still) {
                         // Time asleep is neither busy nor idle polling.
                         t0 = cycles();
                         self.woken(&w, t0);

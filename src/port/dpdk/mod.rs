@@ -30,8 +30,8 @@
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use dpdk_sys as sys;
 pub use dpdk_sys::offload;

@@ -4,7 +4,7 @@
 use super::*;
 use dpdk_sys::offload as off;
 
-use crate::port::nic_info::NicStats;
+use crate::port::nic_info::{NicStats, RxInterrupt};
 
 /// How to set up a port.
 #[derive(Clone, Debug)]
@@ -103,8 +103,13 @@ pub struct EthPort {
     started: bool,
     rx_claimed: Box<[AtomicBool]>,
     tx_claimed: Box<[AtomicBool]>,
+    /// Each Rx queue's receive interrupt, where the driver has one.
+    rx_intr: Box<[Option<RxInterrupt>]>,
     _pool: Mempool,
 }
+
+/// Drivers known to have no receive interrupts (asking would only log DPDK errors).
+const NO_RX_INTERRUPTS: &[&str] = &["net_af_packet", "net_null", "net_ring", "net_pcap"];
 
 // SAFETY: control calls (stats, stop, close) are thread-safe in DPDK for a port that is not
 // being reconfigured; the raw device pointer is only used in Drop. Queue access is exclusive
@@ -131,9 +136,8 @@ impl EthPort {
     /// it is (its NUMA socket and queue limits): `choose(&info)` returns them.
     ///
     /// Long because it is DPDK's bring-up sequence in the order ethdev requires (probe, info,
-    /// configure, descriptors, MTU, queues, start), each step one FFI call with its SAFETY note
-    /// and its error; split, the order and the `Drop` that undoes a half-done port would be
-    /// spread over functions that mean nothing alone.
+    /// then `bring_up`: configure, descriptors, MTU, queues, start), each step one FFI call with
+    /// its SAFETY note and its error, and the `Drop` that undoes a half-done port.
     pub fn open_with(
         device: &str,
         choose: impl FnOnce(&DeviceInfo) -> Result<(PortSetup, Mempool), String>,
@@ -225,6 +229,7 @@ impl EthPort {
             started: false,
             rx_claimed: (0..cfg.rxqs).map(|_| AtomicBool::new(false)).collect(),
             tx_claimed: (0..cfg.txqs).map(|_| AtomicBool::new(false)).collect(),
+            rx_intr: Box::new([]),
             _pool: *pool,
         };
         if cfg.rxqs == 0 || cfg.txqs == 0 {
@@ -240,63 +245,19 @@ impl EthPort {
         let s = unsafe { sys::rte_eth_dev_socket_id(port_id) };
         port.socket = u32::try_from(s).ok();
 
-        let mut conf = sys::rte_eth_conf::default();
-        if cfg.offloads {
-            let (hw, txo, rxo) = HwOffloads::choose(&info);
-            port.offloads = hw;
-            conf.txmode.offloads = txo;
-            conf.rxmode.offloads = rxo;
-        }
-        // SAFETY: port_id is valid and stopped; conf is a valid configuration whose offloads
-        // are ones the device reported.
-        let ret = unsafe { sys::rte_eth_dev_configure(port_id, cfg.rxqs, cfg.txqs, &conf) };
-        if ret < 0 {
-            return Err(fail(format!("rte_eth_dev_configure({} rxq, {} txq): {}", cfg.rxqs, cfg.txqs, ret_text(ret))));
-        }
-        let (mut nb_rxd, mut nb_txd) = (cfg.rx_ring, cfg.tx_ring);
-        // SAFETY: port_id is valid; both are valid in/out pointers.
-        let ret = unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut nb_rxd, &mut nb_txd) };
-        if ret < 0 {
-            return Err(fail(format!("rte_eth_dev_adjust_nb_rx_tx_desc: {}", ret_text(ret))));
-        }
-        port.rx_ring = nb_rxd;
-        port.tx_ring = nb_txd;
-
-        if let Some(mtu) = cfg.mtu {
-            // SAFETY: port_id is valid and configured.
-            let ret = unsafe { sys::rte_eth_dev_set_mtu(port_id, mtu) };
-            if ret == -libc::ENOTSUP {
-                port.note(format!("driver {} cannot set the MTU ({mtu}): left at its default", driver_name(&info)));
-            } else if ret < 0 {
-                return Err(fail(format!("set MTU {mtu}: {}", ret_text(ret))));
-            } else {
-                port.mtu = Some(mtu);
+        // Receive interrupts where the driver has them (the poll thread sleeps on them when
+        // idle); a driver that refuses them at configure or start is brought up without.
+        let want_intr = !NO_RX_INTERRUPTS.contains(&dev.driver.as_str());
+        if let Err(e) = port.bring_up(cfg, pool, &info, want_intr) {
+            if !want_intr {
+                return Err(fail(e));
             }
+            port.note(format!("no receive interrupts ({e}): idle, its queues are polled on a timer"));
+            port.bring_up(cfg, pool, &info, false).map_err(fail)?;
         }
-
-        let qsocket = port.socket.unwrap_or(sys::SOCKET_ID_ANY as u32);
-        for q in 0..cfg.rxqs {
-            // SAFETY: port_id is configured with rxqs queues; a NULL rxconf means the driver's
-            // defaults; the pool lives forever.
-            let ret =
-                unsafe { sys::rte_eth_rx_queue_setup(port_id, q, nb_rxd, qsocket, std::ptr::null(), pool.as_ptr()) };
-            if ret < 0 {
-                return Err(fail(format!("Rx queue {q} setup ({nb_rxd} descriptors): {}", ret_text(ret))));
-            }
+        if want_intr {
+            port.rx_intr = port.find_rx_interrupts();
         }
-        for q in 0..cfg.txqs {
-            // SAFETY: port_id is configured with txqs queues; a NULL txconf means defaults.
-            let ret = unsafe { sys::rte_eth_tx_queue_setup(port_id, q, nb_txd, qsocket, std::ptr::null()) };
-            if ret < 0 {
-                return Err(fail(format!("Tx queue {q} setup ({nb_txd} descriptors): {}", ret_text(ret))));
-            }
-        }
-        // SAFETY: port_id is configured with all its queues set up.
-        let ret = unsafe { sys::rte_eth_dev_start(port_id) };
-        if ret < 0 {
-            return Err(fail(format!("rte_eth_dev_start: {}", ret_text(ret))));
-        }
-        port.started = true;
         // SAFETY: port_id is valid and started.
         let ret = unsafe { sys::rte_eth_promiscuous_enable(port_id) };
         if ret == -libc::ENOTSUP {
@@ -305,6 +266,103 @@ impl EthPort {
             return Err(fail(format!("promiscuous mode: {}", ret_text(ret))));
         }
         Ok(port)
+    }
+
+    /// Configures and starts the port (ethdev's order: configure, descriptors, MTU, queues,
+    /// start), with receive interrupts if `intr`. Errors without the port's name.
+    fn bring_up(
+        &mut self,
+        cfg: &PortSetup,
+        pool: &Mempool,
+        info: &sys::rte_eth_dev_info,
+        intr: bool,
+    ) -> Result<(), String> {
+        let port_id = self.port_id;
+        let mut conf = sys::rte_eth_conf::default();
+        conf.intr_conf.set_rxq(intr as u32);
+        if cfg.offloads {
+            let (hw, txo, rxo) = HwOffloads::choose(info);
+            self.offloads = hw;
+            conf.txmode.offloads = txo;
+            conf.rxmode.offloads = rxo;
+        }
+        // SAFETY: port_id is valid and stopped; conf is a valid configuration whose offloads
+        // are ones the device reported.
+        let ret = unsafe { sys::rte_eth_dev_configure(port_id, cfg.rxqs, cfg.txqs, &conf) };
+        if ret < 0 {
+            return Err(format!("rte_eth_dev_configure({} rxq, {} txq): {}", cfg.rxqs, cfg.txqs, ret_text(ret)));
+        }
+        let (mut nb_rxd, mut nb_txd) = (cfg.rx_ring, cfg.tx_ring);
+        // SAFETY: port_id is valid; both are valid in/out pointers.
+        let ret = unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut nb_rxd, &mut nb_txd) };
+        if ret < 0 {
+            return Err(format!("rte_eth_dev_adjust_nb_rx_tx_desc: {}", ret_text(ret)));
+        }
+        self.rx_ring = nb_rxd;
+        self.tx_ring = nb_txd;
+
+        if let Some(mtu) = cfg.mtu {
+            // SAFETY: port_id is valid and configured.
+            let ret = unsafe { sys::rte_eth_dev_set_mtu(port_id, mtu) };
+            if ret == -libc::ENOTSUP {
+                self.note(format!("driver {} cannot set the MTU ({mtu}): left at its default", driver_name(info)));
+            } else if ret < 0 {
+                return Err(format!("set MTU {mtu}: {}", ret_text(ret)));
+            } else {
+                self.mtu = Some(mtu);
+            }
+        }
+
+        let qsocket = self.socket.unwrap_or(sys::SOCKET_ID_ANY as u32);
+        for q in 0..cfg.rxqs {
+            // SAFETY: port_id is configured with rxqs queues; a NULL rxconf means the driver's
+            // defaults; the pool lives forever.
+            let ret =
+                unsafe { sys::rte_eth_rx_queue_setup(port_id, q, nb_rxd, qsocket, std::ptr::null(), pool.as_ptr()) };
+            if ret < 0 {
+                return Err(format!("Rx queue {q} setup ({nb_rxd} descriptors): {}", ret_text(ret)));
+            }
+        }
+        for q in 0..cfg.txqs {
+            // SAFETY: port_id is configured with txqs queues; a NULL txconf means defaults.
+            let ret = unsafe { sys::rte_eth_tx_queue_setup(port_id, q, nb_txd, qsocket, std::ptr::null()) };
+            if ret < 0 {
+                return Err(format!("Tx queue {q} setup ({nb_txd} descriptors): {}", ret_text(ret)));
+            }
+        }
+        // SAFETY: port_id is configured with all its queues set up.
+        let ret = unsafe { sys::rte_eth_dev_start(port_id) };
+        if ret < 0 {
+            return Err(format!("rte_eth_dev_start: {}", ret_text(ret)));
+        }
+        self.started = true;
+        Ok(())
+    }
+
+    /// The receive interrupt of each queue, where the driver made one (after start).
+    fn find_rx_interrupts(&self) -> Box<[Option<RxInterrupt>]> {
+        (0..self.rxqs)
+            .map(|q| {
+                // SAFETY: the port is started with `q` a configured Rx queue.
+                let fd = unsafe { sys::rte_eth_dev_rx_intr_ctl_q_get_fd(self.port_id, q) };
+                if fd < 0 {
+                    return None;
+                }
+                // SAFETY: DPDK keeps `fd` open while the port is (until close, in Drop, after
+                // which nothing borrows it); it is only borrowed to be duplicated.
+                let own = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().ok()?;
+                // Disabled while the queue is polled; a driver without the call
+                // (`-ENOTSUP`, e.g. net_tap, whose fd is the queue itself) signals by itself.
+                // SAFETY: as above.
+                let ret = unsafe { sys::rte_eth_dev_rx_intr_disable(self.port_id, q) };
+                let needs_arming = match ret {
+                    0 => true,
+                    r if r == -libc::ENOTSUP => false,
+                    _ => return None,
+                };
+                Some(RxInterrupt { fd: Arc::new(std::fs::File::from(own)), needs_arming })
+            })
+            .collect()
     }
 
     fn note(&mut self, text: String) {
@@ -333,6 +391,26 @@ impl EthPort {
 
     pub fn rx_queues(&self) -> u16 {
         self.rxqs
+    }
+
+    /// Rx queue `q`'s receive interrupt, if the driver has one.
+    pub fn rx_interrupt(&self, q: u16) -> Option<&RxInterrupt> {
+        self.rx_intr.get(q as usize)?.as_ref()
+    }
+
+    /// Turns Rx queue `q`'s interrupt on (before its poller sleeps) or off (once it polls
+    /// again), for a driver whose interrupt `needs_arming`. Call only from the queue's poller.
+    pub fn arm_rx_interrupt(&self, q: u16, on: bool) {
+        if self.rx_interrupt(q).is_some_and(|i| i.needs_arming) {
+            // SAFETY: the port is started and `q` is one of its Rx queues with an interrupt;
+            // only its poller arms it, so the calls for one queue never race.
+            let _ = unsafe {
+                match on {
+                    true => sys::rte_eth_dev_rx_intr_enable(self.port_id, q),
+                    false => sys::rte_eth_dev_rx_intr_disable(self.port_id, q),
+                }
+            };
+        }
     }
 
     pub fn tx_queues(&self) -> u16 {

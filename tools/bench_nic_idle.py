@@ -2,7 +2,9 @@
 """Adaptive polling on a host with a NIC (issue 54), against busy polling in the same run:
 
 - idle: an af_packet NIC on a veth into a network namespace (no receive interrupts: the
-  thread backs off on its timer) and 100 connected, silent pvsgen VMs, 2 poll threads: CPU
+  thread backs off on its timer), or with `--nic tap` a net_tap NIC whose interface is moved
+  into the namespace (receive interrupts: the thread sleeps until one), and 100 connected,
+  silent pvsgen VMs, 2 poll threads: CPU
   use of each poll thread from /proc over a window, and its wake-ups from `stats`;
 - first frame after an idle spell: a ping from the namespace to a testpmd VM (icmpecho) after
   `--idle` seconds of silence, its RTT against the pings right after it (the NIC's queue is
@@ -10,7 +12,7 @@
 - saturated NIC: NIC -> VM -> NIC through a net_null0 port (always full), the VM's receive rate,
   adaptive against busy, alternating (`pvsbench.measure_nic`).
 
-Usage: tools/bench_nic_idle.py [--reps 5] [--seconds 4] [--idle 60] [--skip-idle] [--skip-first] [--skip-rate]
+Usage: tools/bench_nic_idle.py [--nic af_packet|tap] [--reps 5] [--seconds 4] [--idle 60] [--skip-idle] [--skip-first] [--skip-rate]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of the workspace.
 """
 
@@ -29,6 +31,9 @@ from pvsbench import PVSGEN, Testpmd, ctl, emit, measure_nic, start_pvswitchd, w
 MODES = {"busy": 'poll_mode = "busy"\n', "adaptive": 'poll_mode = "adaptive"\n'}
 HZ = os.sysconf("SC_CLK_TCK")
 NS = "pvsbenchidle"
+TAP = "pvbt0"
+NIC = {"af_packet": "net_af_packet0,iface=pvbi0", "tap": f"net_tap0,iface={TAP}"}
+nic = "af_packet"
 
 
 def sh(*args, check=True):
@@ -36,18 +41,31 @@ def sh(*args, check=True):
 
 
 def netns():
-    """A namespace behind a veth (10.77.0.1/24 inside, the host's end `pvbi0` bare)."""
+    """A namespace behind a veth (10.77.0.1/24 inside, the host's end `pvbi0` bare); for a
+    tap NIC only the namespace (`adopt_tap` moves the tap's interface in once it exists)."""
     sh("ip", "netns", "del", NS, check=False)
     sh("ip", "link", "del", "pvbi0", check=False)
     sh("ip", "netns", "add", NS)
+    sh("ip", "netns", "exec", NS, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
+    sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
+    if nic == "tap":
+        return
     sh("ip", "link", "add", "pvbi0", "type", "veth", "peer", "name", "pvsns0")
     sh("ip", "link", "set", "pvsns0", "netns", NS)
-    for args in (["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
-                 ["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"], ["ip", "link", "set", "pvsns0", "up"],
-                 ["ip", "link", "set", "lo", "up"]):
+    for args in (["ip", "addr", "add", "10.77.0.1/24", "dev", "pvsns0"], ["ip", "link", "set", "pvsns0", "up"]):
         sh("ip", "netns", "exec", NS, *args)
     sh("sysctl", "-q", "-w", "net.ipv6.conf.pvbi0.disable_ipv6=1")
     sh("ip", "link", "set", "pvbi0", "up")
+
+
+def adopt_tap():
+    """Moves the tap NIC's interface (made by pvswitchd) into the namespace, 10.77.0.1/24."""
+    deadline = time.time() + 30
+    while not os.path.exists(f"/sys/class/net/{TAP}") and time.time() < deadline:
+        time.sleep(0.05)
+    sh("ip", "link", "set", TAP, "netns", NS)
+    for args in (["ip", "addr", "add", "10.77.0.1/24", "dev", TAP], ["ip", "link", "set", TAP, "up"]):
+        sh("ip", "netns", "exec", NS, *args)
 
 
 def cleanup_netns():
@@ -61,8 +79,14 @@ def switch(d, mode, vms):
         f.write(f'[switch]\npoll_cores = [0, 1]\nsocket_dir = "{d}"\ncontrol_socket = "ctl.sock"\n{MODES[mode]}')
         for v in vms:
             f.write(f'[[port]]\nname = "{v}"\ntype = "vhost-user"\nsocket = "{v}.sock"\n')
-        f.write('[[port]]\nname = "eth"\ntype = "dpdk"\ndevice = "net_af_packet0,iface=pvbi0"\n')
+        f.write(f'[[port]]\nname = "eth"\ntype = "dpdk"\ndevice = "{NIC[nic]}"\n')
     stop = start_pvswitchd(d, conf)
+    if nic == "tap":
+        try:
+            adopt_tap()
+        except Exception:
+            stop()
+            raise
     for v in vms:
         wait_socket(f"{d}/{v}.sock")
     return stop
@@ -144,6 +168,7 @@ def first_frame(mode, idle_s):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--nic", choices=sorted(NIC), default="af_packet")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4)
     ap.add_argument("--idle", type=float, default=60)
@@ -151,11 +176,13 @@ def main():
     ap.add_argument("--skip-first", action="store_true")
     ap.add_argument("--skip-rate", action="store_true")
     a = ap.parse_args()
+    global nic
+    nic = a.nic
     out = []
     netns()
     try:
         if not a.skip_idle:
-            out.append("Idle: 100 connected silent pvsgen VMs and an af_packet NIC, 2 poll threads, a 10 s window\n")
+            out.append(f"Idle: 100 connected silent pvsgen VMs and a {nic} NIC, 2 poll threads, a 10 s window\n")
             out.append("| mode | pmd0 (% of a core) | pmd1 | wake-ups a second (pmd0, pmd1) | nic_sleep_us |")
             out.append("|---|---|---|---|---|")
             for mode in ("adaptive", "busy"):
@@ -164,7 +191,8 @@ def main():
                            f"{', '.join(f'{w:.0f}' for w in wakes)} | {sl} |")
             out.append("")
         if not a.skip_first:
-            out.append(f"First frame after {a.idle:.0f} s of silence: a ping from the namespace to a testpmd VM\n")
+            out.append(f"First frame after {a.idle:.0f} s of silence: a ping from the namespace to a testpmd VM "
+                       f"through a {nic} NIC\n")
             out.append("| mode | first ping RTT (ms) | the next 20, median (ms) |")
             out.append("|---|---|---|")
             for mode in ("adaptive", "busy"):

@@ -157,6 +157,9 @@ mod imp {
             let eth = EthPort::open_with(&cfg.device, |dev| {
                 let txqs = match cfg.tx_queues {
                     Some(n) => n,
+                    // net_tap pairs each TX queue with an RX queue (its configure refuses
+                    // other counts): threads beyond them share TX queues.
+                    None if dev.driver == "net_tap" => cfg.rx_queues,
                     None => (threads.max(1) as u16).min(dev.max_tx_queues.max(1)),
                 };
                 let p = pool_for(dev.socket)?;

@@ -252,8 +252,9 @@ impl EthPort {
             if !want_intr {
                 return Err(fail(e));
             }
-            port.note(format!("no receive interrupts ({e}): idle, its queues are polled on a timer"));
+            // Refused for another reason, it fails again: that error is the port's.
             port.bring_up(cfg, pool, &info, false).map_err(fail)?;
+            port.note(format!("no receive interrupts ({e}): idle, its queues are polled on a timer"));
         }
         if want_intr {
             port.rx_intr = port.find_rx_interrupts();

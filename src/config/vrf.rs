@@ -147,13 +147,7 @@ fn network(
 fn gateway4(g: &toml::Spanned<String>, cx: &Ctx) -> Result<(Ipv4Addr, u8), ConfigError> {
     let bad = |m: &str| cx.err(Some(g.span()), format!("gateway: {m}"));
     let expected = "expected the gateway's IPv4 address and its network's prefix length (10.0.1.1/24)";
-    let (addr, len) = g.get_ref().split_once('/').ok_or_else(|| bad(expected))?;
-    let gateway: Ipv4Addr = addr.parse().map_err(|_| bad(expected))?;
-    let prefix_len: u8 = len
-        .parse()
-        .ok()
-        .filter(|l: &u8| (8..=30).contains(l) && len == l.to_string())
-        .ok_or_else(|| bad("a network's prefix length is 8 to 30"))?;
+    let (gateway, prefix_len) = address_and_length::<Ipv4Addr>(g, 8..=30, &bad, expected)?;
     let mask = u32::MAX << (32 - prefix_len);
     let host = u32::from(gateway) & !mask;
     if host == 0 || host == !mask {
@@ -162,18 +156,30 @@ fn gateway4(g: &toml::Spanned<String>, cx: &Ctx) -> Result<(Ipv4Addr, u8), Confi
     Ok((gateway, prefix_len))
 }
 
+/// `ADDRESS/LENGTH` with the length in `lengths`, written without leading zeros; errors made
+/// by `bad` (`expected` for a malformed value).
+fn address_and_length<A: std::str::FromStr>(
+    g: &toml::Spanned<String>,
+    lengths: std::ops::RangeInclusive<u8>,
+    bad: &dyn Fn(&str) -> ConfigError,
+    expected: &str,
+) -> Result<(A, u8), ConfigError> {
+    let (addr, len) = g.get_ref().split_once('/').ok_or_else(|| bad(expected))?;
+    let addr: A = addr.parse().map_err(|_| bad(expected))?;
+    let prefix_len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l: &u8| lengths.contains(l) && len == l.to_string())
+        .ok_or_else(|| bad(&format!("a network's prefix length is {} to {}", lengths.start(), lengths.end())))?;
+    Ok((addr, prefix_len))
+}
+
 /// A network's `gateway6`: a global unicast or unique local address with its prefix length,
 /// 16 to 126, not the network's own address (the subnet-router anycast, RFC 4291 2.6.1).
 fn gateway6(g: &toml::Spanned<String>, cx: &Ctx) -> Result<Gateway6, ConfigError> {
     let bad = |m: &str| cx.err(Some(g.span()), format!("gateway6: {m}"));
     let expected = "expected the gateway's IPv6 address and its network's prefix length (fd00:1::1/64)";
-    let (addr, len) = g.get_ref().split_once('/').ok_or_else(|| bad(expected))?;
-    let addr: Ipv6Addr = addr.parse().map_err(|_| bad(expected))?;
-    let prefix_len: u8 = len
-        .parse()
-        .ok()
-        .filter(|l: &u8| (16..=126).contains(l) && len == l.to_string())
-        .ok_or_else(|| bad("a network's prefix length is 16 to 126"))?;
+    let (addr, prefix_len) = address_and_length::<Ipv6Addr>(g, 16..=126, &bad, expected)?;
     let gw = Gateway6 { addr, prefix_len };
     let a = u128::from(addr);
     if addr.is_multicast() || addr.is_loopback() || addr.is_unspecified() || a >> 118 == 0x3fa || a >> 32 == 0xffff {

@@ -29,6 +29,17 @@ const RA_LIFETIME: u16 = 1800;
 const PREFIX_VALID: u32 = 2_592_000;
 const PREFIX_PREFERRED: u32 = 604_800;
 
+/// A frame the switch answers, and what every answer needs of it: the network it came from,
+/// where its IP header starts (`l2`), the asker's MAC, and the tag to answer with.
+#[derive(Clone, Copy)]
+struct Asked<'a, 'f> {
+    f: &'a Frame<'f>,
+    net: &'a Net,
+    l2: usize,
+    asker: MacAddr,
+    tci: Option<u16>,
+}
+
 /// What the switch answers a frame with (`Out::Answer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -109,7 +120,7 @@ pub(in crate::datapath) fn shape_answer<'b>(
     let asker = MacAddr::from_bytes(front.get(6..12)?);
     let ty = front.get(l2 - 2..l2)?;
     if ty == ethertype::IPV6.to_be_bytes() {
-        return answer6(routes, f, net, l2, asker, tci, buf);
+        return answer6(routes, &Asked { f, net, l2, asker, tci }, buf);
     }
     if ty == ethertype::ARP.to_be_bytes() {
         let a = front.get(l2..l2 + 28)?;
@@ -202,24 +213,17 @@ fn icmp_error<'b>(
 
 /// The answer to an IPv6 frame (its header at `l2`): the neighbour advertisement for a
 /// solicitation, the echo reply from the gateway, or an ICMPv6 error.
-fn answer6<'b>(
-    routes: &Routes,
-    f: &Frame,
-    net: &Net,
-    l2: usize,
-    asker: MacAddr,
-    tci: Option<u16>,
-    buf: &'b mut [u8; FRONT_MAX],
-) -> Option<(Shape<'b>, Answer)> {
+fn answer6<'b>(routes: &Routes, q: &Asked, buf: &'b mut [u8; FRONT_MAX]) -> Option<(Shape<'b>, Answer)> {
+    let Asked { f, net, l2, asker, tci } = *q;
     let front = f.front();
     let ip = ipv6_header(front, l2, f.len)?;
     let (src, dst) = (&ip[8..24], u128::from_be_bytes(ip[24..40].try_into().unwrap()));
     let icmp = (ip[6] == super::NH_ICMP6).then(|| front.get(l2 + 40)).flatten().copied();
     if icmp == Some(ND_NS) {
-        return neighbour_advert(routes, f, net, l2, asker, tci, buf).map(|s| (s, Answer::Arp));
+        return neighbour_advert(routes, q, buf).map(|s| (s, Answer::Arp));
     }
     if icmp == Some(ND_RS) {
-        return router_advert(f, net, l2, asker, tci, buf).map(|s| (s, Answer::Advert));
+        return router_advert(q, buf).map(|s| (s, Answer::Advert));
     }
     let to = routes.network_of6(net.vrf, dst);
     let why = match to {
@@ -271,15 +275,8 @@ fn answer6<'b>(
 /// The answer to a neighbour solicitation (its IPv6 header at `l2`): an advertisement for the
 /// target, from the target's address to the asker: the gateway's (a router's), or a
 /// neighbour's (suppression).
-fn neighbour_advert<'b>(
-    routes: &Routes,
-    f: &Frame,
-    net: &Net,
-    l2: usize,
-    asker: MacAddr,
-    tci: Option<u16>,
-    buf: &'b mut [u8; FRONT_MAX],
-) -> Option<Shape<'b>> {
+fn neighbour_advert<'b>(routes: &Routes, q: &Asked, buf: &'b mut [u8; FRONT_MAX]) -> Option<Shape<'b>> {
+    let Asked { f, net, l2, asker, tci } = *q;
     let front = f.front();
     let src: [u8; 16] = front.get(l2 + 8..l2 + 24)?.try_into().ok()?;
     let target = solicited(front, l2)?;
@@ -305,14 +302,8 @@ fn neighbour_advert<'b>(
 /// to the asker (all nodes if it asked from ::), the asker's MAC: a default router for 30
 /// minutes, the gateway's MAC, and the network's prefix as on-link. Not for address
 /// autoconfiguration: a port's addresses are its `allowed_ips`, which the guest is given.
-fn router_advert<'b>(
-    f: &Frame,
-    net: &Net,
-    l2: usize,
-    asker: MacAddr,
-    tci: Option<u16>,
-    buf: &'b mut [u8; FRONT_MAX],
-) -> Option<Shape<'b>> {
+fn router_advert<'b>(q: &Asked, buf: &'b mut [u8; FRONT_MAX]) -> Option<Shape<'b>> {
+    let Asked { f, net, l2, asker, tci } = *q;
     let (gw, mask) = net.gateway6?;
     let src = f.front().get(l2 + 8..l2 + 24)?;
     let dst = match src == [0; 16] {

@@ -180,3 +180,71 @@ fn routed_frames_and_what_trace_live_says_of_them() {
     assert!(t[1].steps.iter().any(|s| s.contains("answered by the switch")), "{}", words[1]);
     assert_eq!(sw.counters("vm1").drops.get(DropReason::TtlExceeded), 1);
 }
+
+/// A tenant's VM that floods its gateway with everything a router must refuse or answer
+/// (TTL 1, a destination no network holds, an address no port has, a spoofed source, the
+/// gateway's own MAC as its source) beside two VMs that route to each other through the same
+/// gateway, in a running pvswitchd: every one of their frames arrives as a router leaves it,
+/// the flooder gets no more ICMP errors than its budget (a burst of 10, then 100 a second),
+/// and every refused frame is counted against it, with its reason, none against the others.
+#[test]
+fn a_vm_flooding_its_gateway_leaves_routed_neighbours_alone() {
+    let Some(_g) = run_alone(&[Need::Root, Need::Hugepages(64)]) else { return };
+    let dir = test_dir("routing-flood");
+    const MAC_E: &str = "52:54:00:0b:01:09";
+    let text = config(&dir).replace(
+        "[[vrf]]",
+        "[[port]]\nname = \"evil\"\ntype = \"vhost-user\"\nsocket = \"evil.sock\"\ntag = 100\n\
+         allowed_ips = [\"10.1.0.9\"]\n[[vrf]]",
+    );
+    let sw = Switch::start_config(dir.clone(), &text);
+    let (mut a, mut b, mut e) =
+        (Vm::connect(&sw.sock("vm1")), Vm::connect(&sw.sock("vm2")), Vm::connect(&sw.sock("evil")));
+    for p in ["vm1", "vm2", "evil"] {
+        sw.wait_running(p, 1);
+    }
+    b.post_rx_buffers(64, RX_BUF);
+    e.post_rx_buffers(200, RX_BUF);
+    let bad = [
+        (to_gateway(MAC_E, [10, 1, 0, 9], [10, 2, 0, 5], 1), DropReason::TtlExceeded),
+        (to_gateway(MAC_E, [10, 1, 0, 9], [10, 9, 0, 5], 64), DropReason::NoRoute),
+        (to_gateway(MAC_E, [10, 1, 0, 9], [10, 2, 0, 77], 64), DropReason::RouteNoNeighbour),
+        (to_gateway(MAC_E, [10, 7, 7, 7], [10, 2, 0, 5], 64), DropReason::IpSpoofed),
+        (to_gateway("02:00:00:00:01:01", [10, 1, 0, 9], [10, 2, 0, 5], 64), DropReason::PortSecurity),
+    ];
+    let good = to_gateway(MAC_A, [10, 1, 0, 5], [10, 2, 0, 5], 64);
+    let flood: Vec<&[u8]> = (0..125).map(|i| bad[i % bad.len()].0.as_slice()).collect();
+    let (rounds, per_round) = (100, 8);
+    let t0 = std::time::Instant::now();
+    let mut got = Vec::new();
+    for _ in 0..rounds {
+        e.send_all(&flood);
+        a.send_all(&vec![good.as_slice(); per_round]);
+        got.extend(recv_n(&mut b, per_round));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let mut want = good.clone();
+    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
+    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    want[22] = 63;
+    want[24..26].copy_from_slice(&[0, 0]);
+    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&sum.to_be_bytes());
+    assert_eq!(got.len(), rounds * per_round);
+    assert!(got.iter().all(|f| *f == want), "a routed frame changed on the way");
+    // Every refused frame counted against the flooder, with its reason.
+    let sent = rounds * flood.len();
+    let drops = sw.counters("evil").drops;
+    for (_, why) in &bad {
+        assert_eq!(drops.get(*why) as usize, sent / bad.len(), "{why:?}: {}", drops.json());
+    }
+    // Errors within the budget: the switch sent no more than a burst and 100 a second.
+    let errors = e.recv().len() as f64;
+    assert!(errors >= 10.0, "the first errors were not sent: {errors}");
+    assert!(errors <= 10.0 + 100.0 * secs + 1.0, "{errors} ICMP errors in {secs:.2} s");
+    for p in ["vm1", "vm2"] {
+        let c = sw.counters(p);
+        assert!(nonzero_drops(&c.drops).is_empty(), "{p}: {}", c.json());
+    }
+    eprintln!("{sent} refused frames and {} routed in {secs:.2} s; {errors} errors to the flooder", got.len());
+}

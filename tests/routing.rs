@@ -139,6 +139,19 @@ fn to_gateway(src: &str, from: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
     f
 }
 
+/// Frame `f` (from `to_gateway`) as the gateway routes it to vm2: vm2's MAC from the
+/// gateway's, its TTL one less and the IPv4 checksum again.
+fn routed_to_vm2(f: &[u8]) -> Vec<u8> {
+    let mut want = f.to_vec();
+    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
+    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    want[22] -= 1;
+    want[24..26].copy_from_slice(&[0, 0]);
+    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&sum.to_be_bytes());
+    want
+}
+
 /// Through a running pvswitchd, with pvsgen as the VMs: a frame to the gateway reaches vm2 as
 /// a router leaves it, one whose TTL runs out comes back as time exceeded, and
 /// `trace --live` says which was which.
@@ -156,14 +169,7 @@ fn routed_frames_and_what_trace_live_says_of_them() {
     let f = to_gateway(MAC_A, [10, 1, 0, 5], [10, 2, 0, 5], 64);
     a.send(&f);
     let got = recv_n(&mut b, 1);
-    let mut want = f.clone();
-    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
-    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    want[22] = 63;
-    want[24..26].copy_from_slice(&[0, 0]);
-    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
-    want[24..26].copy_from_slice(&sum.to_be_bytes());
-    assert_eq!(got, [want], "vm2 gets the frame as a router leaves it");
+    assert_eq!(got, [routed_to_vm2(&f)], "vm2 gets the frame as a router leaves it");
     a.send(&to_gateway(MAC_A, [10, 1, 0, 5], [10, 2, 0, 5], 1));
     let back = recv_n(&mut a, 1);
     assert_eq!(
@@ -223,13 +229,7 @@ fn a_vm_flooding_its_gateway_leaves_routed_neighbours_alone() {
         got.extend(recv_n(&mut b, per_round));
     }
     let secs = t0.elapsed().as_secs_f64();
-    let mut want = good.clone();
-    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
-    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    want[22] = 63;
-    want[24..26].copy_from_slice(&[0, 0]);
-    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
-    want[24..26].copy_from_slice(&sum.to_be_bytes());
+    let want = routed_to_vm2(&good);
     assert_eq!(got.len(), rounds * per_round);
     assert!(got.iter().all(|f| *f == want), "a routed frame changed on the way");
     // Every refused frame counted against the flooder, with its reason.

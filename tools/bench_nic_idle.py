@@ -10,9 +10,12 @@
   `--idle` seconds of silence, its RTT against the pings right after it (the NIC's queue is
   polled again at once after the first frame);
 - saturated NIC: NIC -> VM -> NIC through a net_null0 port (always full), the VM's receive rate,
-  adaptive against busy, alternating (`pvsbench.measure_nic`).
+  adaptive against busy, alternating (`pvsbench.measure_nic`, a new pvswitchd and VM each time);
+  and with `--live-pairs N`, one pvswitchd and one VM whose polling mode a reload flips between
+  N pairs of short windows (no start-up in between, so the pairs sit closer in time than the
+  machine's speed changes).
 
-Usage: tools/bench_nic_idle.py [--nic af_packet|tap] [--reps 5] [--seconds 4] [--idle 60] [--skip-idle] [--skip-first] [--skip-rate]
+Usage: tools/bench_nic_idle.py [--nic af_packet|tap] [--live-pairs 0] [--reps 5] [--seconds 4] [--idle 60] [--skip-idle] [--skip-first] [--skip-rate]
 Needs root, hugepages and DPDK (scripts/install-deps.sh) and a release build of the workspace.
 """
 
@@ -26,7 +29,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pvsbench import PVSGEN, Testpmd, ctl, emit, measure_nic, start_pvswitchd, wait_socket  # noqa: E402
+from pvsbench import (NIC_FLOWS, PVSGEN, Testpmd, ctl, emit, measure_nic, start_pvswitchd, wait_socket,  # noqa: E402
+                      write_config)
 
 MODES = {"busy": 'poll_mode = "busy"\n', "adaptive": 'poll_mode = "adaptive"\n'}
 HZ = os.sysconf("SC_CLK_TCK")
@@ -174,6 +178,47 @@ def first_frame(mode, idle_s):
         stop()
 
 
+def saturated_live(pairs, seconds):
+    """NIC -> VM -> NIC through one pvswitchd whose `poll_mode` a reload flips: the VM's receive
+    rate in each mode over `pairs` alternating pairs of `seconds`, and the adaptive thread's
+    sleeps meanwhile (none: a saturated thread never sleeps)."""
+    d = tempfile.mkdtemp(prefix="pvs-bench-nicrate-")
+    def conf(mode):
+        c = write_config(d, [("vm", "")], (1,), switch_extra=MODES[mode], top=NIC_FLOWS)
+        with open(c, "a") as f:
+            f.write('[[port]]\nname = "nic"\ntype = "dpdk"\ndevice = "net_null0"\n')
+        return c
+    stop = start_pvswitchd(d, conf("busy"))
+    wait_socket(f"{d}/vm.sock")
+    rates, ratios, sleeps = {"busy": [], "adaptive": []}, [], 0
+    try:
+        vm = Testpmd("benchnicvm", ["--lcores", "0@0,1@0", "-m", "512", "--single-file-segments",
+                                    "--vdev", f"net_virtio_user0,path={d}/vm.sock,queues=1"],
+                     ["--forward-mode=io", "--nb-cores=1", "--total-num-mbufs=32768"])
+        try:
+            vm.cmd("start")
+            time.sleep(2)
+            for rep in range(pairs):
+                got = {}
+                for mode in (("busy", "adaptive") if rep % 2 == 0 else ("adaptive", "busy")):
+                    conf(mode)
+                    ctl(d, "reload")
+                    time.sleep(0.3)
+                    s0, r0, t0 = ctl(d, "stats")["threads"][0]["sleeps"], vm.rx_packets(1), time.time()
+                    time.sleep(seconds)
+                    s1, r1, t1 = ctl(d, "stats")["threads"][0]["sleeps"], vm.rx_packets(1), time.time()
+                    got[mode] = (r1 - r0) / (t1 - t0)
+                    rates[mode].append(got[mode])
+                    if mode == "adaptive":
+                        sleeps += s1 - s0
+                ratios.append(got["adaptive"] / got["busy"])
+        finally:
+            vm.close()
+    finally:
+        stop()
+    return rates, ratios, sleeps
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nic", choices=sorted(NIC), default="af_packet")
@@ -183,6 +228,7 @@ def main():
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--skip-first", action="store_true")
     ap.add_argument("--skip-rate", action="store_true")
+    ap.add_argument("--live-pairs", type=int, default=0)
     a = ap.parse_args()
     global nic
     nic = a.nic
@@ -216,6 +262,14 @@ def main():
                     rates[m].append(got[m])
                 ratios.append(got["adaptive"] / got["busy"])
             out.append(f"Saturated NIC (net_null0 -> VM -> NIC), {a.reps} alternating pairs of {a.seconds:.0f} s\n")
+            out.append("| busy (median Mpps) | adaptive (median Mpps) | adaptive / busy, median | min..max |")
+            out.append("|---|---|---|---|")
+            out.append(f"| {statistics.median(rates['busy']) / 1e6:.3f} | {statistics.median(rates['adaptive']) / 1e6:.3f} | "
+                       f"{statistics.median(ratios):.3f} | {min(ratios):.3f}..{max(ratios):.3f} |")
+        if a.live_pairs:
+            rates, ratios, sleeps = saturated_live(a.live_pairs, a.seconds)
+            out.append(f"\nSaturated NIC, one pvswitchd whose poll_mode a reload flips, {a.live_pairs} alternating "
+                       f"pairs of {a.seconds:.0f} s (adaptive thread's sleeps meanwhile: {sleeps})\n")
             out.append("| busy (median Mpps) | adaptive (median Mpps) | adaptive / busy, median | min..max |")
             out.append("|---|---|---|---|")
             out.append(f"| {statistics.median(rates['busy']) / 1e6:.3f} | {statistics.median(rates['adaptive']) / 1e6:.3f} | "

@@ -52,7 +52,8 @@ pub struct NicStats {
 /// An Rx queue's receive interrupt: a file that becomes readable when frames arrive (an
 /// eventfd the kernel signals, or for net_tap the queue's own file). Ours is a duplicate of
 /// DPDK's descriptor, so it stays valid while a poll thread watches it, even past the port's
-/// close; it is never read (watch it edge-triggered).
+/// close; it is never read (an eventfd is watched edge-triggered, a queue's own file
+/// level-triggered).
 #[derive(Debug, Clone)]
 pub struct RxInterrupt {
     pub fd: std::sync::Arc<std::fs::File>,

@@ -20,7 +20,9 @@
 //! (a NIC's register) is armed just before the sleep and disarmed after it; a frame that came
 //! between the last poll and the arming may raise none, so such a thread also sleeps at most
 //! `nic_poll_max_us`. net_tap's interrupt is its queue's file itself, readable while frames
-//! wait: nothing to arm and no race, so no timer.
+//! wait, watched level-triggered: nothing to arm, and a frame that came before the sleep ends
+//! it at once (the looks at parked queues share the epoll set and may take an edge), so no
+//! timer.
 //!
 //! Other NIC queues cannot wake the thread: it sleeps on a timer, first for
 //! `nic_poll_interval_us`, then twice as long each time it woke and found nothing, up to
@@ -131,7 +133,7 @@ impl Sleeper {
         let (mut backoff, mut armed) = (false, false);
         for (id, nic, q) in nics.clone() {
             match nic.rx_interrupt(q) {
-                Some(i) if kicks.watch_interrupt(id, &i.fd) => armed |= i.needs_arming,
+                Some(i) if kicks.watch_interrupt(id, &i.fd, !i.needs_arming) => armed |= i.needs_arming,
                 _ => backoff = true,
             }
         }

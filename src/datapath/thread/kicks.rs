@@ -11,7 +11,8 @@
 //! `epoch`): after a restart, possibly with another kick fd, it is made again. A registration
 //! is removed before the last handle on its file could be dropped, so a file number reused by
 //! the process is never mistaken for a registered one. A NIC queue's interrupt is watched the
-//! same way, edge-triggered and never read, through the port's duplicate of DPDK's descriptor.
+//! same way, never read, through the port's duplicate of DPDK's descriptor: level-triggered when
+//! the file is the queue itself (readable while frames wait), edge-triggered for an eventfd.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -84,14 +85,19 @@ impl Kicks {
 
     /// Makes sure NIC queue `id`'s receive interrupt `fd` is watched; false if epoll refused
     /// it (the queue is then looked at on the NIC timer). One `epoll_ctl` the first time.
-    pub fn watch_interrupt(&mut self, id: u64, fd: &Arc<File>) -> bool {
+    /// `level`: a file readable while frames wait (net_tap's queue) is watched level-triggered,
+    /// so a frame that arrived before the sleep wakes it at once, even if a look at the parked
+    /// queues took the edge meanwhile; an eventfd the driver signals (never read here) is
+    /// watched edge-triggered.
+    pub fn watch_interrupt(&mut self, id: u64, fd: &Arc<File>, level: bool) -> bool {
         if let Some(r) = self.regs.get(&id)
             && r.interrupt
         {
             return r.kick.is_some();
         }
         self.forget(id);
-        let ev = EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, id);
+        let set = if level { EventSet::IN } else { EventSet::IN | EventSet::EDGE_TRIGGERED };
+        let ev = EpollEvent::new(set, id);
         let kick = self.epoll.ctl(ControlOperation::Add, fd.as_raw_fd(), ev).is_ok().then(|| fd.clone());
         let has = kick.is_some();
         self.regs.insert(id, Reg { epoch: 0, kick, interrupt: true });

@@ -95,6 +95,30 @@ impl Sleeper {
         self.nic_next
     }
 
+    /// Watches the receive interrupts of the NIC queues `nics` (id, port, queue) and says
+    /// which timer a sleep needs: backing off (`nic_next`) while some queue has no interrupt,
+    /// the ceiling as the safety net of interrupts that must be armed, none if every queue
+    /// signals by itself. Returns (the timer, whether it backs off, whether to arm).
+    fn nic_watch<'a>(
+        &self,
+        nics: impl Iterator<Item = (u64, &'a NicPort, usize)>,
+        kicks: &mut Kicks,
+    ) -> (Option<Duration>, bool, bool) {
+        let (mut backoff, mut armed) = (false, false);
+        for (id, nic, q) in nics {
+            match nic.rx_interrupt(q) {
+                Some(i) if kicks.watch_interrupt(id, &i.fd, !i.needs_arming) => armed |= i.needs_arming,
+                _ => backoff = true,
+            }
+        }
+        let timer = match (backoff, armed) {
+            (true, _) => Some(self.nic_next),
+            (false, true) => Some(self.nic_max),
+            (false, false) => None,
+        };
+        (timer, backoff, armed)
+    }
+
     /// The thread found nothing this iteration. Once that has lasted the threshold, sleeps
     /// until a kick, a plan or shutdown (`still_wanted` says whether to sleep at all: false
     /// once a plan is pending or shutdown was asked), and returns what woke it. `queues` are
@@ -128,20 +152,7 @@ impl Sleeper {
                 work |= !matches!(ring.avail(), Ok(0));
             }
         }
-        // The NIC timer: backing off for queues without interrupts, the ceiling as the safety
-        // net of armed interrupts, none if every NIC queue signals by itself.
-        let (mut backoff, mut armed) = (false, false);
-        for (id, nic, q) in nics.clone() {
-            match nic.rx_interrupt(q) {
-                Some(i) if kicks.watch_interrupt(id, &i.fd, !i.needs_arming) => armed |= i.needs_arming,
-                _ => backoff = true,
-            }
-        }
-        let timer = match (backoff, armed) {
-            (true, _) => Some(self.nic_next),
-            (false, true) => Some(self.nic_max),
-            (false, false) => None,
-        };
+        let (timer, backoff, armed) = self.nic_watch(nics.clone(), kicks);
         let mut woken = None;
         if !work && still_wanted() {
             // A ring without a kick fd cannot wake us: look again every millisecond.
@@ -164,26 +175,10 @@ impl Sleeper {
             if armed {
                 nics.for_each(|(_, nic, q)| nic.arm_rx_interrupt(q, false));
             }
-            if w.ids().any(|e| e == WAKE) {
-                mailbox.drain_wake();
-                bump(&st.loops.wakeups_control, 1);
-                let posted = mailbox.woken_at.load(Relaxed);
-                st.record_wake_latency(t1.saturating_sub(posted));
-            }
             if timer.is_some() {
                 kicks.disarm_timer();
             }
-            let other = |e: u64| e != WAKE && e != TIMER;
-            if w.ids().any(|e| other(e) && kicks.is_interrupt(e)) {
-                bump(&st.loops.wakeups_interrupt, 1);
-            }
-            if w.ids().any(|e| other(e) && !kicks.is_interrupt(e)) {
-                bump(&st.loops.wakeups_kick, 1);
-            }
-            let timer_only = w.ids().all(|e| e == TIMER);
-            if timer_only {
-                bump(&st.loops.wakeups_timeout, 1);
-            }
+            let timer_only = count_wake(&w, kicks, st, mailbox, t1);
             // Woken by the timer alone: the NIC may stay quiet longer; anything else starts
             // the backoff over (a kick, an interrupt, a plan: work may follow).
             self.nic_next = match timer_only && backoff {
@@ -202,4 +197,28 @@ impl Sleeper {
         }
         woken
     }
+}
+
+/// Counts what ended a sleep (`w`, the thread running again at TSC `t1`): a plan or the
+/// control thread (its latency recorded), NIC interrupts, guests' kicks, the timer. Returns
+/// whether the timer alone woke it.
+fn count_wake(w: &Woken, kicks: &Kicks, st: &ThreadStats, mailbox: &Mailbox, t1: u64) -> bool {
+    if w.ids().any(|e| e == WAKE) {
+        mailbox.drain_wake();
+        bump(&st.loops.wakeups_control, 1);
+        let posted = mailbox.woken_at.load(Relaxed);
+        st.record_wake_latency(t1.saturating_sub(posted));
+    }
+    let other = |e: u64| e != WAKE && e != TIMER;
+    if w.ids().any(|e| other(e) && kicks.is_interrupt(e)) {
+        bump(&st.loops.wakeups_interrupt, 1);
+    }
+    if w.ids().any(|e| other(e) && !kicks.is_interrupt(e)) {
+        bump(&st.loops.wakeups_kick, 1);
+    }
+    let timer_only = w.ids().all(|e| e == TIMER);
+    if timer_only {
+        bump(&st.loops.wakeups_timeout, 1);
+    }
+    timer_only
 }

@@ -152,3 +152,58 @@ fn bad_live_traces_are_refused_with_a_clear_error_and_the_described_trace_still_
     assert_eq!(code, Some(0), "{e}");
     b.check_forwarding(10);
 }
+
+/// An IPv4/UDP frame of 64 bytes from `src` (10.0.0.`a`, port `pa`) to `dst` (10.0.0.`b`, port
+/// `pb`).
+fn udp(dst: [u8; 6], src: [u8; 6], a: u8, b: u8, pa: u16, pb: u16) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, a, 10, 0, 0, b]);
+    let sum = pvswitch::wire::checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&pa.to_be_bytes());
+    f.extend_from_slice(&pb.to_be_bytes());
+    f.extend_from_slice(&[0, 26, 0, 0]);
+    f.resize(64, 0x5a);
+    f
+}
+
+/// With OVS's `ct` flows (a stateful pipeline in zone 5), each traced frame says what the
+/// connection tracker made of it: the first of a UDP flow is `+new+trk`, the same flow after
+/// the peer answered is `+est+trk`; and a frame no `ct` action saw says nothing of it.
+#[test]
+fn the_connection_state_of_each_frame_is_told() {
+    let Some(_g) = run_alone(NEEDS) else { return };
+    let dir = test_dir("trace-ct");
+    let ports = [PortSpec::server("good1"), PortSpec::server("good2"), PortSpec::server("evil")];
+    let text = format!(
+        "flows = [\n  \"table=0,priority=10,ip,actions=ct(table=1,zone=5)\",\n  \
+         \"table=0,priority=0,actions=normal\",\n  \
+         \"table=1,ct_state=+trk+new,ip,actions=ct(commit,zone=5),normal\",\n  \
+         \"table=1,ct_state=+trk+est,ip,actions=normal\",\n]\n{}",
+        Switch::config_text(&dir, &[1], &ports, "")
+    );
+    let mut b = Bench::with_switch(Switch::start_config(dir, &text));
+    // The MACs learned first, by frames no flow tracks.
+    b.good1.send(&frame(BCAST, MAC_A, 60, 1, 1));
+    b.good2.send(&frame(BCAST, MAC_B, 60, 1, 2));
+    recv_n(&mut b.good2, 1);
+    recv_n(&mut b.good1, 1);
+    let (child, err) = start_trace(&b.sw, &["good1", "-c", "3"]);
+    b.good1.send(&udp(MAC_B, MAC_A, 1, 2, 4000, 53));
+    recv_n(&mut b.good2, 1);
+    b.good2.send(&udp(MAC_A, MAC_B, 2, 1, 53, 4000));
+    recv_n(&mut b.good1, 1);
+    b.good1.send(&udp(MAC_B, MAC_A, 1, 2, 4000, 53));
+    b.good1.send(&frame(MAC_B, MAC_A, 60, 1, 3));
+    recv_n(&mut b.good2, 2);
+    let (t, _) = traces(child, err);
+    assert_eq!(t.len(), 3, "{t:#?}");
+    for x in &t {
+        eprint!("{}", pvswitch::ctl::human::live_trace(x));
+    }
+    assert!(has_step(&t[0], "conntrack: zone 5, ct_state=+new+trk"), "{:#?}", t[0]);
+    assert!(has_step(&t[1], "conntrack: zone 5, ct_state=+est+trk"), "{:#?}", t[1]);
+    assert!(!t[2].steps.iter().any(|s| s.contains("conntrack")), "{:#?}", t[2]);
+    assert_eq!(t.iter().map(|x| x.outputs.clone()).collect::<Vec<_>>(), vec![vec!["good2".to_string()]; 3]);
+}

@@ -118,6 +118,9 @@ pub struct Verdict {
     pub v6: bool,
     /// A partial checksum to complete (NEEDS_CSUM).
     pub csum: bool,
+    /// What the connection tracker last said of it: its zone and `ct_state` (None: not
+    /// tracked).
+    pub ct: Option<(u16, u8)>,
 }
 
 /// `Verdict::out`'s values.
@@ -143,13 +146,19 @@ impl Verdict {
     fn write(&self, b: &mut [u8; Verdict::LEN]) {
         b[0] = self.out;
         b[1] = self.path_len;
-        b[2] =
-            self.v6 as u8 | (self.csum as u8) << 1 | (self.tag.is_some() as u8) << 2 | (self.flow.is_some() as u8) << 3;
+        b[2] = self.v6 as u8
+            | (self.csum as u8) << 1
+            | (self.tag.is_some() as u8) << 2
+            | (self.flow.is_some() as u8) << 3
+            | (self.ct.is_some() as u8) << 4;
         b[4..8].copy_from_slice(&self.value.to_le_bytes());
         b[8..10].copy_from_slice(&self.vlan.to_le_bytes());
         b[10..12].copy_from_slice(&self.tag.unwrap_or(0).to_le_bytes());
         b[12..14].copy_from_slice(&self.mss.to_le_bytes());
         b[16..20].copy_from_slice(&self.flow.unwrap_or(0).to_le_bytes());
+        let (zone, state) = self.ct.unwrap_or_default();
+        b[20..22].copy_from_slice(&zone.to_le_bytes());
+        b[22] = state;
         for (i, f) in self.path.iter().enumerate() {
             b[24 + 4 * i..28 + 4 * i].copy_from_slice(&f.to_le_bytes());
         }
@@ -173,6 +182,7 @@ impl Verdict {
             mss: u16_at(12),
             v6: b[2] & 1 != 0,
             csum: b[2] & 2 != 0,
+            ct: (b[2] & 16 != 0).then(|| (u16_at(20), b[22])),
         }
     }
 
@@ -548,6 +558,7 @@ mod tests {
                 mss: 1448,
                 v6: true,
                 csum: true,
+                ct: Some((5, 0x22)),
                 ..Default::default()
             },
             Verdict { out: OUT_DROP, value: 5, vlan: u16::MAX, flow: Some(u32::MAX), ..Default::default() },

@@ -2,7 +2,9 @@
 //! words, stage by stage, as the described-frame `trace` (`flows.rs`) tells a described one.
 //!
 //! The record says what the poll thread decided: the VLAN, the table-0 flow and the flows a
-//! walk met, where the frame went or why it was dropped, what its offload header asked. The
+//! walk met, what the connection tracker said of it (a `ct` action's or a security group's
+//! zone and `ct_state`), where the frame went or why it was dropped, what its offload header
+//! asked. The
 //! words need the switch's names for those numbers: an [`Explainer`] is a snapshot of them
 //! (ports, their VLANs, the flow table, mirror outputs) taken on the control thread when the
 //! trace starts, so the capture's thread tells records without touching the switch. A reload
@@ -17,7 +19,7 @@ use crate::config::vlan::PortVlan;
 use crate::datapath::counters::DROP_REASONS;
 use crate::datapath::vlan::header_for;
 use crate::flow::table::{FlowTable, NO_MATCH};
-use crate::flow::{Emit, Field, FlowKey, Match, execute_path};
+use crate::flow::{Emit, Field, FlowKey, Match, ct_state_string, execute_path};
 use crate::proto::LiveTrace;
 use crate::switch::Switch;
 use crate::wire::EthernetRepr;
@@ -101,6 +103,9 @@ impl Explainer {
         let v = r.verdict.unwrap_or_default();
         let mut steps = self.frame_steps(r, &v);
         let flow = self.flow_steps(&v, &mut steps);
+        if let Some((zone, state)) = v.ct {
+            steps.push(format!("conntrack: zone {zone}, ct_state={}", ct_state_string(state, state)));
+        }
         let h = EthernetRepr::parse(r.data).map(|(h, _)| h).unwrap_or_default();
         let (outputs, dropped) = self.outcome(&v, &h, flow.as_deref(), &mut steps);
         if dropped.is_none() {

@@ -119,6 +119,7 @@ impl<'a> Sender<'a> {
         for f in frames {
             f.place(self.hdr_len);
             f.flow = FlowState::Unmatched;
+            f.ct = 0;
             f.out = Out::Drop(why);
         }
     }
@@ -133,6 +134,7 @@ impl<'a> Sender<'a> {
         f.vlan = NO_VLAN;
         f.flow = FlowState::Unmatched;
         f.off = Offload::NONE;
+        f.ct = 0;
         if f.len < 14 {
             f.out = Out::Drop(DropReason::Runt);
             return false;

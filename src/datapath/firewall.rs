@@ -18,7 +18,7 @@
 
 use super::Env;
 use super::counters::DropReason;
-use super::frame::{FRONT_MAX, Frame, Out};
+use super::frame::{FRONT_MAX, Frame, Out, ct_seen};
 use crate::config::secgroup::Direction;
 use crate::conntrack::{Commit, Conntrack, CtPacket, Tuple, state};
 use crate::secgroup::PortRules;
@@ -70,18 +70,21 @@ pub(super) fn filter_burst(env: &Env, ct: &Conntrack, in_port: u16, frames: &mut
             continue;
         }
         f.deepen_front(FRONT_MAX);
+        let mut seen = 0;
         if let Some(rules) = egress
-            && let Err(why) = check(ct, rules, Direction::Egress, f, now)
+            && let Err(why) = check(ct, rules, Direction::Egress, f, now, &mut seen)
         {
             f.out = Out::Drop(why);
+            f.ct = seen;
             continue;
         }
         if let Some((p, rules)) = ingress
-            && let Err(why) = check(ct, rules, Direction::Ingress, f, now)
+            && let Err(why) = check(ct, rules, Direction::Ingress, f, now, &mut seen)
         {
             env.cx.stats.ports[p as usize].drop(why, 1);
             f.out = Out::Nowhere;
         }
+        f.ct = seen;
     }
 }
 
@@ -93,7 +96,7 @@ pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
     else {
         return true;
     };
-    match check(ct, rules, Direction::Ingress, f, ct.clock()) {
+    match check(ct, rules, Direction::Ingress, f, ct.clock(), &mut 0) {
         Ok(()) => true,
         Err(why) => {
             env.cx.stats.ports[p as usize].drop(why, 1);
@@ -102,8 +105,16 @@ pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
     }
 }
 
-/// The verdict of `rules` on frame `f` crossing their port in direction `dir`.
-fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32) -> Result<(), DropReason> {
+/// The verdict of `rules` on frame `f` crossing their port in direction `dir`; `seen` gets what
+/// the tracker said of it (`Frame::ct`'s form), if it was tracked.
+fn check(
+    ct: &Conntrack,
+    rules: &PortRules,
+    dir: Direction,
+    f: &Frame,
+    now: u32,
+    seen: &mut u32,
+) -> Result<(), DropReason> {
     let front = f.front();
     let Some((ty, l3)) = ip_of(front) else { return Ok(()) };
     let verdict = |pass: bool| if pass { Ok(()) } else { Err(DropReason::SecurityGroup) };
@@ -126,7 +137,9 @@ fn check(ct: &Conntrack, rules: &PortRules, dir: Direction, f: &Frame, now: u32)
         // An ICMP error, a fragment after the first: what their connection's verdict was.
         CtPacket::Error { .. } | CtPacket::Fragment { .. } => None,
     };
-    let seen = ct.track(&pkt, rules.zone, None, now);
+    let tracked = ct.track(&pkt, rules.zone, None, now);
+    *seen = ct_seen(rules.zone, tracked.state);
+    let seen = tracked;
     if seen.state & state::INV != 0 {
         return Err(DropReason::CtInvalid);
     }

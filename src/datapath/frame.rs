@@ -28,6 +28,15 @@ pub const FRONT_MAX: usize = gso::MAX_HDR.next_multiple_of(16);
 /// [`Frame::vlan`] of a frame that leaves every port as it came (no VLANs, or not NORMAL).
 pub const NO_VLAN: u16 = u16::MAX;
 
+/// [`Frame::ct`]'s bit for a tracked frame.
+pub const CT_SEEN: u32 = 1 << 31;
+
+/// [`Frame::ct`] of a frame tracked in `zone` with `state`.
+#[inline]
+pub fn ct_seen(zone: u16, state: u8) -> u32 {
+    CT_SEEN | (zone as u32) << 8 | state as u32
+}
+
 /// One frame of a burst, from the source it was taken from to its destinations. Its sender's
 /// buffers are borrowed for `'m` from what they came from (a guest's ring under its lock, a
 /// NIC's burst): a frame cannot outlive them.
@@ -62,6 +71,10 @@ pub(super) struct Frame<'m> {
     pub hash: u64,
     /// For `Out::Path`: the flows its walk through the tables met (`pipeline.rs`).
     pub path: Path,
+    /// What the connection tracker last said of it, for a live trace: 0 if it was not
+    /// tracked, else [`CT_SEEN`] | zone << 8 | `ct_state` (a `ct` action's, or a security
+    /// group's check).
+    pub ct: u32,
     /// The switch's copy of the frame's first `front_len` bytes.
     front: Front,
 }
@@ -87,6 +100,7 @@ impl Default for Frame<'_> {
             key: PacketKey::default(),
             hash: 0,
             path: Path::default(),
+            ct: 0,
             front: Front([0; FRONT_MAX]),
         }
     }

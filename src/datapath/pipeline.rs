@@ -26,7 +26,7 @@ use super::Env;
 use super::classify::{Recent, normal_frame};
 use super::counters::DropReason;
 use super::firewall::ip_of;
-use super::frame::{FRONT_MAX, Frame, Out, Path};
+use super::frame::{FRONT_MAX, Frame, Out, Path, ct_seen};
 use super::plan::PortPolicy;
 use crate::conntrack::{Commit, Conntrack, CtPacket, CtResult};
 use crate::flow::table::NO_MATCH;
@@ -85,7 +85,11 @@ fn walk(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &m
         tracked: None,
     };
     w.path.push(first);
-    if let Err(why) = visit(env, f, &mut w, first) {
+    let walked = visit(env, f, &mut w, first);
+    if let Some((zone, r)) = w.tracked {
+        f.ct = ct_seen(zone, r.state);
+    }
+    if let Err(why) = walked {
         return Out::Drop(why);
     }
     let e = &w.effect;

@@ -86,6 +86,7 @@ fn verdict(f: &Frame) -> Verdict {
         mss: f.off.tso.map_or(0, |t| t.mss),
         v6: f.off.tso.is_some_and(|t| t.v6),
         csum: f.off.csum.is_some(),
+        ct: (f.ct != 0).then_some(((f.ct >> 8) as u16, f.ct as u8)),
         ..Verdict::default()
     };
     if out == capture::OUT_PATH {

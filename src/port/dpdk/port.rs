@@ -252,7 +252,9 @@ impl EthPort {
             if !want_intr {
                 return Err(fail(e));
             }
-            // Refused for another reason, it fails again: that error is the port's.
+            // Refused for another reason, it fails again: that error is the port's. The notes
+            // of the first attempt (an MTU the driver cannot set) are made again.
+            port.notes.clear();
             port.bring_up(cfg, pool, &info, false).map_err(fail)?;
             port.note(format!("no receive interrupts ({e}): idle, its queues are polled on a timer"));
         }

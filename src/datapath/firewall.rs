@@ -139,15 +139,14 @@ fn check(
     };
     let tracked = ct.track(&pkt, rules.zone, None, now);
     *seen = ct_seen(rules.zone, tracked.state);
-    let seen = tracked;
-    if seen.state & state::INV != 0 {
+    if tracked.state & state::INV != 0 {
         return Err(DropReason::CtInvalid);
     }
-    if seen.mark & CUT != 0 {
+    if tracked.mark & CUT != 0 {
         return Err(DropReason::SecurityGroup);
     }
     // Established, related, or committed already (its first frames before any reply).
-    if seen.state & (state::EST | state::REL) != 0 || seen.mark != 0 {
+    if tracked.state & (state::EST | state::REL) != 0 || tracked.mark != 0 {
         return Ok(());
     }
     let Some(tuple) = tuple else { return Err(DropReason::CtInvalid) };

@@ -24,6 +24,9 @@ Attacks (the honest neighbour is the same traffic without the hostile knob):
   tso-segments     a1 sends 64 KiB TCP/IPv4 frames asking for TSO with MSS 88 (745 segments
                    each) to a2, which has no GUEST_TSO4: the switch segments them in software
                    (issue 29; the honest a1 sends the same frames with MSS 1448, 46 segments)
+  log-huge         a2 is migrating (dirty logging on) and posts receive chains of 4
+                   descriptors that each claim 4 GiB - 1 bytes of its memory (issue 48's F1);
+                   the honest a2 logs too, with normal buffers
 
 Each pair of VMs runs on a generator thread of its own, the two threads sharing CPU 0 (pvsgen
 --cpus 0,0): as on a real host, where every VM's vCPUs pay for its own driver's work, what a2's
@@ -64,6 +67,11 @@ ATTACKS = {
                   ["name=a1,dst=a2,srcmacs=1000000", "name=a2"]),
     "rx-walk": (["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048"],
                 ["name=a1,dst=a2,size=1500", "name=a2,features=mrg,qsize=2048,rxbuf=64,rxchain=256"]),
+    # a2 migrating (dirty log on) posts receive chains of 4 descriptors that each claim
+    # 4 GiB - 1 bytes (issue 48's F1, where 64 such descriptors made every frame mark every
+    # page they span, and the bystanders fell to 0.0002x); the honest a2 logs too.
+    "log-huge": (["name=a1,dst=a2", "name=a2,log=1"],
+                 ["name=a1,dst=a2", "name=a2,log=1,rxchain=4,rxclaim=4294967295"]),
     # a1's ring at 256 entries: its buffer slots hold 64 KiB frames. a2 sends nothing; its
     # size=1500 keeps every VM's buffer slots as large with either MSS (they are sized by the
     # largest frame any VM may receive: here a 1448-byte MSS segment, or an 88-byte one).

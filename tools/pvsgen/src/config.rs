@@ -84,6 +84,11 @@ pub struct Driver {
     /// most 64 with bytes). With small buffers, a hostile receiver whose frames take many
     /// descriptors to write.
     pub rx_chain: u16,
+    /// A hostile receiver's claims (0: honest): every receive descriptor says it holds this
+    /// many bytes (up to 4 GiB - 1), all of them starting at its buffer, and guest memory is
+    /// made large enough (sparse) for the claims to be valid. With `log`, the buffers a
+    /// migrating VM's switch must mark are as large as it says (issue 48's F1).
+    pub rx_claim: u32,
     /// TCP segmentation (0: off): negotiate CSUM and HOST_TSO4 and send every data frame as
     /// TCP/IPv4 with a virtio-net header asking for TSO with this MSS (88..65535). The
     /// generator never negotiates GUEST_TSO4, so a receiving VM gets the segments the switch
@@ -207,7 +212,10 @@ One process acting as many VMs, each a vhost-user frontend of one of the switch'
                    hostile=block-call (its RX call eventfd saturated and made blocking),
                    drain=0 (never takes what arrives: its RX ring fills and stays full),
                    rxchain=N (every receive buffer a chain of N descriptors, 1..256: rxbuf
-                   bytes in the first, zero in the others; many descriptors to walk a frame)
+                   bytes in the first, zero in the others; many descriptors to walk a frame),
+                   rxclaim=BYTES (every receive descriptor claims BYTES from its buffer on,
+                   up to 4 GiB - 1, guest memory made that large; with log=1, huge buffers
+                   for the switch to mark)
 ";
 
 fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
@@ -316,6 +324,10 @@ pub fn parse_vm(s: &str) -> Result<VmSpec, String> {
             "rxchain" => {
                 vm.driver.rx_chain =
                     v.parse().ok().filter(|c| (1..=256).contains(c)).ok_or(format!("--vm {s:?}: rxchain is 1..256"))?
+            }
+            "rxclaim" => {
+                vm.driver.rx_claim =
+                    v.parse().ok().filter(|c| *c > 0).ok_or(format!("--vm {s:?}: rxclaim is bytes, 1..4294967295"))?
             }
             "tso" => {
                 vm.driver.tso =
@@ -491,10 +503,12 @@ mod tests {
     fn parses_the_attack_knobs() {
         let c = parse_args(args(
             "--vm name=a,socket=x,dst=b,size=65535,tso=88 \
-             --vm name=b,socket=y,features=mrg,qsize=2048,rxbuf=64,rxchain=256",
+             --vm name=b,socket=y,features=mrg,qsize=2048,rxbuf=64,rxchain=256 \
+             --vm name=c,socket=z,log=1,rxchain=64,rxclaim=4294967295",
         ))
         .unwrap()
         .unwrap();
+        assert_eq!(c.vms[2].driver.rx_claim, u32::MAX);
         assert_eq!(c.vms[0].driver.tso, 88);
         assert_ne!(c.vms[0].driver.features() & crate::frontend::HOST_TSO4, 0);
         assert_eq!(c.vms[1].driver.rx_descs(), 256);
@@ -504,6 +518,8 @@ mod tests {
             "--vm name=a,socket=x,tso=87",
             "--vm name=a,socket=x,size=1500,tso=1448,verify=1",
             "--vm name=a,socket=x,rxchain=257",
+            "--vm name=a,socket=x,rxclaim=0",
+            "--vm name=a,socket=x,rxclaim=4294967296",
             "--vm name=a,socket=x,features=mrg,qsize=128,rxchain=256",
         ] {
             assert!(parse_args(args(bad)).is_err(), "{bad}");

@@ -213,7 +213,13 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         let table = engine::TABLE_LEN.max(v.driver.table_len());
         let need = (HDR_LEN + max_size.max(v.size)) as u64 + table;
         let slot = need.max(v.driver.rx_buf.unwrap_or(0) as u64 + table).div_ceil(64).max(32) * 64;
-        let layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
+        let mut layout = Layout::packed(v.driver.qsize.unwrap_or(cfg.qsize), slot);
+        if v.driver.rx_claim > 0 {
+            // Room for the last receive buffer's claim (sparse: only what is written is ever
+            // touched).
+            let end = layout.rx_buf(layout.qsize - 1) + HDR_LEN as u64 + v.driver.rx_claim as u64;
+            layout.mem_size = layout.mem_size.max(end.next_multiple_of(4096));
+        }
         let guest = Guest::try_new(layout, layout.mem_size).map_err(|e| format!("VM {}: {e}", v.name))?;
         let vm = Vm::connect_guest(&v.socket.display().to_string(), guest, v.driver.features())
             .map_err(|e| format!("VM {}: vhost-user setup on {}: {e}", v.name, v.socket.display()))?;

@@ -18,7 +18,11 @@ impl Port {
                 // length zero (a chain may have 256 descriptors, but only 64 with bytes).
                 for k in 0..n {
                     let last = k + 1 == n;
-                    let len = if k == 0 { self.rx_buf } else { 0 };
+                    let len = match (k, self.driver.rx_claim) {
+                        (_, claim) if claim > 0 => claim,
+                        (0, _) => self.rx_buf,
+                        _ => 0,
+                    };
                     let next = if last { 0 } else { ids[k + 1] };
                     let flags = if last { F_WRITE } else { F_WRITE | F_NEXT };
                     rx.desc(ids[k], Desc { addr: at, len, flags, next });
@@ -31,10 +35,11 @@ impl Port {
                 continue;
             }
             if n == 1 {
-                rx.desc(head, Desc { addr: at, len: self.rx_buf, flags: F_WRITE, next: 0 });
+                let len = if self.driver.rx_claim > 0 { self.driver.rx_claim } else { self.rx_buf };
+                rx.desc(head, Desc { addr: at, len, flags: F_WRITE, next: 0 });
             } else {
                 rx.desc(head, Desc { addr: at, len: HDR_LEN as u32, flags: F_WRITE | F_NEXT, next: ids[1] });
-                let rest = self.rx_buf - HDR_LEN as u32;
+                let rest = if self.driver.rx_claim > 0 { self.driver.rx_claim } else { self.rx_buf - HDR_LEN as u32 };
                 rx.desc(ids[1], Desc { addr: at + HDR_LEN as u64, len: rest, flags: F_WRITE, next: 0 });
             }
             rx.stage(head);

@@ -49,6 +49,30 @@ fn each_frame_says_where_it_went_or_why_it_was_dropped() {
     b.check_forwarding(10);
 }
 
+/// A frame the data path sent to a port that could not take it (its guest posts no receive
+/// buffers) is told as not delivered there, with the reason, and not as an output.
+#[test]
+fn a_frame_its_destination_could_not_take_is_told_as_not_delivered() {
+    let Some(_g) = run_alone(NEEDS) else { return };
+    let mut b = Bench::start("trace-full");
+    // evil is learned (its broadcast) but never posts a receive buffer: its ring is full.
+    let mut evil = b.connect_evil();
+    b.evil_broadcasts(&mut evil);
+    let (child, err) = start_trace(&b.sw, &["-c", "2", "good1", "ether", "dst", "02:00:00:00:00:0c"]);
+    b.good1.send(&frame(MAC_C, MAC_A, 100, 9, 1));
+    b.good1.send(&frame(MAC_C, MAC_A, 100, 9, 2));
+    let (t, _) = traces(child, err);
+    assert_eq!(t.len(), 2, "{t:#?}");
+    for x in &t {
+        eprint!("{}", pvswitch::ctl::human::live_trace(x));
+        assert!(has_step(x, "learned on evil"), "{x:#?}");
+        assert!(has_step(x, "not delivered to evil: rx_ring_full"), "{x:#?}");
+        assert_eq!((x.dropped.as_deref(), x.outputs.len()), (Some("rx_ring_full"), 0), "{x:#?}");
+    }
+    assert_eq!(b.sw.counters("evil").drops.get(DropReason::RxRingFull), 2);
+    b.check_forwarding(10);
+}
+
 #[test]
 fn a_filter_picks_the_frames_and_the_count_ends_it() {
     let Some(_g) = run_alone(NEEDS) else { return };

@@ -121,6 +121,9 @@ pub struct Verdict {
     /// What the connection tracker last said of it: its zone and `ct_state` (None: not
     /// tracked).
     pub ct: Option<(u16, u8)>,
+    /// The port delivery could not write it to, and why (a drop reason's index): a full
+    /// ring, a rate cap, buffers too small, a port down.
+    pub missed: Option<(u16, u8)>,
 }
 
 /// `Verdict::out`'s values.
@@ -150,7 +153,8 @@ impl Verdict {
             | (self.csum as u8) << 1
             | (self.tag.is_some() as u8) << 2
             | (self.flow.is_some() as u8) << 3
-            | (self.ct.is_some() as u8) << 4;
+            | (self.ct.is_some() as u8) << 4
+            | (self.missed.is_some() as u8) << 5;
         b[4..8].copy_from_slice(&self.value.to_le_bytes());
         b[8..10].copy_from_slice(&self.vlan.to_le_bytes());
         b[10..12].copy_from_slice(&self.tag.unwrap_or(0).to_le_bytes());
@@ -159,6 +163,9 @@ impl Verdict {
         let (zone, state) = self.ct.unwrap_or_default();
         b[20..22].copy_from_slice(&zone.to_le_bytes());
         b[22] = state;
+        let (port, why) = self.missed.unwrap_or_default();
+        b[14..16].copy_from_slice(&port.to_le_bytes());
+        b[23] = why;
         for (i, f) in self.path.iter().enumerate() {
             b[24 + 4 * i..28 + 4 * i].copy_from_slice(&f.to_le_bytes());
         }
@@ -183,6 +190,7 @@ impl Verdict {
             v6: b[2] & 1 != 0,
             csum: b[2] & 2 != 0,
             ct: (b[2] & 16 != 0).then(|| (u16_at(20), b[22])),
+            missed: (b[2] & 32 != 0).then(|| (u16_at(14), b[23])),
         }
     }
 
@@ -549,7 +557,15 @@ mod tests {
         let mut path = [0u32; Verdict::MAX_PATH];
         path[..3].copy_from_slice(&[4, u32::MAX, 9]);
         let sent = [
-            Verdict { out: OUT_PORT, value: 3, vlan: 100, tag: Some(0x2064), flow: Some(7), ..Default::default() },
+            Verdict {
+                out: OUT_PORT,
+                value: 3,
+                vlan: 100,
+                tag: Some(0x2064),
+                flow: Some(7),
+                missed: Some((3, 9)),
+                ..Default::default()
+            },
             Verdict {
                 out: OUT_PATH,
                 value: 4,

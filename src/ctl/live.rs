@@ -237,6 +237,15 @@ impl Explainer {
                 }
             }
         }
+        // Decided, but not written: its one destination could not take it.
+        if let Some((p, why)) = v.missed
+            && matches!(v.out, capture::OUT_PORT | capture::OUT_ROUTED)
+        {
+            let (reason, text) = DROP_REASONS.get(why as usize).copied().unwrap_or(("?", ""));
+            steps.push(format!("not delivered to {}: {reason} ({})", self.name(p), text.trim()));
+            outputs.clear();
+            dropped = Some(reason.to_string());
+        }
         (outputs, dropped)
     }
 }

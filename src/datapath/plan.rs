@@ -51,6 +51,9 @@ pub struct PortPolicy {
     /// Some capture or mirror watches what it is given (`taps` or `mirrors.as_dst`): its
     /// writes take delivery's slow path.
     pub watched_dst: bool,
+    /// A live trace watches what it sends: delivery notes where each of its frames could not
+    /// be written (`Delivery::missed`).
+    pub traced: bool,
 }
 
 /// A port's mirrors (`[[mirror]]`, `config::mirror`).
@@ -148,6 +151,7 @@ impl PortPolicy {
     fn watch(&mut self) {
         self.watched_src = !self.taps.0.is_empty() || !self.mirrors.as_src.is_empty();
         self.watched_dst = !self.taps.0.is_empty() || !self.mirrors.as_dst.is_empty();
+        self.traced = self.taps.0.iter().any(|t| t.capture.trace);
     }
 
     /// Whether every source is allowed (no port security): the frame need not be read.

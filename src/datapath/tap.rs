@@ -17,7 +17,15 @@ use crate::export::{FlowExport, Observed};
 /// capture's slot locked once for the burst.
 #[cold]
 #[inline(never)]
-pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame], untag: bool) {
+///
+/// `missed`: a live trace's, by frame, the port delivery could not write it to and why.
+pub(in crate::datapath) fn received(
+    thread: usize,
+    taps: &[Tap],
+    frames: &[Frame],
+    untag: bool,
+    missed: &[Option<(u16, DropReason)>],
+) {
     // `untag`: a tunnel's, whose outer tag (its VNI's VLAN) decapsulation put in.
     let len = |f: &Frame| if untag && f.len >= 12 + TAG { f.len - TAG } else { f.len };
     for t in taps {
@@ -27,8 +35,9 @@ pub(in crate::datapath) fn received(thread: usize, taps: &[Tap], frames: &[Frame
         }
         let Some(mut slot) = cap.slot(thread) else { continue };
         if cap.trace {
-            for f in frames {
-                slot.offer_traced(t.iface, &verdict(f), len(f), |buf| as_sent(f, untag, buf));
+            for (i, f) in frames.iter().enumerate() {
+                let missed = missed.get(i).copied().flatten();
+                slot.offer_traced(t.iface, &verdict(f, missed), len(f), |buf| as_sent(f, untag, buf));
             }
             continue;
         }
@@ -61,9 +70,9 @@ fn as_sent(f: &Frame, untag: bool, buf: &mut [u8]) -> usize {
     }
 }
 
-/// What the data path decided for `f` (consumed: its `out` is final but for delivery), for a
-/// live trace.
-fn verdict(f: &Frame) -> Verdict {
+/// What the data path decided for `f` (consumed), and (`missed`) the port delivery could not
+/// write it to and why, for a live trace.
+fn verdict(f: &Frame, missed: Option<(u16, DropReason)>) -> Verdict {
     let (out, value) = match f.out {
         Out::Nowhere => (capture::OUT_NOWHERE, 0),
         Out::Drop(why) => (capture::OUT_DROP, why as u32),
@@ -87,6 +96,7 @@ fn verdict(f: &Frame) -> Verdict {
         v6: f.off.tso.is_some_and(|t| t.v6),
         csum: f.off.csum.is_some(),
         ct: (f.ct != 0).then_some(((f.ct >> 8) as u16, f.ct as u8)),
+        missed: missed.map(|(p, why)| (p, why as u8)),
         ..Verdict::default()
     };
     if out == capture::OUT_PATH {

@@ -132,6 +132,7 @@ impl PortState {
             mirrors: Default::default(),
             watched_src: false,
             watched_dst: false,
+            traced: false,
         }
     }
 }

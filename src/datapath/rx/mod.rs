@@ -240,6 +240,8 @@ fn visit_source<'a, S: Source<'a>>(
         BETWEEN_STAGES.with_borrow_mut(|f| f.as_mut().map(|f| f()));
         dv.dropped_full = false;
         dv.segment_room = budget.burst_limit();
+        // (A traced burst's notes are cleared once told, in `watched`.)
+        dv.traced = sender.policy().traced;
         let consumed = deliver(env, &frames[..got], dv, port.id, blocked_since, S::CAN_WAIT);
         stages.mark(4);
         if consumed < got {
@@ -305,7 +307,11 @@ fn watched(env: &Env, dv: &mut Delivery, port: u16, policy: &PortPolicy, frames:
     if !policy.taps.0.is_empty() {
         // A tunnel's frames are captured as it sent them, without the tag decapsulation put
         // in for its VNI's VLAN.
-        tap::received(env.cx.index, &policy.taps.0, frames, env.ports.is_tunnel(port));
+        let missed: &[_] = if policy.traced { &dv.missed } else { &[] };
+        tap::received(env.cx.index, &policy.taps.0, frames, env.ports.is_tunnel(port), missed);
+        if policy.traced {
+            dv.missed = Default::default();
+        }
     }
     if !policy.mirrors.as_src.is_empty() {
         mirror::as_src(env, dv, &policy.mirrors.as_src, frames);

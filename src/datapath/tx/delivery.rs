@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::nic::TxBatches;
+use crate::config::MAX_BURST;
 use crate::datapath::counters::{DropReason, ThreadStats, bump};
 use crate::mem::SegsSlot;
 use crate::vring::CallFd;
@@ -85,6 +86,12 @@ pub(in crate::datapath) struct Delivery {
     /// router refuses). A port's own, so a VM that sends frames with TTL 1 by the thousand
     /// spends its budget, not its neighbours'.
     pub icmp_errors: Vec<ErrorBudget>,
+    /// The burst being delivered is a live-traced port's (`PortPolicy::traced`): `missed`
+    /// notes, by the frame's place in the burst, the port a frame could not be written to
+    /// and why (the last such port), for the trace to tell; cleared once told (`rx::watched`,
+    /// which every traced burst reaches).
+    pub traced: bool,
+    pub missed: [Option<(u16, DropReason)>; MAX_BURST as usize],
 }
 
 /// ICMP errors a poll thread sends one port (`tx/route.rs`), at most `ICMP_ERRORS_PER_SEC` a
@@ -144,6 +151,18 @@ pub(in crate::datapath) struct FloodSkip {
 }
 
 impl Delivery {
+    /// Notes that frame `i` of the burst could not be written to port `p`, for `why`, if the
+    /// burst is traced (the caller counts the drop). Out of line: only drops call it.
+    #[cold]
+    #[inline(never)]
+    pub fn missed(&mut self, i: usize, p: u16, why: DropReason) {
+        if self.traced
+            && let Some(m) = self.missed.get_mut(i)
+        {
+            *m = Some((p, why));
+        }
+    }
+
     /// Forgets what it knew of the destinations: a new plan, with `ports` port ids.
     pub fn new_plan(&mut self, ports: usize, stats: &ThreadStats) {
         self.flush_flood_missed(stats);

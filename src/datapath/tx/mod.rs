@@ -450,9 +450,13 @@ fn deliver_in_order(
         }
         match f.out {
             Out::Nowhere | Out::Drop(_) => {}
-            Out::Port(p) if full == Some(p) => cx.stats.ports[p as usize].drop(DropReason::RxRingFull, 1),
+            Out::Port(p) if full == Some(p) => {
+                cx.stats.ports[p as usize].drop(DropReason::RxRingFull, 1);
+                dv.missed(i, p, DropReason::RxRingFull);
+            }
             Out::Port(p) if from_tunnel && env.ports.is_tunnel(p) => {
-                cx.stats.ports[in_port as usize].drop(DropReason::SplitHorizon, 1)
+                cx.stats.ports[in_port as usize].drop(DropReason::SplitHorizon, 1);
+                dv.missed(i, p, DropReason::SplitHorizon);
             }
             Out::Port(p) => {
                 if open.as_ref().map(|o| o.port.id) != Some(p) {
@@ -462,6 +466,7 @@ fn deliver_in_order(
                 let pc = &cx.stats.ports[p as usize];
                 let Some(o) = open.as_mut() else {
                     pc.drop(DropReason::PortDown, 1);
+                    dv.missed(i, p, DropReason::PortDown);
                     i += 1;
                     continue;
                 };
@@ -471,6 +476,7 @@ fn deliver_in_order(
                     // buffer at a time must not re-arm a wait for every sender.
                     if !o.has_room(cx.burst) {
                         pc.drop(DropReason::RxRingFull, 1);
+                        dv.missed(i, p, DropReason::RxRingFull);
                         dv.dropped_full = true;
                         i += 1;
                         continue;
@@ -486,13 +492,15 @@ fn deliver_in_order(
                             return i;
                         }
                         pc.drop(DropReason::RxRingFull, 1);
+                        dv.missed(i, p, DropReason::RxRingFull);
                     }
                     Err(why) => {
                         if why == DropReason::RxRingFull {
                             dv.dropped_full = true;
                             full = Some(p);
                         }
-                        pc.drop(why, 1)
+                        pc.drop(why, 1);
+                        dv.missed(i, p, why);
                     }
                 }
             }
@@ -510,9 +518,13 @@ fn deliver_in_order(
                     Some(o) => {
                         if let Err(why) = route::routed(env, o, f, n, dv) {
                             pc.drop(why, 1);
+                            dv.missed(i, p, why);
                         }
                     }
-                    None => pc.drop(DropReason::PortDown, 1),
+                    None => {
+                        pc.drop(DropReason::PortDown, 1);
+                        dv.missed(i, p, DropReason::PortDown);
+                    }
                 }
             }
             Out::Answer => {

@@ -20,7 +20,7 @@ use super::Env;
 use super::counters::DropReason;
 use super::frame::{FRONT_MAX, Frame, Out, ct_seen};
 use crate::config::secgroup::Direction;
-use crate::conntrack::{Commit, Conntrack, CtPacket, Tuple, state};
+use crate::conntrack::{BURST, Commit, Conntrack, CtPacket, Tuple, state};
 use crate::secgroup::PortRules;
 use crate::wire::{ethertype, protocol};
 
@@ -51,41 +51,98 @@ pub fn rules_changed(ct: &Conntrack, zone: u16, rules: Option<&PortRules>) -> us
 /// The stage: checks each frame of a classified burst from `in_port` against the rules of its
 /// sender and of its (unicast) destination. A frame one denies is dropped: counted on the
 /// sender for its egress, on the destination for its ingress.
+///
+///
+/// Each frame is parsed once as the tracker sees it, for both checks. In a table large enough
+/// (`Conntrack::worth_prefetching`) a burst's lookups are started together: each frame's
+/// connection's place in each zone it is checked in starts loading, then the slots there, and
+/// the checks find them in the cache.
 pub(super) fn filter_burst(env: &Env, ct: &Conntrack, in_port: u16, frames: &mut [Frame]) {
     let now = ct.clock();
     let egress = env.ports.policy[in_port as usize].rules.as_deref();
-    for f in frames.iter_mut() {
-        let ingress = match f.out {
-            Out::Drop(_) | Out::Nowhere | Out::Pipeline(_) => continue,
-            Out::Port(p) | Out::Routed(p, _) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
-            // The switch's own answer (its gateway's): the sender's egress rules only.
-            Out::Answer => None,
-            // Checked per destination as delivered (`admits`), from this front.
-            Out::Flood | Out::Actions(_) | Out::Path(_) => {
-                f.deepen_front(FRONT_MAX);
-                None
+    if !ct.worth_prefetching() {
+        for f in frames.iter_mut() {
+            if let Some(ingress) = to_check(env, egress, f) {
+                let pkt = ct_packet(f);
+                check_frame(env, ct, egress, ingress, f, &pkt, now);
             }
-        };
-        if egress.is_none() && ingress.is_none() {
-            continue;
         }
-        f.deepen_front(FRONT_MAX);
-        let mut seen = 0;
-        if let Some(rules) = egress
-            && let Err(why) = check(ct, rules, Direction::Egress, f, now, &mut seen)
-        {
-            f.out = Out::Drop(why);
-            f.ct = seen;
-            continue;
-        }
-        if let Some((p, rules)) = ingress
-            && let Err(why) = check(ct, rules, Direction::Ingress, f, now, &mut seen)
-        {
-            env.cx.stats.ports[p as usize].drop(why, 1);
-            f.out = Out::Nowhere;
-        }
-        f.ct = seen;
+        return;
     }
+    for frames in frames.chunks_mut(BURST) {
+        // Per frame to check: the tracker's view of it and its destination's rules.
+        let mut todo = [None; BURST];
+        let mut places = [[None; 2]; BURST];
+        for ((f, todo), places) in frames.iter_mut().zip(todo.iter_mut()).zip(places.iter_mut()) {
+            let Some(ingress) = to_check(env, egress, f) else { continue };
+            let pkt = ct_packet(f);
+            *places = [
+                egress.and_then(|r| ct.prefetch_tags(&pkt, r.zone)),
+                ingress.and_then(|(_, r)| ct.prefetch_tags(&pkt, r.zone)),
+            ];
+            *todo = Some((pkt, ingress));
+        }
+        for place in places.iter().flatten().flatten() {
+            ct.prefetch_slots(*place);
+        }
+        for (f, todo) in frames.iter_mut().zip(todo) {
+            if let Some((pkt, ingress)) = todo {
+                check_frame(env, ct, egress, ingress, f, &pkt, now);
+            }
+        }
+    }
+}
+
+/// Whether frame `f` is checked here (None: not, or per destination at delivery), and then
+/// its unicast destination and that port's rules, if it has any; its front made deep enough.
+#[inline]
+fn to_check<'a>(env: &'a Env, egress: Option<&PortRules>, f: &mut Frame) -> Option<Option<(u16, &'a PortRules)>> {
+    let ingress = match f.out {
+        Out::Drop(_) | Out::Nowhere | Out::Pipeline(_) => return None,
+        Out::Port(p) | Out::Routed(p, _) => env.ports.policy[p as usize].rules.as_deref().map(|r| (p, r)),
+        // The switch's own answer (its gateway's): the sender's egress rules only.
+        Out::Answer => None,
+        // Checked per destination as delivered (`admits`), from this front.
+        Out::Flood | Out::Actions(_) | Out::Path(_) => {
+            f.deepen_front(FRONT_MAX);
+            None
+        }
+    };
+    if egress.is_none() && ingress.is_none() {
+        return None;
+    }
+    f.deepen_front(FRONT_MAX);
+    Some(ingress)
+}
+
+/// Frame `f` (`pkt` to the tracker) checked against its sender's rules (`egress`), then its
+/// destination's (`ingress`): dropped where one denies it (counted on the destination for its
+/// ingress), and what the tracker said of it kept in the frame.
+#[inline]
+fn check_frame(
+    env: &Env,
+    ct: &Conntrack,
+    egress: Option<&PortRules>,
+    ingress: Option<(u16, &PortRules)>,
+    f: &mut Frame,
+    pkt: &CtPacket,
+    now: u32,
+) {
+    let mut seen = 0;
+    if let Some(rules) = egress
+        && let Err(why) = check(ct, rules, Direction::Egress, f, pkt, now, &mut seen)
+    {
+        f.out = Out::Drop(why);
+        f.ct = seen;
+        return;
+    }
+    if let Some((p, rules)) = ingress
+        && let Err(why) = check(ct, rules, Direction::Ingress, f, pkt, now, &mut seen)
+    {
+        env.cx.stats.ports[p as usize].drop(why, 1);
+        f.out = Out::Nowhere;
+    }
+    f.ct = seen;
 }
 
 /// Whether port `p` takes a copy of `f` (flooded, or an action list's): its ingress rules, if
@@ -96,7 +153,7 @@ pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
     else {
         return true;
     };
-    match check(ct, rules, Direction::Ingress, f, ct.clock(), &mut 0) {
+    match check(ct, rules, Direction::Ingress, f, &ct_packet(f), ct.clock(), &mut 0) {
         Ok(()) => true,
         Err(why) => {
             env.cx.stats.ports[p as usize].drop(why, 1);
@@ -105,21 +162,22 @@ pub(super) fn admits(env: &Env, p: u16, f: &Frame) -> bool {
     }
 }
 
-/// The verdict of `rules` on frame `f` crossing their port in direction `dir`; `seen` gets what
-/// the tracker said of it (`Frame::ct`'s form), if it was tracked.
+/// The verdict of `rules` on frame `f` (`pkt` as the tracker sees it) crossing their port in
+/// direction `dir`; `seen` gets what the tracker said of it (`Frame::ct`'s form), if it was
+/// tracked.
 fn check(
     ct: &Conntrack,
     rules: &PortRules,
     dir: Direction,
     f: &Frame,
+    pkt: &CtPacket,
     now: u32,
     seen: &mut u32,
 ) -> Result<(), DropReason> {
     let front = f.front();
     let Some((ty, l3)) = ip_of(front) else { return Ok(()) };
     let verdict = |pass: bool| if pass { Ok(()) } else { Err(DropReason::SecurityGroup) };
-    let pkt = CtPacket::parse(ty, &front[l3..], (f.len as usize).saturating_sub(l3));
-    let tuple = match pkt {
+    let tuple = match *pkt {
         CtPacket::NotIp => return Ok(()),
         // Neighbour discovery and MLD are no connection: the tracker calls them invalid.
         CtPacket::Invalid => {
@@ -137,7 +195,7 @@ fn check(
         // An ICMP error, a fragment after the first: what their connection's verdict was.
         CtPacket::Error { .. } | CtPacket::Fragment { .. } => None,
     };
-    let tracked = ct.track(&pkt, rules.zone, None, now);
+    let tracked = ct.track(pkt, rules.zone, None, now);
     *seen = ct_seen(rules.zone, tracked.state);
     if tracked.state & state::INV != 0 {
         return Err(DropReason::CtInvalid);
@@ -157,9 +215,19 @@ fn check(
         Direction::Ingress => OPENED_INGRESS,
         Direction::Egress => OPENED_EGRESS,
     };
-    match ct.track(&pkt, rules.zone, Some(Commit { mark: Some((mark, u32::MAX)) }), now).refused {
+    match ct.track(pkt, rules.zone, Some(Commit { mark: Some((mark, u32::MAX)) }), now).refused {
         None => Ok(()),
         Some(_) => Err(DropReason::CtLimit),
+    }
+}
+
+/// Frame `f` as the tracker sees it (its front deep enough for the headers it reads).
+#[inline]
+pub(super) fn ct_packet(f: &Frame) -> CtPacket {
+    let front = f.front();
+    match ip_of(front) {
+        Some((ty, l3)) => CtPacket::parse(ty, &front[l3..], (f.len as usize).saturating_sub(l3)),
+        None => CtPacket::NotIp,
     }
 }
 

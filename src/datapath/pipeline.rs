@@ -25,10 +25,10 @@
 use super::Env;
 use super::classify::{Recent, normal_frame};
 use super::counters::DropReason;
-use super::firewall::ip_of;
+use super::firewall::ct_packet;
 use super::frame::{FRONT_MAX, Frame, Out, Path, ct_seen};
 use super::plan::PortPolicy;
-use crate::conntrack::{Commit, Conntrack, CtPacket, CtResult};
+use crate::conntrack::{BURST, Commit, Conntrack, CtPacket, CtResult};
 use crate::flow::table::NO_MATCH;
 use crate::flow::{Action, Field, FlowKey, ct_state};
 
@@ -61,27 +61,77 @@ struct Walk<'a> {
 /// The stage: each frame of the burst left `Out::Pipeline` walks the tables and leaves with
 /// where it goes.
 pub(super) fn pipeline_burst(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, frames: &mut [Frame]) {
-    for f in frames.iter_mut() {
-        if let Out::Pipeline(first) = f.out {
-            f.out = walk(env, recent, in_port, policy, f, first);
+    let Some(ct) = env.ports.flow_conntrack.as_deref().filter(|ct| ct.worth_prefetching()) else {
+        for f in frames.iter_mut() {
+            if let Out::Pipeline(first) = f.out {
+                f.out = walk(env, recent, in_port, policy, f, first, None);
+            }
+        }
+        return;
+    };
+    for frames in frames.chunks_mut(BURST) {
+        let mut parsed = [None; BURST];
+        prefetch(env, ct, frames, &mut parsed);
+        for (f, pkt) in frames.iter_mut().zip(parsed) {
+            if let Out::Pipeline(first) = f.out {
+                f.out = walk(env, recent, in_port, policy, f, first, pkt);
+            }
         }
     }
 }
 
-/// One frame's walk from flow `first` (table 0's), and where it goes.
-fn walk(env: &Env, recent: &mut Recent, in_port: u16, policy: &PortPolicy, f: &mut Frame, first: u32) -> Out {
-    // Deep enough for every table's fields and the tracker's headers.
+/// A burst's lookups in the tracker, started together (`Conntrack::prefetch_tags`): each frame
+/// whose table-0 flow tracks it is parsed as the tracker sees it (into `parsed`, for its
+/// walk) and its connection's place, in the zone of that flow's first `ct`, starts loading;
+/// then the slots there. The walks then find them in the cache, where frame after frame of
+/// new tuples would each wait for two misses in turn.
+fn prefetch(env: &Env, ct: &Conntrack, frames: &mut [Frame], parsed: &mut [Option<CtPacket>; BURST]) {
+    let mut places = [None; BURST];
+    for ((f, pkt), place) in frames.iter_mut().zip(parsed.iter_mut()).zip(places.iter_mut()) {
+        let Out::Pipeline(first) = f.out else { continue };
+        let zone = env.flows.actions(first).iter().find_map(|a| match a {
+            Action::Ct(c) => Some(c.zone),
+            _ => None,
+        });
+        let Some(zone) = zone else { continue };
+        deepen(f);
+        let p = ct_packet(f);
+        *place = ct.prefetch_tags(&p, zone);
+        *pkt = Some(p);
+    }
+    for place in places.iter().flatten() {
+        ct.prefetch_slots(*place);
+    }
+}
+
+/// The frame's front made deep enough for every table's fields and the tracker's headers.
+#[inline]
+fn deepen(f: &mut Frame) {
     f.deepen_front(FRONT_MAX);
     let need = FlowKey::l4_end(f.front());
     if need > f.front().len() {
         f.deepen_front(need);
     }
+}
+
+/// One frame's walk from flow `first` (table 0's), and where it goes; `pkt` is the frame as
+/// the tracker sees it, if the burst's prefetch parsed it.
+fn walk(
+    env: &Env,
+    recent: &mut Recent,
+    in_port: u16,
+    policy: &PortPolicy,
+    f: &mut Frame,
+    first: u32,
+    pkt: Option<CtPacket>,
+) -> Out {
+    deepen(f);
     let mut w = Walk {
         key: FlowKey::extract_to(in_port, f.front(), env.flows.all_depth()),
         path: Path::default(),
         effect: Effect::default(),
         ct: env.ports.flow_conntrack.as_deref(),
-        pkt: None,
+        pkt,
         tracked: None,
     };
     w.path.push(first);
@@ -168,13 +218,7 @@ fn track(f: &Frame, w: &mut Walk, zone: u16, commit: Option<Commit>) -> Result<(
     {
         return Ok((r.state, r.mark));
     }
-    let pkt = *w.pkt.get_or_insert_with(|| {
-        let front = f.front();
-        match ip_of(front) {
-            Some((ty, l3)) => CtPacket::parse(ty, &front[l3..], (f.len as usize).saturating_sub(l3)),
-            None => CtPacket::NotIp,
-        }
-    });
+    let pkt = *w.pkt.get_or_insert_with(|| ct_packet(f));
     let r = ct.track(&pkt, zone, commit, ct.clock());
     w.tracked = Some((zone, r));
     match r.refused {

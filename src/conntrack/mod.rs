@@ -130,8 +130,9 @@ pub const BURST: usize = 32;
 
 /// Connections from which a burst's lookups are worth starting together
 /// (`prefetch_tags`): below it the table's lines stay in the caches, and the extra pass cost
-/// more than it saved (one connection, 64 B frames through OVS's `ct` flows: 1.16x the
-/// cycles a frame; 10,000 connections: 0.83x, 100,000: 0.70x; tools/bench_ct.py --base).
+/// more than it saved (64 B frames through OVS's `ct` flows, tools/bench_ct.py --base: at one
+/// connection 1.16x the cycles a frame; from this size on, 10,000 connections a zone took
+/// 0.675x, 100,000 0.574x).
 pub const PREFETCH_FROM: u32 = 4096;
 
 /// Where a connection's key lies in the table: its two buckets and its tag

@@ -52,7 +52,6 @@ pub fn rules_changed(ct: &Conntrack, zone: u16, rules: Option<&PortRules>) -> us
 /// sender and of its (unicast) destination. A frame one denies is dropped: counted on the
 /// sender for its egress, on the destination for its ingress.
 ///
-///
 /// Each frame is parsed once as the tracker sees it, for both checks. In a table large enough
 /// (`Conntrack::worth_prefetching`) a burst's lookups are started together: each frame's
 /// connection's place in each zone it is checked in starts loading, then the slots there, and

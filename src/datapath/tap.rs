@@ -15,10 +15,10 @@ use crate::export::{FlowExport, Observed};
 
 /// Offers the frames a port sent (those consumed from its burst) to its captures: each
 /// capture's slot locked once for the burst.
-#[cold]
-#[inline(never)]
 ///
 /// `missed`: a live trace's, by frame, the port delivery could not write it to and why.
+#[cold]
+#[inline(never)]
 pub(in crate::datapath) fn received(
     thread: usize,
     taps: &[Tap],

@@ -11,7 +11,7 @@ use pvswitch::control::Control;
 use pvswitch::control::os::SignalFd;
 use pvswitch::datapath::Ctx;
 use pvswitch::datapath::mac_table::MacTable;
-use pvswitch::datapath::plan::ThreadStart;
+use pvswitch::datapath::mailbox::ThreadStart;
 use pvswitch::datapath::thread::PollThread;
 use pvswitch::switch::Switch;
 

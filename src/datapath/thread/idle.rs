@@ -39,7 +39,7 @@ use vmm_sys_util::epoll::EpollEvent;
 
 use super::kicks::{Kicks, TIMER, WAKE};
 use crate::datapath::counters::{ThreadStats, bump, cycles, cycles_per_sec};
-use crate::datapath::plan::Mailbox;
+use crate::datapath::mailbox::Mailbox;
 use crate::port::nic::NicPort;
 use crate::vring::VringLock;
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::timerfd::TimerFd;
 
-use crate::datapath::plan::Mailbox;
+use crate::datapath::mailbox::Mailbox;
 use crate::vring::Vring;
 
 /// Event data of the mailbox's wake-up (a plan, shutdown, or a vhost-user request touching

@@ -102,6 +102,16 @@ def run(kind, size, conns, seconds, base=None):
     return rate, got.get("cycles", float("nan"))
 
 
+def one_rep(kinds, rep, size, conns, a):
+    """One rep of a cell: each kind run once, the order rotated by `rep`; printed, and
+    returned as {kind: (rate, cycles a frame)}."""
+    order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
+    r = {k: run(k, size, conns, a.seconds, a.base) for k in order}
+    print(f"rep {rep + 1} {size:>4} B {conns:>7} conns: "
+          + "  ".join(f"{k} {r[k][0] / 1e6:.3f} Mpps {r[k][1]:.0f} c/f" for k in kinds), flush=True)
+    return r
+
+
 def against_base(a, cells):
     """This build's ct flows against pvswitchd `a.base`'s, alternated: the table."""
     kinds = ["pvswitch-ct", "base-ct"]
@@ -116,11 +126,7 @@ def against_base(a, cells):
     for size, conns in cells:
         rs = []
         for rep in range(a.reps):
-            order = kinds if rep % 2 == 0 else kinds[::-1]
-            r = {k: run(k, size, conns, a.seconds, a.base) for k in order}
-            rs.append(r)
-            print(f"rep {rep + 1} {size:>4} B {conns:>7} conns: "
-                  + "  ".join(f"{k} {r[k][0] / 1e6:.3f} Mpps {r[k][1]:.0f} c/f" for k in kinds), flush=True)
+            rs.append(one_rep(kinds, rep, size, conns, a))
         rate = [r["pvswitch-ct"][0] / r["base-ct"][0] for r in rs]
         cyc = [r["pvswitch-ct"][1] / r["base-ct"][1] for r in rs]
         lines.append(
@@ -157,11 +163,7 @@ def main():
     rows = {k: [] for k in cells}
     for rep in range(a.reps):
         for size, conns in cells:
-            order = KINDS[rep % len(KINDS):] + KINDS[:rep % len(KINDS)]
-            r = {kind: run(kind, size, conns, a.seconds) for kind in order}
-            rows[(size, conns)].append(r)
-            print(f"rep {rep + 1} {size:>4} B {conns:>7} conns: "
-                  + "  ".join(f"{k} {r[k][0] / 1e6:.3f} Mpps {r[k][1]:.0f} c/f" for k in KINDS), flush=True)
+            rows[(size, conns)].append(one_rep(KINDS, rep, size, conns, a))
     lines = [
         f"`ct` flows (a zone per port, one-way UDP) against `in_port` flows, pvswitchd and OVS-DPDK, "
         f"{a.reps} reps of {a.seconds:g} s from {started}; Mpps forwarded and the switch's cycles a frame, medians",

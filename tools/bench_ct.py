@@ -22,8 +22,15 @@ within each rep.
 With `--base BINARY` it compares this build's `ct` flows with another pvswitchd's instead
 (no OVS): rates and cycles a frame, this / base, alternated in each rep.
 
+With `--new` it measures new connections a second instead: the same flows, 2^24 destination
+addresses, so in a short window every frame is a connection neither switch has seen (a
+lookup that misses, the rules of `+trk+new`, a commit); both tables are sized past what the
+window can fill (pvswitchd's `ct_max_connections`, OVS's `dpctl/ct-set-maxconns`), and the
+connections each table holds at the end are printed, so a switch that stopped committing
+shows.
+
 Usage: tools/bench_ct.py [--reps 5] [--seconds 3] [--sizes 64,1518] [--conns 1,10000,100000]
-                         [--base PVSWITCHD] [--out FILE]
+                         [--base PVSWITCHD] [--new] [--out FILE]
 Needs root, hugepages and DPDK (scripts/install-deps.sh), OVS-DPDK
 (scripts/install-bench-peer.sh) and a release build of the workspace.
 """
@@ -60,33 +67,50 @@ PLAIN = ["in_port=a,actions=output:b", "in_port=b,actions=output:a"]
 
 def cycles_probe(kind, got):
     """A `during` hook for pvsbench.measure: clears the switch's cycle counters as the window
-    opens and reads them as it closes, into got["cycles"]."""
+    opens and reads them as it closes, into got["cycles"], and the connections its tracker
+    holds then into got["conns"]."""
     def during(d, done):
         if kind.startswith("pvswitch"):
-            ctl = [PVSWITCHCTL, "--control", os.path.join(d, "ctl.sock"), "--json", "stats"]
-            subprocess.run(ctl + ["--clear"], capture_output=True, timeout=30)
+            ctl = [PVSWITCHCTL, "--control", os.path.join(d, "ctl.sock"), "--json"]
+            subprocess.run(ctl + ["stats", "--clear"], capture_output=True, timeout=30)
             done.wait()
-            st = json.loads(subprocess.run(ctl, capture_output=True, text=True, timeout=30).stdout)
+            st = json.loads(subprocess.run(ctl + ["stats"], capture_output=True, text=True, timeout=30).stdout)
             t = st["threads"][0]
             got["cycles"] = t["busy_cycles"] / max(t["rx_packets"], 1)
+            ct = subprocess.run(ctl + ["conntrack", "zone=1"], capture_output=True, text=True, timeout=30)
+            got["conns"] = json.loads(ct.stdout).get("flow_total", 0) if ct.returncode == 0 else 0
         else:
-            app = ["ovs-appctl", "-t", os.path.join(d, "ovs-vswitchd.ctl")]
+            app = ovs_appctl(d)
             subprocess.run(app + ["dpif-netdev/pmd-stats-clear"], capture_output=True, timeout=30)
             done.wait()
             out = subprocess.run(app + ["dpif-netdev/pmd-stats-show"], capture_output=True, text=True,
                                  timeout=30).stdout
             m = re.search(r"avg processing cycles per packet:\s*([\d.]+)", out)
             got["cycles"] = float(m.group(1)) if m else float("nan")
+            out = subprocess.run(app + ["dpctl/ct-stats-show"], capture_output=True, text=True, timeout=60).stdout
+            m = re.search(r"Total:\s*(\d+)", out)
+            got["conns"] = int(m.group(1)) if m else 0
     return during
 
 
+def ovs_appctl(d):
+    return ["ovs-appctl", "-t", os.path.join(d, "ovs-vswitchd.ctl")]
+
+
 def ct_max(conns):
-    """pvswitchd's table for this many connections in each of the two zones."""
+    """pvswitchd's table for this many connections in each of the two zones (and each zone's
+    limit: `ct_max_per_port`, which bounds a flows' zone too)."""
     return max(262_144, 4 * conns)
 
 
-def run(kind, size, conns, seconds, base=None):
-    """One run of `kind` (pvswitch, ovs, base: pvswitchd `base`; with -ct, the ct flows)."""
+# --new: destination addresses (no frame repeats a tuple in the window), each table's size.
+NEW_FLOWS = 1 << 24
+NEW_MAX = 16 << 20
+
+
+def run(kind, size, conns, seconds, base=None, new=False):
+    """One run of `kind` (pvswitch, ovs, base: pvswitchd `base`; with -ct, the ct flows);
+    `new`: every frame a new connection (NEW_FLOWS addresses, half a second of warm-up)."""
     got = {}
     ct = kind.endswith("-ct")
     table = ct_flows() if ct else PLAIN
@@ -94,22 +118,58 @@ def run(kind, size, conns, seconds, base=None):
     extra = ""
     if switch in ("pvswitch", "base"):
         extra = "flows = [\n" + "".join(f'  "{f}",\n' for f in table) + "]\n"
-    rate = measure("ovs" if switch == "ovs" else "pvswitch", size, seconds, warmup=2.0 + conns / 500_000,
-                   extra=extra, flows=max(conns, 1), ovs_flows=table,
+    cap = NEW_MAX if new else ct_max(conns)
+
+    def setup(d):
+        if switch == "ovs" and ct:
+            subprocess.run(ovs_appctl(d) + ["dpctl/ct-set-maxconns", str(cap)], check=True,
+                           capture_output=True, timeout=30)
+    rate = measure("ovs" if switch == "ovs" else "pvswitch", size, seconds,
+                   warmup=0.5 if new else 2.0 + conns / 500_000,
+                   extra=extra, flows=NEW_FLOWS if new else max(conns, 1), ovs_flows=table, setup=setup,
                    during=cycles_probe("ovs" if switch == "ovs" else "pvswitch", got),
                    binary=base if switch == "base" else None,
-                   switch_extra=f"ct_max_connections = {ct_max(conns)}\n" if ct else "")
-    return rate, got.get("cycles", float("nan"))
+                   switch_extra=f"ct_max_connections = {cap}\nct_max_per_port = {cap}\n" if ct else "")
+    return rate, got.get("cycles", float("nan")), got.get("conns", 0)
 
 
 def one_rep(kinds, rep, size, conns, a):
     """One rep of a cell: each kind run once, the order rotated by `rep`; printed, and
     returned as {kind: (rate, cycles a frame)}."""
     order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
-    r = {k: run(k, size, conns, a.seconds, a.base) for k in order}
-    print(f"rep {rep + 1} {size:>4} B {conns:>7} conns: "
-          + "  ".join(f"{k} {r[k][0] / 1e6:.3f} Mpps {r[k][1]:.0f} c/f" for k in kinds), flush=True)
+    r = {k: run(k, size, conns, a.seconds, a.base, a.new) for k in order}
+    print(f"rep {rep + 1} {size:>4} B {'new' if a.new else conns:>7} conns: "
+          + "  ".join(f"{k} {r[k][0] / 1e6:.3f} Mpps {r[k][1]:.0f} c/f {r[k][2]} held" for k in kinds),
+          flush=True)
     return r
+
+
+def new_connections(a):
+    """Every frame a new connection, pvswitchd's ct flows against OVS-DPDK's, alternated:
+    the table."""
+    kinds = ["pvswitch-ct", "ovs-ct"]
+    started = time.strftime("%Y-%m-%d %H:%M")
+    lines = [
+        f"New connections a second, one poll thread: `ct` flows (a zone per port, one-way UDP, every "
+        f"frame a new tuple), pvswitchd and OVS-DPDK, {a.reps} reps of {a.seconds:g} s from {started}",
+        "",
+        "| frame | pvswitchd (new/s) | OVS (new/s) | pvswitchd / OVS (min..max) "
+        "| cycles a new connection, pvswitchd, OVS | pvswitchd / OVS cycles (min..max) "
+        "| connections held at the end, pvswitchd (zone 1), OVS (both zones) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in map(int, a.sizes.split(",")):
+        rs = [one_rep(kinds, rep, size, 0, a) for rep in range(a.reps)]
+        rate = [r["pvswitch-ct"][0] / r["ovs-ct"][0] for r in rs]
+        cyc = [r["pvswitch-ct"][1] / r["ovs-ct"][1] for r in rs]
+        lines.append(
+            f"| {size} B | {med([r['pvswitch-ct'][0] for r in rs]) / 1e6:.3f} M "
+            f"| {med([r['ovs-ct'][0] for r in rs]) / 1e6:.3f} M | **{med(rate):.2f}x** ({spread(rate)}) "
+            f"| {med([r['pvswitch-ct'][1] for r in rs]):.0f}, {med([r['ovs-ct'][1] for r in rs]):.0f} "
+            f"| {med(cyc):.3f} ({spread(cyc)}) "
+            f"| {med([r['pvswitch-ct'][2] for r in rs]):.0f}, {med([r['ovs-ct'][2] for r in rs]):.0f} |"
+        )
+    emit("\n".join(lines), a.out)
 
 
 def against_base(a, cells):
@@ -152,6 +212,7 @@ def main():
     ap.add_argument("--sizes", default="64,1518")
     ap.add_argument("--conns", default="1,10000,100000")
     ap.add_argument("--base", help="another pvswitchd to compare this build's ct flows with")
+    ap.add_argument("--new", action="store_true", help="new connections a second instead")
     ap.add_argument("--out")
     a = ap.parse_args()
     cells = [(s, c) for s in map(int, a.sizes.split(",")) for c in map(int, a.conns.split(","))]
@@ -159,6 +220,8 @@ def main():
         return against_base(a, cells)
     if not os.path.exists(OVS_VSWITCHD):
         sys.exit(f"no {OVS_VSWITCHD}: run scripts/install-bench-peer.sh")
+    if a.new:
+        return new_connections(a)
     started = time.strftime("%Y-%m-%d %H:%M")
     rows = {k: [] for k in cells}
     for rep in range(a.reps):

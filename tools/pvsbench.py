@@ -309,15 +309,17 @@ def start_switch(kind, d, extra="", binary=None, switch_extra="", ovs_flows=None
 
 
 def measure(kind, size, seconds, warmup=2.0, extra="", binary=None, during=None, switch_extra="", ring=None,
-            flows=None, ovs_flows=None, ports=None):
+            flows=None, ovs_flows=None, ports=None, setup=None):
     """Forwarded packets per second through `kind` ("pvswitch", "ovs" or "ceiling") of the
     flowgen generator's traffic; `extra` goes at the top of pvswitchd's configuration file,
     `ovs_flows` to OVS, `binary` replaces target/release/pvswitchd, `ring` and `flows` go to
-    flowgen(), `ports` to start_pvswitch, and `during(dir)` runs (in a thread) while the window
-    is measured."""
+    flowgen(), `ports` to start_pvswitch, `setup(dir)` runs once the switch is up, before the
+    generator starts, and `during(dir)` runs (in a thread) while the window is measured."""
     d = tempfile.mkdtemp(prefix="pvs-bench-")
     stop = start_switch(kind, d, extra, binary, switch_extra, ovs_flows, ports)
     try:
+        if setup:
+            setup(d)
         gen = flowgen(d, size, ring, flows)
         try:
             gen.cmd("start")

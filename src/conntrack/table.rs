@@ -64,8 +64,10 @@ pub fn slots_for(limit: u32) -> usize {
 impl Table {
     pub fn new(limit: u32, seed: u64) -> Table {
         let n = slots_for(limit);
-        let tags = (0..n).map(|_| AtomicU32::new(0)).collect();
-        Table { slots: (0..n).map(|_| Slot::default()).collect(), tags, buckets: n / WAYS, seed }
+        // On huge pages where the kernel has them: a random slot of a large table is a TLB
+        // miss on 4 KiB pages (BENCHMARKS.md, new connections a second).
+        let tags = crate::mem::huge::filled(n, || AtomicU32::new(0));
+        Table { slots: crate::mem::huge::filled(n, Slot::default), tags, buckets: n / WAYS, seed }
     }
 
     pub fn slots(&self) -> usize {
@@ -105,18 +107,38 @@ impl Table {
     }
 
     /// Starts loading the slots whose tag is `tag` in both buckets (their tags loaded first,
-    /// by `prefetch_tags`): what the lookup will read.
+    /// by `prefetch_tags`): what the lookup will read; if none has it (a new connection, as
+    /// far as the tags say), the slot an insert would take first.
     #[inline]
     pub fn prefetch_slots(&self, buckets: [usize; 2], tag: u32) {
+        let slot = |i: usize| {
+            let p = self.slots[i..].as_ptr() as *const u8;
+            prefetch(p);
+            prefetch(p.wrapping_add(64));
+        };
+        let mut matched = false;
         for b in buckets {
             for i in b..b + WAYS {
                 if self.tags[i].load(Relaxed) == tag {
-                    let p = self.slots[i..].as_ptr() as *const u8;
-                    prefetch(p);
-                    prefetch(p.wrapping_add(64));
+                    slot(i);
+                    matched = true;
                 }
             }
         }
+        if !matched {
+            let (first, second) = self.emptier(buckets);
+            let mut order = (first..first + WAYS).chain(second..second + WAYS);
+            if let Some(i) = order.find(|&i| self.tags[i].load(Relaxed) == 0) {
+                slot(i);
+            }
+        }
+    }
+
+    /// A key's two buckets, the one with fewer tagged slots first (where an insert looks first).
+    #[inline]
+    fn emptier(&self, [b1, b2]: [usize; 2]) -> (usize, usize) {
+        let tagged = |b: usize| (b..b + WAYS).filter(|&i| self.tags[i].load(Relaxed) != 0).count();
+        if tagged(b2) < tagged(b1) { (b2, b1) } else { (b1, b2) }
     }
 
     /// The key of slot `i` if it holds one and was not being written (`None` after a few
@@ -183,10 +205,14 @@ impl Table {
         meta: u64,
         tcp: [[u32; 3]; 2],
     ) -> Option<(usize, Option<[u64; KEY_WORDS]>)> {
-        let ([b1, b2], tag) = self.place(key);
-        let live = |b: usize| (b..b + WAYS).filter(|i| self.slots[*i].expires.load(Relaxed) > now).count();
-        let (first, second) = if live(b2) < live(b1) { (b2, b1) } else { (b1, b2) };
-        for i in (first..first + WAYS).chain(second..second + WAYS) {
+        let (buckets, tag) = self.place(key);
+        // Which bucket is emptier, and which slots are free, from the tags alone (a bucket's
+        // are one cache line, its slots ten): a slot without a tag is free, one with a tag may
+        // have expired and not been swept yet, so those are tried second.
+        let (first, second) = self.emptier(buckets);
+        let order = (first..first + WAYS).chain(second..second + WAYS);
+        let untagged = order.clone().filter(|&i| self.tags[i].load(Relaxed) == 0);
+        for i in untagged.chain(order.filter(|&i| self.tags[i].load(Relaxed) != 0)) {
             let s = &self.slots[i];
             let e = s.expires.load(Relaxed);
             if e != 0 && e > now {

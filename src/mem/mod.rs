@@ -8,9 +8,11 @@
 //!   shrinking the file behind its memory.
 //! - [`segs`]: [`Segs`], one descriptor chain's buffers as host pointers, and the one copy a
 //!   frame takes from a sender's buffers into a receiver's.
+//! - [`huge`]: large shared tables (the connection tracker's) on transparent huge pages.
 
 pub mod fault;
 pub mod guest;
+pub mod huge;
 pub mod segs;
 
 pub use guest::{GuestMem, MAX_REGIONS, MemError, MemLimits, RegionDesc};

@@ -133,7 +133,8 @@ impl Drop for Links {
     }
 }
 
-/// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none), a VTEP at `local` on the `underlay` veth with
+/// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none; "MAC@IP": the port's
+/// `allowed_ips` too, and the host routes tenant `VRF`), a VTEP at `local` on the `underlay` veth with
 /// VNIs 100 (VLAN 10) and 200 (VLAN 20), no remotes and no data-plane learning on its tunnels
 /// (EVPN says where remote MACs are), and `vtep_extra` keys (e.g. its mtu).
 fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)], vtep_extra: &str) -> String {
@@ -141,11 +142,20 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
         "[switch]\npoll_cores = [1]\npoll_mode = \"adaptive\"\nsocket_dir = \"{}\"\ncontrol_socket = \"ctl.sock\"\n",
         dir.display()
     );
+    let mut routed = false;
     for (name, tag, mac) in ports {
         c += &format!("[[port]]\nname = \"{name}\"\ntype = \"vhost-user\"\nsocket = \"{name}.sock\"\ntag = {tag}\n");
+        let (mac, ip) = mac.split_once('@').unwrap_or((mac, ""));
         if !mac.is_empty() {
             c += &format!("allowed_macs = [\"{mac}\"]\n");
         }
+        if !ip.is_empty() {
+            c += &format!("allowed_ips = [\"{ip}\"]\n");
+            routed = true;
+        }
+    }
+    if routed {
+        c += VRF;
     }
     c += &format!(
         "[[port]]\nname = \"uplink\"\ntype = \"dpdk\"\ndevice = \"net_af_packet0,iface={underlay}\"\n\
@@ -154,6 +164,13 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
     );
     c
 }
+
+/// Tenant "t": VLANs 10 and 20 (VNIs 100 and 200) routed through an anycast gateway, the same
+/// on both hosts.
+const VRF: &str = "[[vrf]]\nname = \"t\"\ngateway_mac = \"02:00:00:00:fe:01\"\n\
+                   [[vrf.network]]\nvlan = 10\ngateway = \"10.10.0.254/24\"\n\
+                   [[vrf.network]]\nvlan = 20\ngateway = \"10.20.0.254/24\"\n";
+const GW_MAC: &str = "02:00:00:00:fe:01";
 
 /// Where `mac` on VLAN `vlan` is in `sw`'s MAC table.
 fn fdb_port(sw: &Switch, mac: &str, vlan: u16) -> Option<String> {
@@ -600,6 +617,127 @@ fn a_vm_announced_on_another_host_moves_there_by_mac_mobility() {
     source.quit();
     dest.quit();
     assert!(hosts.underlay_only_vteps() > 0);
+}
+
+/// `sw`'s VRF neighbours: (address, MAC, port).
+fn neighbours(sw: &Switch) -> Vec<(String, String, String)> {
+    let vrfs: Vec<pvswitch::proto::VrfInfo> = sw.ask(&pvswitch::proto::Request::Vrfs);
+    let mut n: Vec<_> =
+        vrfs.iter().flat_map(|v| &v.neighbours).map(|n| (n.address.clone(), n.mac.clone(), n.port.clone())).collect();
+    n.sort();
+    n
+}
+
+fn neighbour(ip: &str, mac: &str, port: &str) -> (String, String, String) {
+    (ip.into(), mac.into(), port.into())
+}
+
+/// EVPN's MAC+IP routes (RFC 7432 type 2 with an address) between two hosts routing one tenant
+/// through the same anycast gateway: each host's VMs' addresses (their ports' `allowed_ips` in
+/// the tenant's networks) go out through pvs-evpn and zebra, and come back on the other host as
+/// the VRF's neighbours behind the tunnel. So a VM's ARP request for a VM on the other host is
+/// answered on its own host (nothing crosses the underlay for it), and a frame to the gateway
+/// for the other host's VM in the other network is routed on the sender's host into that
+/// network's VNI and arrives as a router leaves it (asymmetric IRB: the host a frame enters
+/// routes it). When the VM goes, EVPN withdraws its address there too.
+#[test]
+fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
+    use pvsgen::frontend::Vm;
+    use pvswitch::wire::MacAddr;
+    use pvswitch::wire::arp::{OP_REPLY, OP_REQUEST, arp_frame};
+    let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
+    let (a10, b10, b20) = ("10.10.0.1", "10.10.0.2", "10.20.0.2");
+    let (pa10, pb10, pb20) = (format!("{MAC_A}@{a10}"), format!("{MAC_B}@{b10}"), format!("{MAC_B20}@{b20}"));
+    let mut hosts = Hosts::new("r", &[("vm10", 10, &pa10)], &[("vm10", 10, &pb10), ("vm20", 20, &pb20)], 1500, "");
+    let mut a = Vm::connect(&hosts.a.sock("vm10"));
+    let mut vb10 = Vm::connect(&hosts.b.sock("vm10"));
+    let mut vb20 = Vm::connect(&hosts.b.sock("vm20"));
+    hosts.a.wait_running("vm10", 1);
+    hosts.b.wait_running("vm10", 1);
+    hosts.b.wait_running("vm20", 1);
+    for vm in [&mut a, &mut vb10, &mut vb20] {
+        vm.post_rx_buffers(32, common::vms::RX_BUF);
+    }
+    hosts.start_control();
+    let (ta, tb) = ("vt-192.168.100.2", "vt-192.168.100.1");
+    let t0 = Instant::now();
+    wait_for("each host's VRF to have the other host's VMs as neighbours behind the tunnel", || {
+        let (na, nb) = (neighbours(&hosts.a), neighbours(&hosts.b));
+        (na.contains(&neighbour(b10, MAC_B, ta))
+            && na.contains(&neighbour(b20, MAC_B20, ta))
+            && nb.contains(&neighbour(a10, MAC_A, tb)))
+        .then_some(())
+    });
+    eprintln!("MAC+IP routes became neighbours {:?} after FRR started", t0.elapsed());
+    // As zebra has them: local on one host, remote on the other.
+    let arps = hosts.h1.vtysh("show evpn arp-cache vni 200");
+    let line = arps.lines().find(|l| l.starts_with(b20)).unwrap_or_default().to_string();
+    assert!(line.contains("remote") && line.contains(MAC_B20) && line.contains(IP2), "host 1's zebra:\n{arps}");
+    // pvswitchd's own addresses of the other host's VMs are all it has: no local port's.
+    assert_eq!(neighbours(&hosts.a).iter().filter(|n| n.2 == ta).count(), 2, "{:?}", neighbours(&hosts.a));
+
+    // ARP for the VM on the other host, same network: answered on host 1 with its MAC.
+    let (ma, mb): (MacAddr, MacAddr) = (MAC_A.parse().unwrap(), MAC_B.parse().unwrap());
+    let over = tx_to(&hosts.a, ta);
+    let ask = arp_frame(MacAddr::BROADCAST, OP_REQUEST, ma, a10.parse().unwrap(), MacAddr::ZERO, b10.parse().unwrap());
+    a.send(&ask);
+    let got = common::vms::recv_n(&mut a, 1);
+    let want = arp_frame(ma, OP_REPLY, mb, b10.parse().unwrap(), ma, a10.parse().unwrap());
+    assert_eq!(got, [want.to_vec()], "the reply, from host 1");
+    assert_eq!(tx_to(&hosts.a, ta), over, "the request crossed the underlay");
+    assert!(vb10.recv().is_empty(), "host 2's VM saw the request");
+
+    // A frame to the gateway for the VM in the other network on host 2: routed on host 1 into
+    // VNI 200, it arrives from the gateway's MAC with its TTL one less.
+    let f = udp_to_gateway(MAC_A, [10, 10, 0, 1], [10, 20, 0, 2], 64);
+    a.send(&f);
+    let got = common::vms::recv_n(&mut vb20, 1);
+    let mut want = f.clone();
+    want[0..6].copy_from_slice(&MAC_B20.parse::<MacAddr>().unwrap().0);
+    want[6..12].copy_from_slice(&GW_MAC.parse::<MacAddr>().unwrap().0);
+    want[22] -= 1;
+    want[24..26].copy_from_slice(&[0, 0]);
+    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&sum.to_be_bytes());
+    assert_eq!(got, [want], "host 2's VM in VLAN 20 got it as a router leaves it");
+    assert!(vb10.recv().is_empty() && a.recv().is_empty());
+    // And back: host 2 routes its VM's reply into VNI 100, to host 1's VM.
+    let back = udp_to_gateway(MAC_B20, [10, 20, 0, 2], [10, 10, 0, 1], 64);
+    vb20.send(&back);
+    let got = common::vms::recv_n(&mut a, 1);
+    assert_eq!((&got[0][0..6], &got[0][6..12], got[0][22]), (&ma.0[..], &GW_MAC.parse::<MacAddr>().unwrap().0[..], 63));
+
+    // Host 2's VM in VLAN 20 goes: EVPN withdraws its MAC and address; host 1 forgets both.
+    let t1 = Instant::now();
+    drop(vb20);
+    wait_for("host 1 to forget the address of host 2's VM", || {
+        (!neighbours(&hosts.a).iter().any(|n| n.0 == b20)).then_some(())
+    });
+    eprintln!("withdrawn {:?} after the VM left", t1.elapsed());
+    // A frame for it now is refused by host 1's router (no neighbour), not sent over.
+    let over = tx_to(&hosts.a, ta);
+    a.send(&f);
+    wait_for("the frame refused for want of a neighbour", || {
+        (hosts.a.counters("vm10").drops.get(DropReason::RouteNoNeighbour) >= 1).then_some(())
+    });
+    assert_eq!(tx_to(&hosts.a, ta), over);
+    drop(vb10);
+    drop(a);
+    assert!(hosts.underlay_only_vteps() >= 2);
+}
+
+/// An IPv4/UDP frame from `src` (MAC, address) to the tenant's gateway MAC, for `dst`, TTL `ttl`.
+fn udp_to_gateway(src: &str, from: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    let mut f = GW_MAC.parse::<pvswitch::wire::MacAddr>().unwrap().0.to_vec();
+    f.extend(src.parse::<pvswitch::wire::MacAddr>().unwrap().0);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 60, 0, 1, 0, 0, ttl, 17, 0, 0]);
+    f.extend_from_slice(&from);
+    f.extend_from_slice(&dst);
+    let sum = pvswitch::wire::checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, 0, 40, 0, 0]);
+    f.resize(74, 0x5a);
+    f
 }
 
 /// Two QEMU guests (Linux, TCG) on VNI 100, one on each host: they ping and run TCP (iperf3

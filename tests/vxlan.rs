@@ -379,8 +379,9 @@ fn a_remote_beyond_the_subnet_is_reached_through_the_gateway() {
 
 /// `vtep-sync`, as a control plane uses it: a whole state each time (remotes become tunnel
 /// ports, MACs entries behind them; what a sync leaves out goes), kept across reloads, and a
-/// bad state (garbage, an unknown VNI or VTEP, this VTEP's own address, a multicast MAC)
-/// refused with its reason and nothing changed.
+/// bad state (garbage, an unknown VNI or VTEP, this VTEP's own address, a multicast MAC, an
+/// address of a MAC that is not remote, or of no host) refused with its reason and nothing
+/// changed.
 #[test]
 fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
     let Some(_g) = run_alone(&[Need::Root]) else { return };
@@ -430,6 +431,21 @@ fn vtep_sync_takes_whole_states_and_refuses_bad_ones() {
         ("vt", r#"{"remotes": [{"remote": "10.9.0.1", "vnis": [100]}]}"#, "10.9.0.1 is not a remote"),
         ("vt", r#"{"remotes": [{"remote": "10.9.0", "vnis": [100]}]}"#, "is not an IPv4 address"),
         ("vt", r#"{"macs": [{"vni": 100, "mac": "01:00:5e:00:00:01", "remote": "10.9.0.2"}]}"#, "not a unicast MAC"),
+        // An address for a MAC the state does not put behind a remote, and one that is no
+        // host's: a control plane cannot make the VRFs route to them.
+        ("vt", r#"{"neighbours": [{"vni": 100, "ip": "10.10.0.7", "mac": "02:00:00:00:00:07"}]}"#, "not a remote MAC"),
+        (
+            "vt",
+            r#"{"macs": [{"vni": 100, "mac": "02:00:00:00:00:07", "remote": "10.9.0.3"}],
+                "neighbours": [{"vni": 200, "ip": "10.10.0.7", "mac": "02:00:00:00:00:07"}]}"#,
+            "not a remote MAC of the VNI",
+        ),
+        (
+            "vt",
+            r#"{"macs": [{"vni": 100, "mac": "02:00:00:00:00:07", "remote": "10.9.0.3"}],
+                "neighbours": [{"vni": 100, "ip": "224.0.0.5", "mac": "02:00:00:00:00:07"}]}"#,
+            "not a unicast address",
+        ),
         ("nope", r#"{}"#, "no vtep \"nope\""),
     ] {
         let e = sw.try_ctl_args("vtep-sync", &[vtep, bad]).unwrap_err();

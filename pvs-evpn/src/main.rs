@@ -6,11 +6,12 @@
 //! pvs-evpn --ctl /run/pvswitch/pvswitchd.sock [--vtep NAME] [--interval-ms 200] [--once]
 //! ```
 //!
-//! Each tick (every `--interval-ms`, and at once when the kernel's FDB changes: zebra installed
-//! or removed a remote MAC) it reads `vteps` from pvswitchd, makes the shadow bridge, VXLAN device and local
-//! port of any VNI that lacks them (with `ip` and `bridge`: done once per VNI), reads the
-//! namespace's bridge FDB over rtnetlink, adds and deletes the static entries of local MACs,
-//! and sends `vtep-sync` when what zebra installed differs from what pvswitchd holds.
+//! Each tick (every `--interval-ms`, and at once when the kernel's neighbours change: zebra
+//! installed or removed a remote MAC or address) it reads `vteps` from pvswitchd, makes the
+//! shadow bridge, VXLAN device and local port of any VNI that lacks them (with `ip` and
+//! `bridge`: done once per VNI), reads the namespace's bridge FDB and IPv4 neighbours over
+//! rtnetlink, adds and deletes the static entries of local MACs and their addresses, and sends
+//! `vtep-sync` when what zebra installed differs from what pvswitchd holds.
 //! pvswitchd or FRR restarting is only a tick where things differ.
 
 mod netlink;
@@ -149,12 +150,20 @@ fn tick(a: &Args, nl: &mut Netlink, st: &mut State) -> Result<(), String> {
                 log::info!("vtep {}: VNI {1} mirrored (pvsb{1}, pvsx{1}, pvsl{1})", v.name, n.vni);
             }
         }
-        let fdb = nl.dump_fdb()?;
+        let (fdb, neigh) = (nl.dump_fdb()?, nl.dump_neigh()?);
         let exported = st.exported.entry(v.name.clone()).or_default();
-        let t = tick::tick(v, &fdb, exported);
+        let t = tick::tick(v, &fdb, &neigh, exported);
         for (vni, mac) in &t.export {
             nl.fdb(true, &format!("pvsl{vni}"), *mac)?;
             log::info!("vtep {}: local {mac} on VNI {vni} exported", v.name);
+        }
+        for (vni, ip, mac) in &t.export_neigh {
+            nl.neigh(true, &format!("pvsb{vni}"), *ip, *mac)?;
+            log::info!("vtep {}: local {ip} at {mac} on VNI {vni} exported", v.name);
+        }
+        for (vni, ip, mac) in &t.withdraw_neigh {
+            nl.neigh(false, &format!("pvsb{vni}"), *ip, *mac)?;
+            log::info!("vtep {}: {ip} at {mac} on VNI {vni} withdrawn", v.name);
         }
         for (vni, mac) in &t.withdraw {
             nl.fdb(false, &format!("pvsl{vni}"), *mac)?;

@@ -1,5 +1,5 @@
-//! The namespace's bridge FDB over rtnetlink: dumped each tick, static entries of local MACs
-//! added (`NLM_F_REPLACE`) and deleted.
+//! The namespace's bridge FDB and IPv4 neighbours over rtnetlink: dumped each tick, static
+//! entries of local MACs and their addresses added (`NLM_F_REPLACE`) and deleted.
 
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -13,7 +13,7 @@ use std::net::Ipv4Addr;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use pvswitch::wire::MacAddr;
 
-use crate::tick::FdbEntry;
+use crate::tick::{FdbEntry, NeighEntry};
 
 /// An rtnetlink socket for the bridge FDB.
 pub struct Netlink {
@@ -119,6 +119,56 @@ impl Netlink {
             self.send(NLM_F_REQUEST | NLM_F_ACK, RouteNetlinkMessage::DelNeighbour(m))?
         };
         self.replies(seq, |_| {}).map_err(|e| format!("{} {mac} on {dev}: {e}", if add { "add" } else { "del" }))
+    }
+}
+
+impl Netlink {
+    /// Every IPv4 neighbour of the namespace.
+    pub fn dump_neigh(&mut self) -> Result<Vec<NeighEntry>, String> {
+        let mut q = NeighbourMessage::default();
+        q.header.family = AddressFamily::Inet;
+        let seq = self.send(NLM_F_REQUEST | NLM_F_DUMP, RouteNetlinkMessage::GetNeighbour(q))?;
+        let mut out = Vec::new();
+        self.replies(seq, |msg| {
+            let RouteNetlinkMessage::NewNeighbour(n) = msg else { return };
+            let (mut ip, mut mac) = (None, None);
+            for a in &n.attributes {
+                match a {
+                    NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => mac = Some(MacAddr::from_bytes(l)),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(*a),
+                    _ => {}
+                }
+            }
+            if let (Some(ip), Some(mac)) = (ip, mac) {
+                out.push(NeighEntry {
+                    dev: ifname(n.header.ifindex),
+                    ip,
+                    mac,
+                    ext_learned: n.header.flags.contains(NeighbourFlags::ExtLearned),
+                    is_static: n.header.state == NeighbourState::Noarp,
+                });
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Adds (replacing) or deletes the static neighbour `ip` at `mac` on `dev` (a shadow
+    /// bridge: zebra advertises it as a MAC+IP route).
+    pub fn neigh(&mut self, add: bool, dev: &str, ip: Ipv4Addr, mac: MacAddr) -> Result<(), String> {
+        let ifindex = ifindex(dev).ok_or(format!("no interface {dev}"))?;
+        let mut m = NeighbourMessage::default();
+        m.header.family = AddressFamily::Inet;
+        m.header.ifindex = ifindex;
+        m.header.state = NeighbourState::Noarp;
+        m.attributes.push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+        m.attributes.push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
+        let seq = if add {
+            self.send(NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, RouteNetlinkMessage::NewNeighbour(m))?
+        } else {
+            self.send(NLM_F_REQUEST | NLM_F_ACK, RouteNetlinkMessage::DelNeighbour(m))?
+        };
+        self.replies(seq, |_| {})
+            .map_err(|e| format!("{} {ip} at {mac} on {dev}: {e}", if add { "add" } else { "del" }))
     }
 }
 

@@ -243,7 +243,7 @@ pub(super) fn normal_frame(
             (f.vlan, f.tag) = (vid, tag);
             // A VRF's network: its gateway routes and answers (`route/`) before NORMAL.
             if let Some(routes) = env.ports.routes.as_deref()
-                && let Some(out) = route::decide(routes, f, in_port, vid, addrs)
+                && let Some(out) = route::decide(routes, f, in_port, &policy.vlan, vid, addrs)
             {
                 return out;
             }

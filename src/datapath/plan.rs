@@ -326,14 +326,19 @@ impl PortTable {
         self
     }
 
-    /// The table with the VRFs `vrfs` routed (their neighbours from the table's ports).
-    pub fn with_routes(mut self, vrfs: &[crate::config::VrfConfig]) -> PortTable {
+    /// The table with the VRFs `vrfs` routed (their neighbours from the table's ports, and
+    /// `remote`'s, EVPN's).
+    pub fn with_routes(
+        mut self,
+        vrfs: &[crate::config::VrfConfig],
+        remote: &[crate::datapath::route::Remote],
+    ) -> PortTable {
         let policy = &self.policy;
         let ports = self.live.iter().map(|&id| {
             let p = &policy[id as usize];
             (id, &p.allowed_macs[..], &p.allowed_ips[..], &p.vlan)
         });
-        self.routes = crate::datapath::route::Routes::new(vrfs, ports).map(Arc::new);
+        self.routes = crate::datapath::route::Routes::new(vrfs, ports, remote).map(Arc::new);
         self
     }
 

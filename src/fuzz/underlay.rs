@@ -182,7 +182,7 @@ fn run_sync(input: &[u8]) -> u64 {
         ],
     });
     match crate::switch::vtep::checked_state(v, &String::from_utf8_lossy(input)) {
-        Ok((remotes, macs)) => {
+        Ok(crate::switch::vtep::Checked { remotes, macs, neighbours }) => {
             for (r, vnis) in &remotes {
                 assert!(*r != v.local && !r.is_multicast() && !r.is_broadcast(), "{r} accepted as a remote");
                 assert!(vnis.iter().all(|n| v.vlan_of(*n).is_some()), "an unknown VNI accepted");
@@ -190,7 +190,11 @@ fn run_sync(input: &[u8]) -> u64 {
             for (vni, mac, r) in &macs {
                 assert!(mac.is_unicast() && remotes.get(r).is_some_and(|s| s.contains(vni)), "{mac} behind {r}");
             }
-            bit(&[6, remotes.len().min(3) as u64, macs.len().min(3) as u64])
+            for (vni, ip, mac) in &neighbours {
+                assert!(!ip.is_multicast() && !ip.is_broadcast() && !ip.is_unspecified(), "{ip} accepted");
+                assert!(macs.iter().any(|m| m.0 == *vni && m.1 == *mac), "{ip} at {mac}, not a remote MAC");
+            }
+            bit(&[6, remotes.len().min(3) as u64, macs.len().min(3) as u64, neighbours.len().min(3) as u64])
         }
         Err(e) => shape(&e.to_string()),
     }
@@ -210,7 +214,23 @@ fn gen_sync(rng: &mut Rng) -> Vec<u8> {
             )
         })
         .collect();
-    format!("{{\"remotes\":[{}],\"macs\":[{}]}}", remotes.join(","), macs.join(",")).into_bytes()
+    let neighbours: Vec<String> = (0..rng.below(3))
+        .map(|i| {
+            format!(
+                "{{\"vni\":{},\"ip\":\"{}\",\"mac\":\"0{}:00:00:00:00:0{i}\"}}",
+                rng.pick(&[100, 200]),
+                rng.pick(&["10.1.0.5", "224.0.0.1", "255.255.255.255", "10.1.0.x"]),
+                rng.pick(&[2, 1]),
+            )
+        })
+        .collect();
+    format!(
+        "{{\"remotes\":[{}],\"macs\":[{}],\"neighbours\":[{}]}}",
+        remotes.join(","),
+        macs.join(","),
+        neighbours.join(",")
+    )
+    .into_bytes()
 }
 
 pub const VTEP_SYNC: Target =

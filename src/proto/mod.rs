@@ -45,7 +45,7 @@ pub use client::Client;
 pub use mirrors::MirrorInfo;
 pub use placement::{Moved as MoveReply, Rebalanced as RebalanceReply};
 pub use vrfs::VrfInfo;
-pub use vteps::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
+pub use vteps::{LocalMac, RemoteMac, RemoteNeighbour, RemoteVnis, VniInfo, VtepInfo, VtepState};
 
 /// One request: the command and its arguments, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -481,8 +481,12 @@ fn readme_lists_exactly_the_fields_of_each_reply() {
     check(r, "conntrack", ct, &[]).unwrap();
     let vtep = VtepInfo {
         vnis: vec![VniInfo::default()],
-        local_macs: vec![LocalMac::default()],
-        learned: VtepState { remotes: vec![RemoteVnis::default()], macs: vec![RemoteMac::default()] },
+        local_macs: vec![LocalMac { ips: vec![String::new()], ..LocalMac::default() }],
+        learned: VtepState {
+            remotes: vec![RemoteVnis::default()],
+            macs: vec![RemoteMac::default()],
+            neighbours: vec![RemoteNeighbour::default()],
+        },
         ..VtepInfo::default()
     };
     check(r, "vteps", vec![vtep], &[]).unwrap();

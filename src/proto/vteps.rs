@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `vtep-sync`'s state for one VTEP: every remote endpoint with its VNIs, every remote MAC.
+/// `vtep-sync`'s state for one VTEP: every remote endpoint with its VNIs, every remote MAC,
+/// and the addresses of remote MACs (EVPN's MAC+IP routes: neighbours for the VRFs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VtepState {
@@ -10,6 +11,8 @@ pub struct VtepState {
     pub remotes: Vec<RemoteVnis>,
     #[serde(default)]
     pub macs: Vec<RemoteMac>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub neighbours: Vec<RemoteNeighbour>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -25,6 +28,16 @@ pub struct RemoteMac {
     pub vni: u32,
     pub mac: String,
     pub remote: String,
+}
+
+/// An address of a remote MAC on a VNI (the MAC is one of the state's `macs`, so behind that
+/// MAC's remote).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteNeighbour {
+    pub vni: u32,
+    pub ip: String,
+    pub mac: String,
 }
 
 /// `vteps`: one VTEP as its control plane reads it.
@@ -56,4 +69,8 @@ pub struct LocalMac {
     /// An `allowed_macs` entry of a connected access port (else learned on a local port).
     #[serde(default)]
     pub configured: bool,
+    /// A configured MAC's host addresses in the VNI's network (the port's `allowed_ips`, its
+    /// only MAC's; what the VRFs route to it): exported as EVPN MAC+IP routes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
 }

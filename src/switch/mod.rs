@@ -428,7 +428,7 @@ impl Switch {
                 .with_flow_conntrack(flow_ct)
                 .with_taps(self.taps())
                 .with_mirrors(&self.cfg.mirrors)
-                .with_routes(&self.cfg.vrfs)
+                .with_routes(&self.cfg.vrfs, &self.remote_neighbours())
                 .with_export(self.export.clone()),
         );
         self.threads

@@ -11,7 +11,7 @@ impl Switch {
             let c = &ps.cfg;
             (ps.id(), &c.allowed_macs[..], &c.allowed_ips[..], &c.vlan)
         });
-        let routes = Routes::new(&self.cfg.vrfs, ports);
+        let routes = Routes::new(&self.cfg.vrfs, ports, &self.remote_neighbours());
         let name = |id: u16| self.port(id as usize).map(|p| p.name().to_string()).unwrap_or_default();
         self.cfg
             .vrfs

@@ -8,15 +8,20 @@
 //! Remote endpoints become tunnel ports (with the file's, `Config::set_remotes`); remote MACs
 //! are entries of the MAC table pointing at them, as learned ones are (a MAC that moves, a
 //! migrated VM's RARP, is learned where it is now, and the control plane's next sync agrees).
+//! Remote MACs' addresses (EVPN's MAC+IP routes) are the VRFs' neighbours behind the tunnel
+//! port of their MAC's remote (`remote_neighbours`), as a local port's `allowed_ips` are its:
+//! ARP for them is answered here, and frames routed to them go through the tunnel in the
+//! destination network's VNI. An address a local port has stays the local port's.
 
-use crate::proto::{LocalMac, RemoteMac, RemoteVnis, VniInfo, VtepInfo, VtepState};
+use crate::proto::{LocalMac, RemoteMac, RemoteNeighbour, RemoteVnis, VniInfo, VtepInfo, VtepState};
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::portcmd::PortCmdError::{self, Failed, Invalid, NotFound};
 use super::{Endpoints, Switch};
 use crate::config::Remotes;
 use crate::config::vlan::VlanMode;
+use crate::datapath::route::Remote;
 use crate::wire::MacAddr;
 
 /// What the VTEPs' control plane told them.
@@ -25,10 +30,14 @@ pub struct Learned {
     pub remotes: Remotes,
     /// Per VTEP: (VNI, MAC, remote endpoint).
     pub macs: BTreeMap<String, BTreeSet<(u32, MacAddr, Ipv4Addr)>>,
+    /// Per VTEP: (VNI, address, MAC) of remote MACs.
+    pub neighbours: BTreeMap<String, BTreeSet<(u32, Ipv4Addr, MacAddr)>>,
 }
 
 /// Most remote MACs one sync may install (the MAC table's room is shared with every port).
 pub const MAX_REMOTE_MACS: usize = 65536;
+/// Most remote addresses one sync may give (the VRFs' neighbours are at most 32,767 a plan).
+pub const MAX_REMOTE_NEIGHBOURS: usize = 16384;
 
 impl Switch {
     /// `vteps`: every VTEP, its local MACs and what it learned.
@@ -52,6 +61,7 @@ impl Switch {
                 }
                 // A configured MAC is here while its VM is: a port whose frontend left (a VM
                 // stopped, or migrated away) no longer claims it.
+                let mut ips: BTreeMap<(u32, String), Vec<String>> = BTreeMap::new();
                 for ps in self.ports.iter().flatten() {
                     let here = ps.link.is_some() || ps.port.nic().is_some();
                     if ps.cfg.vlan.mode == VlanMode::Access
@@ -59,10 +69,18 @@ impl Switch {
                         && let Some(vni) = vni_of(ps.cfg.vlan.tag)
                     {
                         local.extend(ps.cfg.allowed_macs.iter().map(|m| ((vni, m.to_string()), true)));
+                        if let [mac] = ps.cfg.allowed_macs[..] {
+                            ips.insert((vni, mac.to_string()), self.routed_hosts(ps.cfg.vlan.tag, &ps.cfg.allowed_ips));
+                        }
                     }
                 }
-                let local: Vec<LocalMac> =
-                    local.into_iter().map(|((vni, mac), configured)| LocalMac { vni, mac, configured }).collect();
+                let local: Vec<LocalMac> = local
+                    .into_iter()
+                    .map(|(k, configured)| {
+                        let ips = if configured { ips.remove(&k).unwrap_or_default() } else { Vec::new() };
+                        LocalMac { vni: k.0, mac: k.1, configured, ips }
+                    })
+                    .collect();
                 VtepInfo {
                     name: v.name.clone(),
                     underlay: v.underlay.clone(),
@@ -76,16 +94,49 @@ impl Switch {
             .collect()
     }
 
+    /// The host addresses of `ips` in the network of a VRF on VLAN `vlan` (what the VRFs
+    /// route to a port with them).
+    fn routed_hosts(&self, vlan: u16, ips: &[crate::config::ips::IpPrefix]) -> Vec<String> {
+        let nets: Vec<_> = self.cfg.vrfs.iter().flat_map(|v| &v.networks).filter(|n| n.vlan == vlan).collect();
+        let routed = |p: &crate::config::ips::IpPrefix| match (p.host4(), p.host6()) {
+            (Some(a), _) => nets.iter().any(|n| n.contains(a)).then(|| a.to_string()),
+            (_, Some(a)) => nets.iter().any(|n| n.gateway6.is_some_and(|g| g.contains(a))).then(|| a.to_string()),
+            _ => None,
+        };
+        ips.iter().filter_map(routed).collect()
+    }
+
+    /// Every VTEP's remote addresses as the plans route to them: behind the tunnel port of the
+    /// remote their MAC is at, in the VLAN of their VNI.
+    pub(super) fn remote_neighbours(&self) -> Vec<Remote> {
+        let mut out = Vec::new();
+        for v in &self.cfg.vteps {
+            let macs = self.learned.macs.get(&v.name);
+            for (vni, ip, mac) in self.learned.neighbours.get(&v.name).into_iter().flatten() {
+                let remote = macs.into_iter().flatten().find(|(n, m, _)| n == vni && m == mac).map(|e| e.2);
+                let port = remote.and_then(|r| self.port_by_name(&format!("{}-{r}", v.name)));
+                if let (Some(ps), Some(vlan)) = (port, v.vlan_of(*vni)) {
+                    out.push(Remote { port: ps.id(), mac: *mac, addr: IpAddr::V4(*ip), vlan });
+                }
+            }
+        }
+        out
+    }
+
     /// What VTEP `name` learned, as a sync says it (sorted).
     fn learned_state(&self, name: &str) -> VtepState {
         let remotes = self.learned.remotes.get(name).into_iter().flatten();
         let macs = self.learned.macs.get(name).into_iter().flatten();
+        let neighbours = self.learned.neighbours.get(name).into_iter().flatten();
         VtepState {
             remotes: remotes
                 .map(|(r, vnis)| RemoteVnis { remote: r.to_string(), vnis: vnis.iter().copied().collect() })
                 .collect(),
             macs: macs
                 .map(|(vni, mac, r)| RemoteMac { vni: *vni, mac: mac.to_string(), remote: r.to_string() })
+                .collect(),
+            neighbours: neighbours
+                .map(|(vni, ip, mac)| RemoteNeighbour { vni: *vni, ip: ip.to_string(), mac: mac.to_string() })
                 .collect(),
         }
     }
@@ -95,15 +146,24 @@ impl Switch {
         let Some(v) = self.cfg.vteps.iter().find(|v| v.name == name) else {
             return Err(NotFound(format!("no vtep \"{name}\"")));
         };
-        let (remotes, macs) = checked_state(v, state)?;
+        let Checked { remotes, macs, neighbours } = checked_state(v, state)?;
         let (old_remotes, old_macs) = (self.learned.remotes.get(name), self.learned.macs.get(name));
-        if old_remotes == Some(&remotes) && old_macs == Some(&macs) {
+        if old_remotes == Some(&remotes)
+            && old_macs == Some(&macs)
+            && self.learned.neighbours.get(name).map_or(neighbours.is_empty(), |n| *n == neighbours)
+        {
             return Ok(format!("vtep {name}: unchanged"));
         }
         let gone: Vec<_> = old_macs.map(|o| o.difference(&macs).copied().collect()).unwrap_or_default();
-        let summary = format!("vtep {name}: {} remotes, {} remote MACs", remotes.len(), macs.len());
+        let summary = format!(
+            "vtep {name}: {} remotes, {} remote MACs, {} remote addresses",
+            remotes.len(),
+            macs.len(),
+            neighbours.len()
+        );
         self.learned.remotes.insert(name.to_string(), remotes);
         self.learned.macs.insert(name.to_string(), macs);
+        self.learned.neighbours.insert(name.to_string(), neighbours);
         self.forget_remote_macs(name, &gone);
         let cfg = self.cfg.clone();
         self.apply_config(ep, cfg).map_err(|e| Failed(format!("vtep-sync {name}: {e}")))?;
@@ -138,7 +198,9 @@ impl Switch {
 
 /// A `vtep-sync` state for VTEP `v`, parsed and checked: every remote an IPv4 address that is
 /// not ours nor multicast or broadcast, every VNI one of the VTEP's, every MAC unicast, at most
-/// `MAX_REMOTE_MACS` of them. Returns each remote's VNIs (with those of its MACs) and the MACs.
+/// `MAX_REMOTE_MACS` of them; every neighbour's address an IPv4 unicast one and its MAC one of
+/// the state's MACs on its VNI, at most `MAX_REMOTE_NEIGHBOURS`. Returns each remote's VNIs
+/// (with those of its MACs), the MACs and the neighbours.
 pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Checked, PortCmdError> {
     let name = &v.name;
     let st: VtepState =
@@ -177,8 +239,30 @@ pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Check
         remotes.entry(a).or_default().insert(m.vni);
         macs.insert((m.vni, mac, a));
     }
-    Ok((remotes, macs))
+    if st.neighbours.len() > MAX_REMOTE_NEIGHBOURS {
+        let n = st.neighbours.len();
+        return Err(Invalid(format!("vtep-sync {name}: {n} neighbours, at most {MAX_REMOTE_NEIGHBOURS}")));
+    }
+    let mut neighbours = BTreeSet::new();
+    for n in &st.neighbours {
+        let bad = |what: &str| Invalid(format!("vtep-sync {name}: neighbour {} on VNI {}: {what}", n.ip, n.vni));
+        let ip: Ipv4Addr = n.ip.parse().map_err(|_| bad("not an IPv4 address"))?;
+        if ip.is_multicast() || ip.is_broadcast() || ip.is_unspecified() || ip.is_loopback() {
+            return Err(bad("not a unicast address"));
+        }
+        let mac: MacAddr = n.mac.parse().map_err(|_| bad("its MAC is not a MAC"))?;
+        if !macs.iter().any(|&(vni, m, _)| vni == n.vni && m == mac) {
+            return Err(bad(&format!("{mac} is not a remote MAC of the VNI")));
+        }
+        neighbours.insert((n.vni, ip, mac));
+    }
+    Ok(Checked { remotes, macs, neighbours })
 }
 
-/// What a checked `vtep-sync` state holds: each remote's VNIs, and (VNI, MAC, remote).
-pub type Checked = (BTreeMap<Ipv4Addr, BTreeSet<u32>>, BTreeSet<(u32, MacAddr, Ipv4Addr)>);
+/// What a checked `vtep-sync` state holds: each remote's VNIs, (VNI, MAC, remote) and (VNI,
+/// address, MAC).
+pub struct Checked {
+    pub remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>>,
+    pub macs: BTreeSet<(u32, MacAddr, Ipv4Addr)>,
+    pub neighbours: BTreeSet<(u32, Ipv4Addr, MacAddr)>,
+}

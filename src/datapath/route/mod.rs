@@ -12,7 +12,9 @@
 //!   `Out::Routed`: delivery writes it with the neighbour's MAC as destination, the gateway's as
 //!   source, its TTL (hop limit) one less (the IPv4 checksum updated, RFC 1624), in the
 //!   destination network's VLAN (`shape::routed`);
-//! - a frame that claims the gateway's MAC as its source is dropped (port security).
+//! - a frame that claims the gateway's MAC as its source is dropped (port security), unless it
+//!   came through a tunnel: there it is one another host's gateway routed (the same anycast
+//!   MAC on every host), and is switched as any frame is.
 //!
 //! A VRF reaches only its own networks: the lookup is in the sender's VRF, so two tenants may
 //! use the same addresses. The frame's bytes are never rewritten in place: delivery writes the
@@ -29,12 +31,13 @@ mod table;
 
 pub use shape::{Answer, MAX_PREFIX};
 pub(super) use shape::{shape_answer, shape_routed};
-pub use table::{Neighbour, Net, Routes};
+pub use table::{Neighbour, Net, Remote, Routes};
 
 use std::net::Ipv4Addr;
 
 use super::counters::DropReason;
 use super::frame::{FRONT_MAX, Frame, Out};
+use crate::config::vlan::{PortVlan, VlanMode};
 use crate::wire::arp;
 use crate::wire::{MacAddr, ethertype};
 use table::mapped;
@@ -47,14 +50,23 @@ const ND_NS: u8 = 135;
 const NH_FRAGMENT: u8 = 44;
 const NH_ICMP6: u8 = 58;
 
-/// Where NORMAL sends frame `f` from `in_port`, in VLAN `vid`, if routing decides it (None:
-/// switched as any frame is). `addrs`: its destination and source MACs.
+/// Where NORMAL sends frame `f` from `in_port` (whose VLAN policy is `vlan`), in VLAN `vid`,
+/// if routing decides it (None: switched as any frame is). `addrs`: its destination and
+/// source MACs.
 #[inline(never)]
-pub(super) fn decide(routes: &Routes, f: &mut Frame, in_port: u16, vid: u16, addrs: &[u8; 12]) -> Option<Out> {
+pub(super) fn decide(
+    routes: &Routes,
+    f: &mut Frame,
+    in_port: u16,
+    vlan: &PortVlan,
+    vid: u16,
+    addrs: &[u8; 12],
+) -> Option<Out> {
     let net = routes.net_of(vid)?;
     let (dst, src) = (MacAddr::from_bytes(&addrs[..6]), MacAddr::from_bytes(&addrs[6..]));
     if src == net.gateway_mac {
-        return Some(Out::Drop(DropReason::PortSecurity));
+        // Through a tunnel: routed by another host's gateway (asymmetric IRB), switched here.
+        return (vlan.mode != VlanMode::Tunnel).then_some(Out::Drop(DropReason::PortSecurity));
     }
     let l2 = if f.tag.is_some() { 18 } else { 14 };
     if dst == net.gateway_mac {

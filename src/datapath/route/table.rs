@@ -1,6 +1,6 @@
 //! What routing reads: each VRF's networks (by VLAN, and per VRF the longest prefix first, for
-//! IPv4 and IPv6) and the neighbours the ports give it, in an open-addressed index by VRF and
-//! address. Made with each plan; read-only on the poll threads.
+//! IPv4 and IPv6) and the neighbours the ports give it (and EVPN's, behind tunnels), in an
+//! open-addressed index by VRF and address. Made with each plan; read-only on the poll threads.
 #![forbid(unsafe_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -72,6 +72,16 @@ impl Neighbour {
             None => IpAddr::V6(Ipv6Addr::from(self.addr)),
         }
     }
+}
+
+/// A neighbour a port's configuration does not give: a remote MAC's address from EVPN, behind
+/// the tunnel port `port`, on VLAN `vlan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remote {
+    pub port: u16,
+    pub mac: MacAddr,
+    pub addr: IpAddr,
+    pub vlan: u16,
 }
 
 /// Every VRF's networks and neighbours, made with each plan (`PortTable::with_routes`).
@@ -148,10 +158,12 @@ impl Routes {
     /// The VRFs of the configuration, with the neighbours the ports give (each port's id, its
     /// `allowed_macs`, `allowed_ips` and VLANs): each port with one allowed MAC, for each host
     /// address of its `allowed_ips` (IPv4 or IPv6) that is in a network of a VLAN the port
-    /// carries (the first such port, for an address two name). None without VRFs.
+    /// carries (the first such port, for an address two name); then each of `remote` whose
+    /// address is in the network of its VLAN, unless a port named it. None without VRFs.
     pub fn new<'p>(
         vrfs: &[VrfConfig],
         ports: impl Iterator<Item = (u16, &'p [MacAddr], &'p [IpPrefix], &'p PortVlan)>,
+        remote: &[Remote],
     ) -> Option<Routes> {
         if vrfs.is_empty() {
             return None;
@@ -204,7 +216,18 @@ impl Routes {
                 }
             }
         }
-        // The first port to name an address keeps it.
+        for n in remote {
+            let (addr, net) = match n.addr {
+                IpAddr::V4(a) => (mapped(u32::from(a)), r.net_of(n.vlan).filter(|net| net.contains(u32::from(a)))),
+                IpAddr::V6(a) => (u128::from(a), r.net_of(n.vlan).filter(|net| net.contains6(u128::from(a)))),
+            };
+            if let Some(net) = net {
+                let (vrf, net) = (net.vrf, r.by_vlan[n.vlan as usize]);
+                let key4 = key4(vrf, addr as u32);
+                r.neighbours.push(Neighbour { key4, vrf, addr, mac: n.mac, port: n.port, net });
+            }
+        }
+        // The first port to name an address keeps it (a stable sort: the ports' before EVPN's).
         r.neighbours.sort_by_key(|n| (n.vrf, n.addr));
         r.neighbours.dedup_by_key(|n| (n.vrf, n.addr));
         r.neighbours.truncate(u16::MAX as usize / 2);

@@ -273,7 +273,7 @@ impl Bench {
                     .with_conntrack(self.conntrack.clone())
                     .with_flow_conntrack(self.flow_conntrack.clone())
                     .with_mirrors(&self.mirrors)
-                    .with_routes(&self.vrfs),
+                    .with_routes(&self.vrfs, &[]),
             ),
             flows: self.flows.clone(),
             tuning: None,

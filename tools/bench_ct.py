@@ -155,7 +155,7 @@ def new_connections(a):
         "",
         "| frame | pvswitchd (new/s) | OVS (new/s) | pvswitchd / OVS (min..max) "
         "| cycles a new connection, pvswitchd, OVS | pvswitchd / OVS cycles (min..max) "
-        "| connections held at the end, pvswitchd (zone 1), OVS (both zones) |",
+        "| connections held at the end (both zones), pvswitchd, OVS |",
         "|---|---|---|---|---|---|---|",
     ]
     for size in map(int, a.sizes.split(",")):

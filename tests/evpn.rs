@@ -133,8 +133,8 @@ impl Drop for Links {
     }
 }
 
-/// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none; "MAC@IP": the port's
-/// `allowed_ips` too, and the host routes tenant `VRF`), a VTEP at `local` on the `underlay` veth with
+/// One host's pvswitchd: VMs (name, VLAN, configured MAC or "" for none; "MAC@IP,IP...": the
+/// port's `allowed_ips` too, and the host routes tenant `VRF`), a VTEP at `local` on the `underlay` veth with
 /// VNIs 100 (VLAN 10) and 200 (VLAN 20), no remotes and no data-plane learning on its tunnels
 /// (EVPN says where remote MACs are), and `vtep_extra` keys (e.g. its mtu).
 fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u16, &str)], vtep_extra: &str) -> String {
@@ -150,7 +150,8 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
             c += &format!("allowed_macs = [\"{mac}\"]\n");
         }
         if !ip.is_empty() {
-            c += &format!("allowed_ips = [\"{ip}\"]\n");
+            let ips: Vec<String> = ip.split(',').map(|a| format!("\"{a}\"")).collect();
+            c += &format!("allowed_ips = [{}]\n", ips.join(", "));
             routed = true;
         }
     }
@@ -165,11 +166,11 @@ fn config(dir: &std::path::Path, local: &str, underlay: &str, ports: &[(&str, u1
     c
 }
 
-/// Tenant "t": VLANs 10 and 20 (VNIs 100 and 200) routed through an anycast gateway, the same
-/// on both hosts.
+/// Tenant "t": VLANs 10 and 20 (VNIs 100 and 200), dual-stack, routed through an anycast
+/// gateway, the same on both hosts.
 const VRF: &str = "[[vrf]]\nname = \"t\"\ngateway_mac = \"02:00:00:00:fe:01\"\n\
-                   [[vrf.network]]\nvlan = 10\ngateway = \"10.10.0.254/24\"\n\
-                   [[vrf.network]]\nvlan = 20\ngateway = \"10.20.0.254/24\"\n";
+                   [[vrf.network]]\nvlan = 10\ngateway = \"10.10.0.254/24\"\ngateway6 = \"fd00:10::fe/64\"\n\
+                   [[vrf.network]]\nvlan = 20\ngateway = \"10.20.0.254/24\"\ngateway6 = \"fd00:20::fe/64\"\n";
 const GW_MAC: &str = "02:00:00:00:fe:01";
 
 /// Where `mac` on VLAN `vlan` is in `sw`'s MAC table.
@@ -635,8 +636,9 @@ fn neighbour(ip: &str, mac: &str, port: &str) -> (String, String, String) {
 /// EVPN's MAC+IP routes (RFC 7432 type 2 with an address) between two hosts routing one tenant
 /// through the same anycast gateway: each host's VMs' addresses (their ports' `allowed_ips` in
 /// the tenant's networks) go out through pvs-evpn and zebra, and come back on the other host as
-/// the VRF's neighbours behind the tunnel. So a VM's ARP request for a VM on the other host is
-/// answered on its own host (nothing crosses the underlay for it), and a frame to the gateway
+/// the VRF's neighbours behind the tunnel, IPv4 and IPv6. So a VM's ARP request or neighbour
+/// solicitation for a VM on the other host is answered on its own host (nothing crosses the
+/// underlay for it), and a frame to the gateway
 /// for the other host's VM in the other network is routed on the sender's host into that
 /// network's VNI and arrives as a router leaves it (asymmetric IRB: the host a frame enters
 /// routes it). When the VM goes, EVPN withdraws its address there too.
@@ -647,7 +649,11 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
     use pvswitch::wire::arp::{OP_REPLY, OP_REQUEST, arp_frame};
     let Some(_g) = run_alone(&[TESTPMD, NEEDS].concat()) else { return };
     let (a10, b10, b20) = ("10.10.0.1", "10.10.0.2", "10.20.0.2");
-    let (pa10, pb10, pb20) = (format!("{MAC_A}@{a10}"), format!("{MAC_B}@{b10}"), format!("{MAC_B20}@{b20}"));
+    let (pa10, pb10, pb20) = (
+        format!("{MAC_A}@{a10},fd00:10::1"),
+        format!("{MAC_B}@{b10},fd00:10::2"),
+        format!("{MAC_B20}@{b20},fd00:20::2"),
+    );
     let mut hosts = Hosts::new("r", &[("vm10", 10, &pa10)], &[("vm10", 10, &pb10), ("vm20", 20, &pb20)], 1500, "");
     let mut a = Vm::connect(&hosts.a.sock("vm10"));
     let mut vb10 = Vm::connect(&hosts.b.sock("vm10"));
@@ -665,7 +671,10 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
         let (na, nb) = (neighbours(&hosts.a), neighbours(&hosts.b));
         (na.contains(&neighbour(b10, MAC_B, ta))
             && na.contains(&neighbour(b20, MAC_B20, ta))
-            && nb.contains(&neighbour(a10, MAC_A, tb)))
+            && na.contains(&neighbour("fd00:10::2", MAC_B, ta))
+            && na.contains(&neighbour("fd00:20::2", MAC_B20, ta))
+            && nb.contains(&neighbour(a10, MAC_A, tb))
+            && nb.contains(&neighbour("fd00:10::1", MAC_A, tb)))
         .then_some(())
     });
     eprintln!("MAC+IP routes became neighbours {:?} after FRR started", t0.elapsed());
@@ -674,7 +683,7 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
     let line = arps.lines().find(|l| l.starts_with(b20)).unwrap_or_default().to_string();
     assert!(line.contains("remote") && line.contains(MAC_B20) && line.contains(IP2), "host 1's zebra:\n{arps}");
     // pvswitchd's own addresses of the other host's VMs are all it has: no local port's.
-    assert_eq!(neighbours(&hosts.a).iter().filter(|n| n.2 == ta).count(), 2, "{:?}", neighbours(&hosts.a));
+    assert_eq!(neighbours(&hosts.a).iter().filter(|n| n.2 == ta).count(), 4, "{:?}", neighbours(&hosts.a));
 
     // ARP for the VM on the other host, same network: answered on host 1 with its MAC.
     let (ma, mb): (MacAddr, MacAddr) = (MAC_A.parse().unwrap(), MAC_B.parse().unwrap());
@@ -686,6 +695,14 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
     assert_eq!(got, [want.to_vec()], "the reply, from host 1");
     assert_eq!(tx_to(&hosts.a, ta), over, "the request crossed the underlay");
     assert!(vb10.recv().is_empty(), "host 2's VM saw the request");
+    // The same for IPv6: a neighbour solicitation answered on host 1 with host 2's VM's MAC.
+    a.send(&solicitation(&ma, "fd00:10::1", "fd00:10::2"));
+    let got = common::vms::recv_n(&mut a, 1);
+    let r = &got[0];
+    let target: std::net::Ipv6Addr = "fd00:10::2".parse().unwrap();
+    assert_eq!((&r[6..12], r[54], &r[62..78], &r[80..86]), (&mb.0[..], 136, &target.octets()[..], &mb.0[..]));
+    assert_eq!(tx_to(&hosts.a, ta), over, "the solicitation crossed the underlay");
+    assert!(vb10.recv().is_empty(), "host 2's VM saw the solicitation");
 
     // A frame to the gateway for the VM in the other network on host 2: routed on host 1 into
     // VNI 200, it arrives from the gateway's MAC with its TTL one less.
@@ -710,8 +727,8 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
     // Host 2's VM in VLAN 20 goes: EVPN withdraws its MAC and address; host 1 forgets both.
     let t1 = Instant::now();
     drop(vb20);
-    wait_for("host 1 to forget the address of host 2's VM", || {
-        (!neighbours(&hosts.a).iter().any(|n| n.0 == b20)).then_some(())
+    wait_for("host 1 to forget the addresses of host 2's VM", || {
+        (!neighbours(&hosts.a).iter().any(|n| n.0 == b20 || n.0 == "fd00:20::2")).then_some(())
     });
     eprintln!("withdrawn {:?} after the VM left", t1.elapsed());
     // A frame for it now is refused by host 1's router (no neighbour), not sent over.
@@ -724,6 +741,23 @@ fn evpn_addresses_answer_arp_on_the_host_and_route_to_the_other_host() {
     drop(vb10);
     drop(a);
     assert!(hosts.underlay_only_vteps() >= 2);
+}
+
+/// A neighbour solicitation from `smac` at `src` for `target`, to its solicited-node group (the
+/// ICMPv6 checksum left 0: the switch answers from the fields).
+fn solicitation(smac: &pvswitch::wire::MacAddr, src: &str, target: &str) -> Vec<u8> {
+    let (s, t): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (src.parse().unwrap(), target.parse().unwrap());
+    let t = t.octets();
+    let mut f = vec![0x33, 0x33, 0xff, t[13], t[14], t[15]];
+    f.extend(smac.0);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 32, 58, 255]);
+    f.extend(s.octets());
+    f.extend_from_slice(&[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, t[13], t[14], t[15]]);
+    f.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
+    f.extend(t);
+    f.extend_from_slice(&[1, 1]);
+    f.extend(smac.0);
+    f
 }
 
 /// An IPv4/UDP frame from `src` (MAC, address) to the tenant's gateway MAC, for `dst`, TTL `ttl`.

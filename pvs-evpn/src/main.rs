@@ -9,7 +9,7 @@
 //! Each tick (every `--interval-ms`, and at once when the kernel's neighbours change: zebra
 //! installed or removed a remote MAC or address) it reads `vteps` from pvswitchd, makes the
 //! shadow bridge, VXLAN device and local port of any VNI that lacks them (with `ip` and
-//! `bridge`: done once per VNI), reads the namespace's bridge FDB and IPv4 neighbours over
+//! `bridge`: done once per VNI), reads the namespace's bridge FDB and IPv4 and IPv6 neighbours over
 //! rtnetlink, adds and deletes the static entries of local MACs and their addresses, and sends
 //! `vtep-sync` when what zebra installed differs from what pvswitchd holds.
 //! pvswitchd or FRR restarting is only a tick where things differ.
@@ -129,12 +129,13 @@ fn watch_fdb() -> std::io::Result<std::sync::mpsc::Receiver<()>> {
     Ok(rx)
 }
 
-/// What a tick leaves behind for the next: the shadow VNIs made (their address and port), and
-/// each VTEP's exported MACs.
+/// What a tick leaves behind for the next: the shadow VNIs made (their address and port), each
+/// VTEP's exported MACs, and the addresses the kernel refused (told once).
 #[derive(Default)]
 struct State {
     made: BTreeMap<u32, (Ipv4Addr, u16)>,
     exported: BTreeMap<String, std::collections::BTreeSet<(u32, pvswitch::wire::MacAddr)>>,
+    refused: std::collections::BTreeSet<(u32, std::net::IpAddr)>,
 }
 
 fn tick(a: &Args, nl: &mut Netlink, st: &mut State) -> Result<(), String> {
@@ -157,9 +158,17 @@ fn tick(a: &Args, nl: &mut Netlink, st: &mut State) -> Result<(), String> {
             nl.fdb(true, &format!("pvsl{vni}"), *mac)?;
             log::info!("vtep {}: local {mac} on VNI {vni} exported", v.name);
         }
+        // An address the kernel refuses (IPv6 off in a namespace whose /proc/sys is read-only)
+        // is told once and retried each tick; the MACs and the sync go on without it.
         for (vni, ip, mac) in &t.export_neigh {
-            nl.neigh(true, &format!("pvsb{vni}"), *ip, *mac)?;
-            log::info!("vtep {}: local {ip} at {mac} on VNI {vni} exported", v.name);
+            match nl.neigh(true, &format!("pvsb{vni}"), *ip, *mac) {
+                Ok(()) => {
+                    st.refused.remove(&(*vni, *ip));
+                    log::info!("vtep {}: local {ip} at {mac} on VNI {vni} exported", v.name);
+                }
+                Err(e) if st.refused.insert((*vni, *ip)) => log::warn!("vtep {}: {e}; not exported", v.name),
+                Err(_) => {}
+            }
         }
         for (vni, ip, mac) in &t.withdraw_neigh {
             nl.neigh(false, &format!("pvsb{vni}"), *ip, *mac)?;

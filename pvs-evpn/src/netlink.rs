@@ -1,4 +1,4 @@
-//! The namespace's bridge FDB and IPv4 neighbours over rtnetlink: dumped each tick, static
+//! The namespace's bridge FDB and IPv4 and IPv6 neighbours over rtnetlink: dumped each tick, static
 //! entries of local MACs and their addresses added (`NLM_F_REPLACE`) and deleted.
 
 use netlink_packet_core::{
@@ -8,7 +8,7 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use pvswitch::wire::MacAddr;
@@ -123,19 +123,27 @@ impl Netlink {
 }
 
 impl Netlink {
-    /// Every IPv4 neighbour of the namespace.
+    /// Every IPv4 and IPv6 neighbour of the namespace.
     pub fn dump_neigh(&mut self) -> Result<Vec<NeighEntry>, String> {
-        let mut q = NeighbourMessage::default();
-        q.header.family = AddressFamily::Inet;
-        let seq = self.send(NLM_F_REQUEST | NLM_F_DUMP, RouteNetlinkMessage::GetNeighbour(q))?;
         let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            self.dump_neigh_of(family, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn dump_neigh_of(&mut self, family: AddressFamily, out: &mut Vec<NeighEntry>) -> Result<(), String> {
+        let mut q = NeighbourMessage::default();
+        q.header.family = family;
+        let seq = self.send(NLM_F_REQUEST | NLM_F_DUMP, RouteNetlinkMessage::GetNeighbour(q))?;
         self.replies(seq, |msg| {
             let RouteNetlinkMessage::NewNeighbour(n) = msg else { return };
             let (mut ip, mut mac) = (None, None);
             for a in &n.attributes {
                 match a {
                     NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => mac = Some(MacAddr::from_bytes(l)),
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(*a),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(IpAddr::V4(*a)),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => ip = Some(IpAddr::V6(*a)),
                     _ => {}
                 }
             }
@@ -148,19 +156,22 @@ impl Netlink {
                     is_static: n.header.state == NeighbourState::Noarp,
                 });
             }
-        })?;
-        Ok(out)
+        })
     }
 
     /// Adds (replacing) or deletes the static neighbour `ip` at `mac` on `dev` (a shadow
     /// bridge: zebra advertises it as a MAC+IP route).
-    pub fn neigh(&mut self, add: bool, dev: &str, ip: Ipv4Addr, mac: MacAddr) -> Result<(), String> {
+    pub fn neigh(&mut self, add: bool, dev: &str, ip: IpAddr, mac: MacAddr) -> Result<(), String> {
         let ifindex = ifindex(dev).ok_or(format!("no interface {dev}"))?;
         let mut m = NeighbourMessage::default();
-        m.header.family = AddressFamily::Inet;
         m.header.ifindex = ifindex;
         m.header.state = NeighbourState::Noarp;
-        m.attributes.push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+        let (family, dst) = match ip {
+            IpAddr::V4(a) => (AddressFamily::Inet, NeighbourAddress::Inet(a)),
+            IpAddr::V6(a) => (AddressFamily::Inet6, NeighbourAddress::Inet6(a)),
+        };
+        m.header.family = family;
+        m.attributes.push(NeighbourAttribute::Destination(dst));
         m.attributes.push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
         let seq = if add {
             self.send(NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, RouteNetlinkMessage::NewNeighbour(m))?

@@ -8,7 +8,8 @@ use crate::tick;
 
 /// Makes VNI `vni`'s shadow objects (again, if they were there with other settings): a bridge,
 /// a VXLAN device on the VTEP's address and port without learning, and a veth as the local port,
-/// all without IPv6 (a kernel with it would learn MACs from its own solicitations).
+/// all without IPv6 addresses (a kernel with them would learn MACs from its own solicitations);
+/// the bridge with IPv6 on, for the IPv6 neighbours of MAC+IP routes.
 pub fn shadow(vni: u32, local: Ipv4Addr, port: u16) -> Result<(), String> {
     let [br, vx, lp, peer] = tick::shadow_names(vni);
     for dev in [&br, &vx, &lp] {
@@ -28,10 +29,12 @@ pub fn shadow(vni: u32, local: Ipv4Addr, port: u16) -> Result<(), String> {
     for dev in [&br, &vx, &lp, &peer] {
         // No IPv6 address, so no solicitation the bridge could learn from: through netlink
         // (works under the unit's ProtectKernelTunables, where /proc/sys is read-only), and
-        // IPv6 off where /proc/sys may be written.
+        // IPv6 off where /proc/sys may be written. But the bridge holds the VNI's IPv6
+        // neighbours (MAC+IP routes), so it keeps IPv6 on, without an address.
         run(&["ip", "link", "set", "dev", dev, "addrgenmode", "none"])?;
         let path = format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6");
-        if let Err(e) = std::fs::write(&path, "1") {
+        let off = if *dev == br { "0" } else { "1" };
+        if let Err(e) = std::fs::write(&path, off) {
             log::debug!("{path}: {e}; {dev} has no IPv6 address (addrgenmode none) all the same");
         }
     }

@@ -16,12 +16,13 @@
 //!   is the VTEP's learned state, sent with one `vtep-sync` when it differs from what
 //!   pvswitchd holds (so a restarted pvswitchd, or FRR, is back in step on the next tick).
 //!
-//! **Addresses (MAC+IP routes).** A configured MAC's IPv4 addresses in a VRF's network (`ips`
-//! of `vteps`) are static neighbours of the bridge `pvsb<VNI>` (zebra advertises each as a
-//! type-2 MAC+IP route); the neighbours zebra installs there (extern_learn) for remote MACs are
-//! synced as `neighbours`, which pvswitchd's VRFs answer ARP for and route to. Learned MACs
-//! have no address: pvswitchd learns none from guests (no ARP learning, so none to poison).
-//! IPv6 addresses are not mirrored: the shadow objects have IPv6 off.
+//! **Addresses (MAC+IP routes).** A configured MAC's addresses in a VRF's network (`ips` of
+//! `vteps`, IPv4 and IPv6) are static neighbours of the bridge `pvsb<VNI>` (zebra advertises
+//! each as a type-2 MAC+IP route); the neighbours zebra installs there (extern_learn) for
+//! remote MACs are synced as `neighbours`, which pvswitchd's VRFs answer ARP and neighbour
+//! solicitations for and route to. Learned MACs have no address: pvswitchd learns none from
+//! guests (no ARP learning, so none to poison). The bridge is the one shadow object with IPv6
+//! on (for its IPv6 neighbours), and it has no IPv6 address, so it sends nothing.
 //!
 //! **A MAC that moved away.** Tunnels of an EVPN VTEP learn nothing from the data plane, so a
 //! VM that moves to another host while its old port stays connected (a live migration's
@@ -35,7 +36,7 @@
 //! host's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use pvswitch::proto::{RemoteMac, RemoteNeighbour, RemoteVnis, VtepInfo, VtepState};
 use pvswitch::wire::MacAddr;
@@ -65,11 +66,11 @@ pub struct FdbEntry {
     pub is_static: bool,
 }
 
-/// One IPv4 neighbour as the kernel reports it, on an interface named `dev`.
+/// One IPv4 or IPv6 neighbour as the kernel reports it, on an interface named `dev`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NeighEntry {
     pub dev: String,
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub mac: MacAddr,
     /// NTF_EXT_LEARNED: installed by zebra (a remote MAC+IP route).
     pub ext_learned: bool,
@@ -83,15 +84,15 @@ pub struct NeighEntry {
 pub struct Tick {
     pub export: Vec<(u32, MacAddr)>,
     pub withdraw: Vec<(u32, MacAddr)>,
-    pub export_neigh: Vec<(u32, Ipv4Addr, MacAddr)>,
-    pub withdraw_neigh: Vec<(u32, Ipv4Addr, MacAddr)>,
+    pub export_neigh: Vec<(u32, IpAddr, MacAddr)>,
+    pub withdraw_neigh: Vec<(u32, IpAddr, MacAddr)>,
     pub sync: Option<VtepState>,
     /// The MACs exported once this tick is done (the next tick's `exported`).
     pub exported: BTreeSet<(u32, MacAddr)>,
 }
 
 /// Decides a tick for VTEP `v` from the kernel's FDB (`fdb`, every bridge entry of the
-/// namespace), its IPv4 neighbours (`neigh`) and what the last tick left exported (`exported`).
+/// namespace), its IPv4 and IPv6 neighbours (`neigh`) and what the last tick left exported (`exported`).
 pub fn tick(v: &VtepInfo, fdb: &[FdbEntry], neigh: &[NeighEntry], exported: &BTreeSet<(u32, MacAddr)>) -> Tick {
     let vnis: BTreeSet<u32> = v.vnis.iter().map(|n| n.vni).collect();
     let local = |configured: bool| -> BTreeSet<(u32, MacAddr)> {
@@ -148,7 +149,7 @@ pub fn tick(v: &VtepInfo, fdb: &[FdbEntry], neigh: &[NeighEntry], exported: &BTr
     };
     // A kernel neighbour is one a device and address: one whose MAC changed is replaced, not
     // withdrawn (deleting it would delete the new one).
-    let wanted_ip: BTreeSet<(u32, Ipv4Addr)> = want_neigh.iter().map(|&(vni, ip, _)| (vni, ip)).collect();
+    let wanted_ip: BTreeSet<(u32, IpAddr)> = want_neigh.iter().map(|&(vni, ip, _)| (vni, ip)).collect();
     Tick {
         export: want.difference(&have).copied().collect(),
         withdraw: have.difference(&want).copied().collect(),
@@ -159,9 +160,9 @@ pub fn tick(v: &VtepInfo, fdb: &[FdbEntry], neigh: &[NeighEntry], exported: &BTr
     }
 }
 
-type Addresses = BTreeSet<(u32, Ipv4Addr, MacAddr)>;
+type Addresses = BTreeSet<(u32, IpAddr, MacAddr)>;
 
-/// The addresses of a tick: those to export (configured MACs' IPv4 `ips`), those exported
+/// The addresses of a tick: those to export (configured MACs' `ips`), those exported
 /// (static, not zebra's, on a shadow bridge of one of the VTEP's VNIs), and zebra's for the
 /// remote MACs `macs` (what the sync says).
 fn addresses(
@@ -327,9 +328,9 @@ mod tests {
         }
     }
 
-    /// A configured MAC's IPv4 addresses are exported as static neighbours of its VNI's bridge
-    /// (replaced when the MAC changes, withdrawn when gone; IPv6 ones are not); zebra's
-    /// neighbours of remote MACs are synced, those of a MAC not remote are not.
+    /// A configured MAC's addresses (IPv4 and IPv6) are exported as static neighbours of its
+    /// VNI's bridge (replaced when the MAC changes, withdrawn when gone); zebra's neighbours of
+    /// remote MACs are synced, those of a MAC not remote are not.
     #[test]
     fn addresses_of_configured_macs_go_out_and_zebras_for_remote_macs_come_in() {
         let mut v = vtep(&[(100, "02:00:00:00:00:01")]);
@@ -342,24 +343,31 @@ mod tests {
         let kernel = [
             neigh("pvsb100", "10.1.0.9", "02:00:00:00:00:01", false), // ours, no longer its
             neigh("pvsb100", "10.1.0.7", "02:00:00:00:00:07", true),  // zebra's, a remote MAC
+            neigh("pvsb100", "fd00::7", "02:00:00:00:00:07", true),   // and its IPv6 address
             neigh("pvsb100", "10.1.0.8", "02:00:00:00:00:08", true),  // zebra's, MAC not remote
             neigh("pvsb300", "10.3.0.7", "02:00:00:00:00:07", true),  // a VNI not ours
             neigh("eth0", "192.168.0.1", "02:00:00:00:00:77", false), // the host's own
         ];
         let m1: MacAddr = "02:00:00:00:00:01".parse().unwrap();
         let t = tick(&v, &fdb, &kernel, &BTreeSet::new());
-        assert_eq!(t.export_neigh, vec![(100, "10.1.0.1".parse().unwrap(), m1)]);
-        assert_eq!(t.withdraw_neigh, vec![(100, "10.1.0.9".parse().unwrap(), m1)]);
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert_eq!(t.export_neigh, vec![(100, ip("10.1.0.1"), m1), (100, ip("fd00::1"), m1)]);
+        assert_eq!(t.withdraw_neigh, vec![(100, ip("10.1.0.9"), m1)]);
         let s = t.sync.expect("the remote MAC and its address");
-        let want = RemoteNeighbour { vni: 100, ip: "10.1.0.7".into(), mac: "02:00:00:00:00:07".into() };
-        assert_eq!(s.neighbours, vec![want]);
+        let remote = |ip: &str| RemoteNeighbour { vni: 100, ip: ip.into(), mac: "02:00:00:00:00:07".into() };
+        assert_eq!(s.neighbours, vec![remote("10.1.0.7"), remote("fd00::7")]);
         // In step: the address exported, pvswitchd told.
-        let ours = [neigh("pvsb100", "10.1.0.1", "02:00:00:00:00:01", false), kernel[1].clone()];
+        let ours = [
+            neigh("pvsb100", "10.1.0.1", "02:00:00:00:00:01", false),
+            neigh("pvsb100", "fd00::1", "02:00:00:00:00:01", false),
+            kernel[1].clone(),
+            kernel[2].clone(),
+        ];
         let synced = VtepInfo { learned: s, ..v.clone() };
         let t = tick(&synced, &fdb, &ours, &BTreeSet::new());
         assert_eq!((t.export_neigh.len(), t.withdraw_neigh.len(), t.sync), (0, 0, None));
         // The same address at another MAC (a port's MAC changed): replaced, not deleted.
-        let old = [neigh("pvsb100", "10.1.0.1", "02:00:00:00:00:02", false)];
+        let old = [neigh("pvsb100", "10.1.0.1", "02:00:00:00:00:02", false), ours[1].clone()];
         let t = tick(&synced, &fdb, &old, &BTreeSet::new());
         assert_eq!((t.export_neigh.len(), t.withdraw_neigh.len()), (1, 0));
     }

@@ -31,7 +31,7 @@ pub struct Learned {
     /// Per VTEP: (VNI, MAC, remote endpoint).
     pub macs: BTreeMap<String, BTreeSet<(u32, MacAddr, Ipv4Addr)>>,
     /// Per VTEP: (VNI, address, MAC) of remote MACs.
-    pub neighbours: BTreeMap<String, BTreeSet<(u32, Ipv4Addr, MacAddr)>>,
+    pub neighbours: BTreeMap<String, BTreeSet<(u32, IpAddr, MacAddr)>>,
 }
 
 /// Most remote MACs one sync may install (the MAC table's room is shared with every port).
@@ -116,7 +116,7 @@ impl Switch {
                 let remote = macs.into_iter().flatten().find(|(n, m, _)| n == vni && m == mac).map(|e| e.2);
                 let port = remote.and_then(|r| self.port_by_name(&format!("{}-{r}", v.name)));
                 if let (Some(ps), Some(vlan)) = (port, v.vlan_of(*vni)) {
-                    out.push(Remote { port: ps.id(), mac: *mac, addr: IpAddr::V4(*ip), vlan });
+                    out.push(Remote { port: ps.id(), mac: *mac, addr: *ip, vlan });
                 }
             }
         }
@@ -198,7 +198,8 @@ impl Switch {
 
 /// A `vtep-sync` state for VTEP `v`, parsed and checked: every remote an IPv4 address that is
 /// not ours nor multicast or broadcast, every VNI one of the VTEP's, every MAC unicast, at most
-/// `MAX_REMOTE_MACS` of them; every neighbour's address an IPv4 unicast one and its MAC one of
+/// `MAX_REMOTE_MACS` of them; every neighbour's address a unicast one (IPv4 or IPv6, not
+/// link-local) and its MAC one of
 /// the state's MACs on its VNI, at most `MAX_REMOTE_NEIGHBOURS`. Returns each remote's VNIs
 /// (with those of its MACs), the MACs and the neighbours.
 pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Checked, PortCmdError> {
@@ -246,8 +247,12 @@ pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Check
     let mut neighbours = BTreeSet::new();
     for n in &st.neighbours {
         let bad = |what: &str| Invalid(format!("vtep-sync {name}: neighbour {} on VNI {}: {what}", n.ip, n.vni));
-        let ip: Ipv4Addr = n.ip.parse().map_err(|_| bad("not an IPv4 address"))?;
-        if ip.is_multicast() || ip.is_broadcast() || ip.is_unspecified() || ip.is_loopback() {
+        let ip: IpAddr = n.ip.parse().map_err(|_| bad("not an IP address"))?;
+        let unicast = match ip {
+            IpAddr::V4(a) => !(a.is_multicast() || a.is_broadcast() || a.is_unspecified() || a.is_loopback()),
+            IpAddr::V6(a) => !(a.is_multicast() || a.is_unspecified() || a.is_loopback() || a.is_unicast_link_local()),
+        };
+        if !unicast {
             return Err(bad("not a unicast address"));
         }
         let mac: MacAddr = n.mac.parse().map_err(|_| bad("its MAC is not a MAC"))?;
@@ -264,5 +269,5 @@ pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Check
 pub struct Checked {
     pub remotes: BTreeMap<Ipv4Addr, BTreeSet<u32>>,
     pub macs: BTreeSet<(u32, MacAddr, Ipv4Addr)>,
-    pub neighbours: BTreeSet<(u32, Ipv4Addr, MacAddr)>,
+    pub neighbours: BTreeSet<(u32, IpAddr, MacAddr)>,
 }

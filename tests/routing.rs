@@ -126,30 +126,12 @@ done
 
 /// An IPv4/UDP frame from `src` (MAC, address) to the gateway's MAC, for `dst`, with `ttl`.
 fn to_gateway(src: &str, from: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
-    let mac = |m: &str| -> Vec<u8> { m.split(':').map(|b| u8::from_str_radix(b, 16).unwrap()).collect() };
-    let mut f = mac("02:00:00:00:01:01");
-    f.extend(mac(src));
-    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 60, 0, 1, 0, 0, ttl, 17, 0, 0]);
-    f.extend_from_slice(&from);
-    f.extend_from_slice(&dst);
-    let sum = pvswitch::wire::checksum::checksum(&f[14..34]);
-    f[24..26].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, 0, 40, 0, 0]);
-    f.resize(74, 0x5a);
-    f
+    frames::udp4("02:00:00:00:01:01", src, from, dst, ttl)
 }
 
-/// Frame `f` (from `to_gateway`) as the gateway routes it to vm2: vm2's MAC from the
-/// gateway's, its TTL one less and the IPv4 checksum again.
+/// Frame `f` (from `to_gateway`) as the gateway routes it to vm2.
 fn routed_to_vm2(f: &[u8]) -> Vec<u8> {
-    let mut want = f.to_vec();
-    want[0..6].copy_from_slice(&[0x52, 0x54, 0x00, 0x0b, 0x02, 0x05]);
-    want[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    want[22] -= 1;
-    want[24..26].copy_from_slice(&[0, 0]);
-    let sum = pvswitch::wire::checksum::checksum(&want[14..34]);
-    want[24..26].copy_from_slice(&sum.to_be_bytes());
-    want
+    frames::routed(f, MAC_B, "02:00:00:00:01:01")
 }
 
 /// Through a running pvswitchd, with pvsgen as the VMs: a frame to the gateway reaches vm2 as

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod capture;
+pub mod frames;
 mod guests;
 pub mod netns;
 mod require;

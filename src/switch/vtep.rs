@@ -111,12 +111,19 @@ impl Switch {
     pub(super) fn remote_neighbours(&self) -> Vec<Remote> {
         let mut out = Vec::new();
         for v in &self.cfg.vteps {
-            let macs = self.learned.macs.get(&v.name);
-            for (vni, ip, mac) in self.learned.neighbours.get(&v.name).into_iter().flatten() {
-                let remote = macs.into_iter().flatten().find(|(n, m, _)| n == vni && m == mac).map(|e| e.2);
-                let port = remote.and_then(|r| self.port_by_name(&format!("{}-{r}", v.name)));
-                if let (Some(ps), Some(vlan)) = (port, v.vlan_of(*vni)) {
-                    out.push(Remote { port: ps.id(), mac: *mac, addr: *ip, vlan });
+            let (Some(macs), Some(neighbours)) = (self.learned.macs.get(&v.name), self.learned.neighbours.get(&v.name))
+            else {
+                continue;
+            };
+            // Each remote's tunnel port, looked up once (not once an address).
+            let mut tunnels: BTreeMap<Ipv4Addr, Option<u16>> = BTreeMap::new();
+            for (vni, ip, mac) in neighbours {
+                let Some(remote) = remote_of(macs, *vni, *mac) else { continue };
+                let port = *tunnels
+                    .entry(remote)
+                    .or_insert_with(|| self.port_by_name(&format!("{}-{remote}", v.name)).map(|ps| ps.id()));
+                if let (Some(port), Some(vlan)) = (port, v.vlan_of(*vni)) {
+                    out.push(Remote { port, mac: *mac, addr: *ip, vlan });
                 }
             }
         }
@@ -256,12 +263,19 @@ pub fn checked_state(v: &crate::config::VtepConfig, state: &str) -> Result<Check
             return Err(bad("not a unicast address"));
         }
         let mac: MacAddr = n.mac.parse().map_err(|_| bad("its MAC is not a MAC"))?;
-        if !macs.iter().any(|&(vni, m, _)| vni == n.vni && m == mac) {
+        if remote_of(&macs, n.vni, mac).is_none() {
             return Err(bad(&format!("{mac} is not a remote MAC of the VNI")));
         }
         neighbours.insert((n.vni, ip, mac));
     }
     Ok(Checked { remotes, macs, neighbours })
+}
+
+/// The remote MAC `mac` on VNI `vni` is behind, in `macs` (sorted by VNI, MAC, remote: one
+/// range lookup, not a scan, since a sync may hold 65,536 MACs and 16,384 addresses).
+fn remote_of(macs: &BTreeSet<(u32, MacAddr, Ipv4Addr)>, vni: u32, mac: MacAddr) -> Option<Ipv4Addr> {
+    let &(n, m, remote) = macs.range((vni, mac, Ipv4Addr::UNSPECIFIED)..).next()?;
+    (n == vni && m == mac).then_some(remote)
 }
 
 /// What a checked `vtep-sync` state holds: each remote's VNIs, (VNI, MAC, remote) and (VNI,
